@@ -1,0 +1,274 @@
+package fsm
+
+// progress is a set of facts an attempt has established. Facts only ever
+// get added.
+type progress uint8
+
+const (
+	acquired     progress = 1 << iota // a connection was acquired
+	wroteAny                          // a request byte reached the socket
+	wroteAll                          // the whole request was written
+	bodyRead                          // the request body was read from
+	responseByte                      // a response byte arrived (any kind)
+	headers                           // the final header section arrived
+	complete                          // the response completed cleanly
+)
+
+// transition says when an event kind is allowed and what it establishes.
+// An event is allowed when every fact in need holds, no fact in forbid
+// holds, and (when proto is set) the connection speaks proto.
+type transition struct {
+	need, forbid, set progress
+	proto             Proto
+}
+
+// transitions is the whole transition table. Decisions on top of it live in
+// Step (delivery, the connection verdict) and in decideFailure (the rules in
+// precedence order). There are no hand-written exceptions to the table.
+var transitions = [eventKindCount]transition{
+	EventInvalid:           {forbid: ^progress(0)}, // never allowed
+	EventConnAcquired:      {forbid: acquired, set: acquired},
+	EventHandedBack:        {need: acquired, forbid: wroteAny | responseByte},
+	EventFirstByteWritten:  {need: acquired, forbid: wroteAny, set: wroteAny},
+	EventBodyRead:          {need: acquired, set: bodyRead},
+	EventRequestWritten:    {need: wroteAny, forbid: wroteAll, set: wroteAll},
+	EventFirstResponseByte: {need: acquired, forbid: responseByte, set: responseByte},
+	EventInformational:     {need: acquired, forbid: headers, set: responseByte},
+	EventFinalHeaders:      {need: acquired, forbid: headers, set: responseByte | headers},
+	EventResponseComplete:  {need: headers, forbid: complete, set: complete},
+	EventTick:              {},
+	EventClosed:            {need: acquired},
+	EventReset:             {need: acquired},
+	EventTLSFailure:        {need: acquired},
+	EventMalformed:         {need: acquired, set: responseByte},
+	EventTimeout:           {},
+	EventCanceled:          {},
+	EventRefusedStream:     {need: acquired, proto: ProtoH2},
+	EventH2GoAway:          {need: acquired, proto: ProtoH2},
+	EventRequestRejected:   {need: acquired, proto: ProtoH3},
+	EventH3GoAway:          {need: acquired, proto: ProtoH3},
+	EventAcquireFailed:     {forbid: acquired},
+}
+
+// Machine decides one wire attempt of one call. It is a small comparable
+// value: copying it takes a snapshot, and == compares two states.
+//
+// The calling contract, in order:
+//
+//  1. Create the machine with New when the attempt starts, passing the
+//     request facts, the phase limits and the current instant.
+//  2. Feed every observation to Step, in the order it happened, with its
+//     instant. Step never panics; an event that cannot happen in the
+//     current state fails the attempt with RuleInvalidOrder.
+//  3. After each Step, ask Deadline for the instant the machine next cares
+//     about, and feed an EventTick when the clock reaches it.
+//  4. Act on the decision: ActionContinue, keep going; ActionDeliver, hand
+//     the response to the caller and keep feeding body progress;
+//     ActionFail, return the error; ActionResend, discard this connection
+//     and start a new machine with Request.Resend on a new connection.
+//  5. Return the connection to the pool only when Decision.Conn is
+//     ConnReuse; close it when it is ConnDiscard.
+//
+// Once an action is final it never changes; only the connection verdict
+// may still move from ConnInUse to ConnReuse or ConnDiscard.
+type Machine struct {
+	req        Request
+	lim        Limits
+	facts      progress
+	reused     bool
+	proto      Proto
+	phaseStart Instant // when the current phase began
+	decision   Decision
+}
+
+// New returns the machine for one attempt that starts at now.
+func New(req Request, lim Limits, now Instant) Machine {
+	return Machine{req: req, lim: lim, phaseStart: now}
+}
+
+// Request returns the request facts the machine decides for.
+func (m *Machine) Request() Request { return m.req }
+
+// Decision returns the latest decision.
+func (m *Machine) Decision() Decision { return m.decision }
+
+// Phase returns the phase the attempt is in; PhaseNone once the attempt
+// failed, resent or completed.
+func (m *Machine) Phase() Phase {
+	switch {
+	case m.decision.Action == ActionFail || m.decision.Action == ActionResend:
+		return PhaseNone
+	case m.facts&headers != 0:
+		if m.facts&complete != 0 {
+			return PhaseNone
+		}
+		return PhaseBody
+	case m.facts&wroteAll != 0:
+		return PhaseHeader
+	case m.facts&acquired != 0:
+		return PhaseWrite
+	}
+	return PhaseAcquire
+}
+
+// Deadline returns the instant at which the current phase runs out of
+// time, and false when no limit applies.
+func (m *Machine) Deadline() (Instant, bool) {
+	if m.decision.Conn != ConnInUse {
+		return 0, false
+	}
+	d := m.limit(m.Phase())
+	if d <= 0 {
+		return 0, false
+	}
+	return m.phaseStart + Instant(d), true
+}
+
+// Step feeds one event and returns the decision after it.
+func (m *Machine) Step(e Event) Decision {
+	if m.decision.Conn != ConnInUse {
+		return m.decision // closed: the attempt is over
+	}
+	if e.Kind == EventTick {
+		if at, ok := m.Deadline(); ok && e.At >= at {
+			e = Event{Kind: EventTimeout, At: e.At, Phase: m.Phase()}
+		}
+	}
+	if !m.allowed(e) {
+		if m.decision.Action == ActionDeliver {
+			m.decision.Conn = ConnDiscard
+			return m.decision
+		}
+		return m.finish(ActionFail, RuleInvalidOrder)
+	}
+	before := m.Phase()
+	m.facts |= transitions[e.Kind].set
+	if e.Kind == EventConnAcquired {
+		m.reused, m.proto = e.Reused, e.Proto
+	}
+	if m.Phase() != before {
+		m.phaseStart = e.At
+	}
+
+	if m.decision.Action == ActionDeliver {
+		switch {
+		case e.Kind.Failure():
+			m.decision.Conn = ConnDiscard
+		case m.facts&(complete|wroteAll) == complete|wroteAll:
+			m.decision.Conn = ConnReuse
+		}
+		return m.decision
+	}
+	switch {
+	case e.Kind == EventFinalHeaders:
+		m.decision = Decision{Action: ActionDeliver, Rule: RuleDeliverFinalResponse}
+		return m.decision
+	case e.Kind == EventHandedBack || e.Kind.Failure():
+		action, rule := m.decideFailure(e)
+		return m.finish(action, rule)
+	}
+	m.decision.Rule = RuleProgress
+	return m.decision
+}
+
+func (m *Machine) allowed(e Event) bool {
+	if e.Kind >= eventKindCount {
+		return false
+	}
+	t := transitions[e.Kind]
+	if m.facts&t.need != t.need || m.facts&t.forbid != 0 {
+		return false
+	}
+	return t.proto == ProtoUnknown || t.proto == m.proto
+}
+
+func (m *Machine) finish(a Action, r Rule) Decision {
+	m.decision = Decision{Action: a, Rule: r, Conn: ConnDiscard}
+	return m.decision
+}
+
+func (m *Machine) limit(p Phase) int64 {
+	switch p {
+	case PhaseAcquire:
+		return int64(m.lim.Acquire)
+	case PhaseWrite:
+		return int64(m.lim.Write)
+	case PhaseHeader:
+		return int64(m.lim.Header)
+	case PhaseBody:
+		return int64(m.lim.Body)
+	}
+	return 0
+}
+
+// decideFailure applies the failure rules in precedence order (the order
+// of spec/ruledata); the first that applies decides.
+func (m *Machine) decideFailure(e Event) (Action, Rule) {
+	switch e.Kind {
+	case EventAcquireFailed:
+		return ActionFail, RuleAcquireFailed
+	case EventCanceled:
+		return ActionFail, RuleCanceled
+	case EventTimeout:
+		return ActionFail, RuleTimeout
+	}
+	switch {
+	case m.facts&responseByte != 0:
+		return ActionFail, RuleResponseStarted
+	case m.req.Attempt == AttemptResend:
+		return ActionFail, RuleNoSecondResend
+	case m.req.ResendOff:
+		return ActionFail, RuleResendOff
+	case m.req.RetryPolicy:
+		return ActionFail, RuleRetryPolicy
+	}
+	if rule := m.evidence(e); rule != RuleNone {
+		if m.bodyConsumed() {
+			return ActionFail, RuleEvidenceBodyConsumed
+		}
+		return ActionResend, rule
+	}
+	switch {
+	case !m.reused:
+		return ActionFail, RuleAmbiguousFreshConn
+	case !m.req.Method.Idempotent() && !m.req.IdempotencyKey:
+		return ActionFail, RuleAmbiguousNotIdempotent
+	case !m.req.Body.Reproducible():
+		return ActionFail, RuleAmbiguousBodyNotReproducible
+	}
+	return ActionResend, RuleAmbiguousIdempotentResend
+}
+
+// evidence returns the rule naming the proof that the server did not
+// process the request, or RuleNone when the failure is ambiguous.
+func (m *Machine) evidence(e Event) Rule {
+	switch {
+	case e.Kind == EventHandedBack:
+		return RuleEvidenceHandedBack
+	case e.Kind == EventRefusedStream:
+		return RuleEvidenceRefusedStream
+	case e.Kind == EventH2GoAway && e.Stream > e.Boundary:
+		// RFC 9113 §6.8: streams above the last stream ID were not processed.
+		return RuleEvidenceGoAwayBoundary
+	case e.Kind == EventH3GoAway && e.BoundaryKnown && e.Stream >= e.Boundary:
+		// RFC 9114 §5.2: requests at or above the GOAWAY ID were not processed.
+		return RuleEvidenceGoAwayBoundary
+	case e.Kind == EventRequestRejected:
+		return RuleEvidenceRequestRejected
+	case m.facts&wroteAny == 0:
+		return RuleEvidenceNothingWritten
+	}
+	return RuleNone
+}
+
+// bodyConsumed reports whether a one-shot body can no longer be sent as it
+// was.
+func (m *Machine) bodyConsumed() bool {
+	switch m.req.Body {
+	case BodyOneShotConsumed:
+		return true
+	case BodyOneShotUntouched:
+		return m.facts&bodyRead != 0
+	}
+	return false
+}

@@ -1,0 +1,3 @@
+module github.com/replaysafe/replaysafe
+
+go 1.26

@@ -1,0 +1,135 @@
+// Package ruledata is the normative list of replaysafe's dispatch rules: one
+// entry a rule, in the order the machine checks them. It imports nothing so
+// that the generator can write the fsm rule constants from it.
+//
+// Changing a rule here and running go generate ./... rewrites
+// fsm/rule_gen.go, docs/rules.md and docs/diagram.md.
+package ruledata
+
+// Rule is one dispatch rule.
+type Rule struct {
+	// Number is the rule's stable numeric value in fsm. Never reuse one.
+	Number int
+	// ID is the stable short identifier quoted in code, tests and logs.
+	ID string
+	// Name is the Go identifier suffix: fsm.Rule<Name>.
+	Name string
+	// Slug is the rule's name in traces and in Rule.String.
+	Slug string
+	// Action is what the rule decides: continue, deliver, fail or resend.
+	Action string
+	// Statement says the rule in plain words.
+	Statement string
+	// Source cites where the rule comes from.
+	Source string
+}
+
+// Rules lists every rule. When several could decide a failure, the first
+// in this list that applies decides (the precedence order).
+var Rules = []Rule{
+	{
+		Number: 0, ID: "RS00", Name: "None", Slug: "none", Action: "continue",
+		Statement: "No rule has decided yet; the zero value of fsm.Rule.",
+		Source:    "replaysafe",
+	},
+	{
+		Number: 1, ID: "RS01", Name: "Progress", Slug: "progress", Action: "continue",
+		Statement: "An event that is allowed in the current state and decides nothing is recorded, and the caller feeds the next one.",
+		Source:    "replaysafe",
+	},
+	{
+		Number: 2, ID: "RS02", Name: "DeliverFinalResponse", Slug: "deliver-final-response", Action: "deliver",
+		Statement: "The final response's header section arrived: hand the response to the caller. The connection is returned to the pool only when the response completes cleanly; any failure, timeout or out-of-order event after delivery discards it.",
+		Source:    "RFC 9110 §15; RFC 9112 §9.3",
+	},
+	{
+		Number: 3, ID: "RS03", Name: "InvalidOrder", Slug: "invalid-order", Action: "fail",
+		Statement: "An event that cannot happen in the current state (a connection acquired twice, a byte written before a connection, a request handed back after bytes were written, a protocol-specific event on another protocol) fails the attempt and discards the connection; a broken adapter never earns a resend.",
+		Source:    "replaysafe",
+	},
+	{
+		Number: 4, ID: "RS04", Name: "AcquireFailed", Slug: "acquire-failed", Action: "fail",
+		Statement: "No connection could be established. Nothing was sent, but a new dial is a retry policy's business, not a replay: the error goes to the caller.",
+		Source:    "replaysafe; request-dispatch-guarantees (acquisition)",
+	},
+	{
+		Number: 5, ID: "RS05", Name: "Canceled", Slug: "canceled", Action: "fail",
+		Statement: "The caller canceled the request: never resent.",
+		Source:    "resend-idempotent-on-reused-connection",
+	},
+	{
+		Number: 6, ID: "RS06", Name: "Timeout", Slug: "timeout", Action: "fail",
+		Statement: "A phase ran out of time (a timeout event, or a tick at or past the deadline the machine reported): never resent, because a slow server may still be processing the request.",
+		Source:    "resend-idempotent-on-reused-connection",
+	},
+	{
+		Number: 7, ID: "RS07", Name: "ResponseStarted", Slug: "response-started", Action: "fail",
+		Statement: "At least one response byte arrived (a status line, a partial line, a 1xx, a malformed response): the server saw the request, so it is never resent.",
+		Source:    "resend-idempotent-on-reused-connection; RFC 9110 §9.2.2",
+	},
+	{
+		Number: 8, ID: "RS08", Name: "NoSecondResend", Slug: "no-second-resend", Action: "fail",
+		Statement: "The failed attempt was already the automatic resend: it is not resent again, so a call goes on the wire at most twice.",
+		Source:    "RFC 9110 §9.2.2 (\"A client SHOULD NOT automatically retry a failed automatic retry.\")",
+	},
+	{
+		Number: 9, ID: "RS09", Name: "ResendOff", Slug: "resend-off", Action: "fail",
+		Statement: "Automatic resending is switched off for this request.",
+		Source:    "replaysafe",
+	},
+	{
+		Number: 10, ID: "RS10", Name: "RetryPolicy", Slug: "retry-policy", Action: "fail",
+		Statement: "The user configured a retry policy of their own; it keeps its own semantics and replaysafe never resends underneath it.",
+		Source:    "resend-idempotent-on-reused-connection",
+	},
+	{
+		Number: 11, ID: "RS11", Name: "EvidenceBodyConsumed", Slug: "evidence-body-consumed", Action: "fail",
+		Statement: "The server provably did not process the request, but its one-shot body was read and cannot be produced again; it is never replaced by an empty body.",
+		Source:    "request-dispatch-guarantees (replay safety, one-shot bodies)",
+	},
+	{
+		Number: 12, ID: "RS12", Name: "EvidenceHandedBack", Slug: "evidence-handed-back", Action: "resend",
+		Statement: "The stack handed the request back before serialising any of it: resend once on a new connection, any method, the body as it was.",
+		Source:    "request-dispatch-guarantees (one-shot bodies and pooling)",
+	},
+	{
+		Number: 13, ID: "RS13", Name: "EvidenceRefusedStream", Slug: "evidence-refused-stream", Action: "resend",
+		Statement: "An HTTP/2 server reset our stream with REFUSED_STREAM, which guarantees no application processing: resend once on a new connection, any method, if the body is reproducible or untouched.",
+		Source:    "RFC 9113 §8.7",
+	},
+	{
+		Number: 14, ID: "RS14", Name: "EvidenceGoAwayBoundary", Slug: "evidence-goaway-boundary", Action: "resend",
+		Statement: "A GOAWAY shows our stream was beyond what the server processes (HTTP/2: our stream ID is greater than the last stream ID; HTTP/3: our stream ID is at least the GOAWAY ID, when the adapter saw it): resend once on a new connection, any method, if the body is reproducible or untouched.",
+		Source:    "RFC 9113 §6.8; RFC 9114 §5.2",
+	},
+	{
+		Number: 15, ID: "RS15", Name: "EvidenceRequestRejected", Slug: "evidence-request-rejected", Action: "resend",
+		Statement: "An HTTP/3 server rejected our request with H3_REQUEST_REJECTED, which guarantees no application processing: resend once on a new connection, any method, if the body is reproducible or untouched.",
+		Source:    "RFC 9114 §4.1.1 and §8.1",
+	},
+	{
+		Number: 16, ID: "RS16", Name: "EvidenceNothingWritten", Slug: "evidence-nothing-written", Action: "resend",
+		Statement: "The connection failed before a single request byte reached the socket: resend once on a new connection, any method, if the body is reproducible or untouched.",
+		Source:    "replaysafe; RFC 9110 §9.2.2",
+	},
+	{
+		Number: 17, ID: "RS17", Name: "AmbiguousFreshConn", Slug: "ambiguous-fresh-conn", Action: "fail",
+		Statement: "A fresh connection failed after request bytes were written and without evidence of non-processing: a real error, not a stale connection.",
+		Source:    "resend-idempotent-on-reused-connection",
+	},
+	{
+		Number: 18, ID: "RS18", Name: "AmbiguousNotIdempotent", Slug: "ambiguous-not-idempotent", Action: "fail",
+		Statement: "A reused connection failed ambiguously under a method that is not idempotent and carries no Idempotency-Key or X-Idempotency-Key: the server may have processed it, so it is never duplicated.",
+		Source:    "RFC 9110 §9.2.2; resend-idempotent-on-reused-connection",
+	},
+	{
+		Number: 19, ID: "RS19", Name: "AmbiguousBodyNotReproducible", Slug: "ambiguous-body-not-reproducible", Action: "fail",
+		Statement: "A reused connection failed ambiguously, the request is idempotent, but its body is one-shot: an ambiguous failure needs a body that can be produced again (none or buffered).",
+		Source:    "resend-idempotent-on-reused-connection; request-dispatch-guarantees",
+	},
+	{
+		Number: 20, ID: "RS20", Name: "AmbiguousIdempotentResend", Slug: "ambiguous-idempotent-resend", Action: "resend",
+		Statement: "A reused connection failed ambiguously (closed, reset, TLS failure, GOAWAY at or above our stream) before any response byte, the request is idempotent by method or key, and its body is reproducible: resend once on a new connection.",
+		Source:    "RFC 9110 §9.2.2; resend-idempotent-on-reused-connection",
+	},
+}
