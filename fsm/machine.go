@@ -1,24 +1,73 @@
 package fsm
 
-// progress is a set of facts an attempt has established. Facts only ever
+import "strconv"
+
+// Facts is the set of things an attempt has established. Facts only ever
 // get added.
-type progress uint8
+type Facts uint8
+
+// Facts an attempt can establish.
+const (
+	FactAcquired     Facts = 1 << iota // a connection was acquired
+	FactWroteAny                       // a request byte reached the socket
+	FactWroteAll                       // the whole request was written
+	FactBodyRead                       // the request body was read from
+	FactResponseByte                   // a response byte arrived (any kind)
+	FactHeaders                        // the final header section arrived
+	FactComplete                       // the response completed cleanly
+)
 
 const (
-	acquired     progress = 1 << iota // a connection was acquired
-	wroteAny                          // a request byte reached the socket
-	wroteAll                          // the whole request was written
-	bodyRead                          // the request body was read from
-	responseByte                      // a response byte arrived (any kind)
-	headers                           // the final header section arrived
-	complete                          // the response completed cleanly
+	acquired     = FactAcquired
+	wroteAny     = FactWroteAny
+	wroteAll     = FactWroteAll
+	bodyRead     = FactBodyRead
+	responseByte = FactResponseByte
+	headers      = FactHeaders
+	complete     = FactComplete
 )
+
+var factNames = []string{"acquired", "wrote-any", "wrote-all", "body-read", "response-byte", "headers", "complete"}
+
+// String prints the facts joined by "|", or "none".
+func (f Facts) String() string {
+	if f == 0 {
+		return "none"
+	}
+	s := ""
+	for i, n := range factNames {
+		if f&(1<<i) != 0 {
+			if s != "" {
+				s += "|"
+			}
+			s += n
+		}
+	}
+	if rest := f &^ (1<<len(factNames) - 1); rest != 0 {
+		if s != "" {
+			s += "|"
+		}
+		s += "Facts(" + strconv.Itoa(int(rest)) + ")"
+	}
+	return s
+}
+
+// Requires returns what the transition table says about an event kind: the
+// facts that must hold, the facts that must not hold, the facts it adds,
+// and the protocol it needs (ProtoUnknown for any).
+func Requires(k EventKind) (need, forbid, set Facts, proto Proto) {
+	if k >= eventKindCount {
+		return 0, ^Facts(0), 0, ProtoUnknown
+	}
+	t := transitions[k]
+	return t.need, t.forbid, t.set, t.proto
+}
 
 // transition says when an event kind is allowed and what it establishes.
 // An event is allowed when every fact in need holds, no fact in forbid
 // holds, and (when proto is set) the connection speaks proto.
 type transition struct {
-	need, forbid, set progress
+	need, forbid, set Facts
 	proto             Proto
 }
 
@@ -26,7 +75,7 @@ type transition struct {
 // Step (delivery, the connection verdict) and in decideFailure (the rules in
 // precedence order). There are no hand-written exceptions to the table.
 var transitions = [eventKindCount]transition{
-	EventInvalid:           {forbid: ^progress(0)}, // never allowed
+	EventInvalid:           {forbid: ^Facts(0)}, // never allowed
 	EventConnAcquired:      {forbid: acquired, set: acquired},
 	EventHandedBack:        {need: acquired, forbid: wroteAny | responseByte},
 	EventFirstByteWritten:  {need: acquired, forbid: wroteAny, set: wroteAny},
@@ -74,7 +123,7 @@ var transitions = [eventKindCount]transition{
 type Machine struct {
 	req        Request
 	lim        Limits
-	facts      progress
+	facts      Facts
 	reused     bool
 	proto      Proto
 	phaseStart Instant // when the current phase began
@@ -88,6 +137,9 @@ func New(req Request, lim Limits, now Instant) Machine {
 
 // Request returns the request facts the machine decides for.
 func (m *Machine) Request() Request { return m.req }
+
+// Facts returns what the attempt has established so far.
+func (m *Machine) Facts() Facts { return m.facts }
 
 // Decision returns the latest decision.
 func (m *Machine) Decision() Decision { return m.decision }

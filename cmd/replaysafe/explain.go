@@ -1,0 +1,63 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/replaysafe/replaysafe/spec"
+)
+
+func runExplain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: replaysafe explain FILE...  (- reads standard input)\n\nReplays each trace and prints every step, the decision and the rule that\nfired. Exits 1 when an expect line of a trace does not hold. The format is\ndescribed in docs/explain.md.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	status := 0
+	for _, name := range fs.Args() {
+		traces, err := readTraces(name)
+		if err != nil {
+			fmt.Fprintf(stderr, "replaysafe explain: %s: %v\n", name, err)
+			status = 1
+			continue
+		}
+		for i, t := range traces {
+			if len(traces) > 1 || fs.NArg() > 1 {
+				fmt.Fprintf(stdout, "== %s trace %d (line %d)\n", name, i+1, t.Line)
+			}
+			fmt.Fprint(stdout, t.Explain())
+			final := t.Final()
+			fmt.Fprintf(stdout, "decision: %s by %s %s (connection: %s)\n", final.Action, final.Rule.ID(), final.Rule, final.Conn)
+			if err := t.Check(); err != nil {
+				fmt.Fprintf(stdout, "expectation failed: %v\n", err)
+				status = 1
+			}
+			if i+1 < len(traces) {
+				fmt.Fprintln(stdout)
+			}
+		}
+	}
+	return status
+}
+
+func readTraces(name string) ([]spec.Trace, error) {
+	if name == "-" {
+		return spec.ParseTraces(os.Stdin)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return spec.ParseTraces(f)
+}
