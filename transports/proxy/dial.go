@@ -1,0 +1,398 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"time"
+
+	xproxy "golang.org/x/net/proxy"
+
+	"github.com/replaysafe/replaysafe/fsm/route"
+)
+
+// Resolver looks up the addresses of a host name; *net.Resolver
+// satisfies it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// ContextDialer makes TCP connections; *net.Dialer satisfies it.
+type ContextDialer interface {
+	DialContext(ctx context.Context, network, address string) (net.Conn, error)
+}
+
+// Dialer holds what DialChain needs from the outside world. The zero
+// Dialer uses net.DefaultResolver, a zero net.Dialer and SystemClock.
+type Dialer struct {
+	// Resolver resolves the first hop's host name (the origin's when
+	// direct); IP literals skip it. Nil means net.DefaultResolver.
+	Resolver Resolver
+	// TCP connects to the resolved addresses, tried in order. Nil means a
+	// zero *net.Dialer.
+	TCP ContextDialer
+	// Clock is the clock the budgets passed to DialChain were started on;
+	// nil means SystemClock.
+	Clock Clock
+}
+
+func (d *Dialer) resolver() Resolver {
+	if d.Resolver == nil {
+		return net.DefaultResolver
+	}
+	return d.Resolver
+}
+
+func (d *Dialer) tcp() ContextDialer {
+	if d.TCP == nil {
+		return &net.Dialer{}
+	}
+	return d.TCP
+}
+
+func (d *Dialer) clock() Clock {
+	if d.Clock == nil {
+		return SystemClock
+	}
+	return d.Clock
+}
+
+// maxAddrs bounds how many resolved addresses DialChain tries.
+const maxAddrs = 16
+
+// aLongTimeAgo is a deadline in the past: it makes blocked I/O return at
+// once when the caller's context ends.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// acquisition is one run under one budget.
+type acquisition struct {
+	ctx      context.Context
+	clock    Clock
+	budget   route.Budget
+	deadline time.Time // zero without a limit
+	step     route.Step
+	hop      int
+	addr     string
+}
+
+func newAcquisition(ctx context.Context, clock Clock, b route.Budget) *acquisition {
+	a := &acquisition{ctx: ctx, clock: clock, budget: b}
+	a.deadline, _ = wallDeadline(b, clock)
+	return a
+}
+
+// enter records the step about to run and checks that time is left.
+func (a *acquisition) enter(step route.Step, hop int, addr string) error {
+	a.step, a.hop, a.addr = step, hop, addr
+	if err := a.ctx.Err(); err != nil {
+		return &StepError{Step: step, Hop: hop, Addr: addr, Err: err}
+	}
+	return a.budget.Check(a.clock.Now(), step, hop)
+}
+
+// fail classifies err from the current step: the caller's context
+// ending, the budget running out, or the step's own failure.
+func (a *acquisition) fail(err error) error {
+	if cerr := a.ctx.Err(); cerr != nil {
+		return &StepError{Step: a.step, Hop: a.hop, Addr: a.addr, Err: cerr}
+	}
+	if now := a.clock.Now(); a.budget.Expired(now) && isTimeout(err) {
+		return a.budget.Exceeded(now, a.step, a.hop, err)
+	}
+	return &StepError{Step: a.step, Hop: a.hop, Addr: a.addr, Err: err}
+}
+
+// stepContext bounds DNS and TCP, which have no connection yet to carry
+// the deadline.
+func (a *acquisition) stepContext() (context.Context, context.CancelFunc) {
+	if a.deadline.IsZero() {
+		return context.WithCancel(a.ctx)
+	}
+	return context.WithDeadline(a.ctx, a.deadline)
+}
+
+// guard puts the budget's deadline on raw and makes the caller's context
+// interrupt blocked I/O. The returned release clears the deadline and
+// reports false if the context ended meanwhile.
+func (a *acquisition) guard(raw net.Conn) (release func() bool) {
+	if !a.deadline.IsZero() {
+		raw.SetDeadline(a.deadline)
+	}
+	stop := context.AfterFunc(a.ctx, func() { raw.SetDeadline(aLongTimeAgo) })
+	return func() bool {
+		if !stop() {
+			return false
+		}
+		raw.SetDeadline(time.Time{})
+		return true
+	}
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// DialChain returns a connection to target ("host:port") through hops,
+// in dial order; with no hops it dials target directly. It resolves and
+// connects to the first hop, then for every hop does TLS to an HTTPS
+// proxy (offering only ALPN "http/1.1"), CONNECT to the next hop or the
+// target at an HTTP or HTTPS proxy (the last hop too, for a plain-HTTP
+// origin), or SOCKS5 at a SOCKS proxy. Each hop's Auth and Header go to
+// that hop only.
+//
+// All steps share the one absolute deadline of b, which must have been
+// started on d's Clock: it bounds DNS and TCP through their context and
+// every later step through the connection's deadline, set once. A step
+// that runs out of time fails with a *route.DeadlineError naming it and
+// its hop. Other failures are a *ConnectError (a CONNECT status outside
+// 2xx) or a *StepError. The returned connection has no deadline; on
+// error, everything DialChain opened is closed. Through an HTTPS proxy the
+// connection is (or wraps) the *tls.Conn to that proxy: its type says
+// nothing about TLS with the origin.
+func DialChain(ctx context.Context, d *Dialer, hops []Hop, target string, b route.Budget) (net.Conn, error) {
+	if d == nil {
+		d = &Dialer{}
+	}
+	if len(hops) > route.MaxHops {
+		return nil, errors.New("proxy: chain of " + strconv.Itoa(len(hops)) + " hops is longer than route.MaxHops")
+	}
+	if _, _, err := net.SplitHostPort(target); err != nil {
+		return nil, errors.New("proxy: target " + strconv.Quote(target) + " is not host:port")
+	}
+	for i, h := range hops {
+		if h.Host == "" || h.Kind != route.ProxyHTTP && h.Kind != route.ProxyHTTPS && h.Kind != route.ProxySOCKS5 {
+			return nil, &StepError{Step: route.StepNone, Hop: i + 1, Addr: h.Addr(), Err: errors.New("hop needs a host and a kind of http, https or socks5, not " + h.Kind.String())}
+		}
+	}
+	a := newAcquisition(ctx, d.clock(), b)
+	first, hop := target, 0
+	if len(hops) > 0 {
+		first, hop = hops[0].Addr(), 1
+	}
+	raw, err := a.dialFirst(d, first, hop)
+	if err != nil {
+		return nil, err
+	}
+	release := a.guard(raw)
+	conn, err := a.passHops(raw, hops, target)
+	if !release() {
+		raw.Close()
+		return nil, &StepError{Step: a.step, Hop: a.hop, Addr: a.addr, Err: ctx.Err()}
+	}
+	if err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// dialFirst runs the DNS and TCP steps.
+func (a *acquisition) dialFirst(d *Dialer, addr string, hop int) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, &StepError{Step: route.StepDNS, Hop: hop, Addr: addr, Err: err}
+	}
+	if err := a.enter(route.StepDNS, hop, addr); err != nil {
+		return nil, err
+	}
+	ctx, cancel := a.stepContext()
+	defer cancel()
+	var ips []netip.Addr
+	if ip, perr := netip.ParseAddr(host); perr == nil {
+		ips = []netip.Addr{ip}
+	} else {
+		ips, err = d.resolver().LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return nil, a.fail(err)
+		}
+		if len(ips) == 0 {
+			return nil, a.fail(errors.New("no addresses for " + host))
+		}
+	}
+	if err := a.enter(route.StepTCP, hop, addr); err != nil {
+		return nil, err
+	}
+	var last error
+	for _, ip := range ips[:min(len(ips), maxAddrs)] {
+		c, err := d.tcp().DialContext(ctx, "tcp", net.JoinHostPort(ip.String(), port))
+		if err == nil {
+			return c, nil
+		}
+		last = err
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, a.fail(last)
+}
+
+// passHops runs the per-hop steps on conn, which reaches hops[0].
+func (a *acquisition) passHops(conn net.Conn, hops []Hop, target string) (net.Conn, error) {
+	for i, h := range hops {
+		n := i + 1
+		next := target
+		if n < len(hops) {
+			next = hops[n].Addr()
+		}
+		if h.Kind == route.ProxyHTTPS {
+			if err := a.enter(route.StepProxyTLS, n, h.Addr()); err != nil {
+				return nil, err
+			}
+			tc, err := proxyTLS(conn, h)
+			if err != nil {
+				return nil, a.fail(err)
+			}
+			conn = tc
+		}
+		switch h.Kind {
+		case route.ProxyHTTP, route.ProxyHTTPS:
+			if err := a.enter(route.StepConnect, n, h.Addr()); err != nil {
+				return nil, err
+			}
+			req := ConnectRequest{Target: next, Auth: h.Auth, Header: h.Header, Hop: n, Proxy: h.Addr()}
+			tunnel, _, err := exchange(conn, req)
+			if err != nil {
+				var ce *ConnectError
+				if errors.As(err, &ce) {
+					return nil, err
+				}
+				return nil, a.fail(err)
+			}
+			conn = tunnel
+		case route.ProxySOCKS5:
+			if err := a.enter(route.StepSOCKS, n, h.Addr()); err != nil {
+				return nil, err
+			}
+			if err := socks(a.ctx, conn, h, next); err != nil {
+				return nil, a.fail(err)
+			}
+		}
+	}
+	return conn, nil
+}
+
+// proxyTLS does TLS with an HTTPS proxy, offering only HTTP/1.1: the
+// CONNECT exchange that follows is HTTP/1.1 text, and advertising h2
+// would promise a protocol the client does not speak.
+func proxyTLS(conn net.Conn, h Hop) (*tls.Conn, error) {
+	cfg := h.TLSConfig.Clone()
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = h.Host
+	}
+	cfg.NextProtos = []string{"http/1.1"}
+	tc := tls.Client(conn, cfg)
+	if err := tc.Handshake(); err != nil {
+		return nil, err
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
+		return nil, errors.New("proxy: HTTPS proxy negotiated ALPN " + strconv.Quote(p) + ", want http/1.1")
+	}
+	return tc, nil
+}
+
+// socks runs SOCKS5 negotiation for next on conn with x/net/proxy. The
+// SOCKS dialer sees conn behind fixedDeadline, so it cannot clear the
+// budget's deadline; the caller's context is watched by guard.
+func socks(ctx context.Context, conn net.Conn, h Hop, next string) error {
+	var auth *xproxy.Auth
+	if h.Auth != nil {
+		auth = &xproxy.Auth{User: h.Auth.Username, Password: h.Auth.Password}
+	}
+	fwd := &connOnce{conn: fixedDeadline{conn}, addr: h.Addr()}
+	sd, err := xproxy.SOCKS5("tcp", h.Addr(), auth, fwd)
+	if err != nil {
+		return err
+	}
+	cd, ok := sd.(xproxy.ContextDialer)
+	if !ok {
+		return errors.New("proxy: x/net/proxy SOCKS5 dialer lacks DialContext")
+	}
+	// The returned *socks.Conn only adds the bound address; keep using
+	// conn, whose deadlines still work.
+	_, err = cd.DialContext(ctx, "tcp", next)
+	return err
+}
+
+// HandshakeOrigin does TLS with the origin on conn (a tunnel from
+// DialChain, or a direct connection) under the same budget, as the step
+// tls-to-origin. cfg must name the server (ServerName) and the ALPN
+// protocols of the route's policy. On error conn is closed.
+func HandshakeOrigin(ctx context.Context, d *Dialer, conn net.Conn, cfg *tls.Config, b route.Budget) (*tls.Conn, error) {
+	if d == nil {
+		d = &Dialer{}
+	}
+	a := newAcquisition(ctx, d.clock(), b)
+	if err := a.enter(route.StepOriginTLS, 0, cfg.ServerName); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	release := a.guard(conn)
+	tc := tls.Client(conn, cfg)
+	err := tc.Handshake()
+	if !release() {
+		conn.Close()
+		return nil, &StepError{Step: route.StepOriginTLS, Addr: cfg.ServerName, Err: ctx.Err()}
+	}
+	if err != nil {
+		conn.Close()
+		return nil, a.fail(err)
+	}
+	return tc, nil
+}
+
+// DialRoute establishes a connection for r: DialChain through r's hops to
+// r.Addr(), then, for an https route, HandshakeOrigin. configs holds the
+// secrets of each hop in order (nil for a route without credentials);
+// DialRoute refuses to present credentials at a hop whose route key has
+// no credential identity, and the reverse, so that the pool key and the
+// actual route never disagree. originTLS may be nil; DialRoute clones it
+// and fills in ServerName (r.Host()) and NextProtos (r.Policy().ALPN())
+// when they are empty.
+func DialRoute(ctx context.Context, d *Dialer, r route.Route, configs []HopConfig, originTLS *tls.Config, b route.Budget) (net.Conn, error) {
+	if r.Key() == (route.Route{}).Key() {
+		return nil, errors.New("proxy: zero route.Route")
+	}
+	if r.Policy() == route.PolicyH3 {
+		return nil, errors.New("proxy: route policy h3 needs QUIC, not a TCP connection")
+	}
+	if configs != nil && len(configs) != r.NumHops() {
+		return nil, errors.New("proxy: " + strconv.Itoa(len(configs)) + " hop configs for a route of " + strconv.Itoa(r.NumHops()) + " hops")
+	}
+	hops := make([]Hop, r.NumHops())
+	for i := range hops {
+		hops[i].Hop = r.Hop(i)
+		if configs != nil {
+			hops[i].HopConfig = configs[i]
+		}
+		if (hops[i].Auth != nil) != (hops[i].CredentialID != "") {
+			return nil, &StepError{Step: route.StepNone, Hop: i + 1, Addr: hops[i].Addr(),
+				Err: errors.New("credentials and the route's credential identity disagree")}
+		}
+	}
+	conn, err := DialChain(ctx, d, hops, r.Addr(), b)
+	if err != nil || r.Scheme() != route.SchemeHTTPS {
+		return conn, err
+	}
+	cfg := originTLS.Clone()
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = r.Host()
+	}
+	if len(cfg.NextProtos) == 0 {
+		cfg.NextProtos = r.Policy().ALPN()
+	}
+	return HandshakeOrigin(ctx, d, conn, cfg, b)
+}
