@@ -1,0 +1,153 @@
+package h2
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+
+	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/fsm"
+)
+
+// source says which row of the classification table decided, so that
+// Attempt.Failure can tell a stream's own error from a connection's.
+type source uint8
+
+const (
+	fromNothing    source = iota // err was nil
+	fromContext                  // the caller's context, or a deadline
+	fromStream                   // an HTTP/2 stream error
+	fromGoAway                   // a GoAwayError
+	fromConnection               // anything that ended the connection
+	fromAcquire                  // no connection at all
+)
+
+// Classify maps an error returned by x/net/http2's ClientConn.RoundTrip,
+// or by a read of a response body it returned, to the fsm failure event.
+// It inspects the error's types and identities only (errors.As,
+// errors.Is), never its text. ourStream is the request's stream ID, or 0
+// when unknown; it fills Event.Stream of an EventH2GoAway. The returned
+// event has no At (the caller stamps it), and an EventTimeout has no Phase
+// (the caller knows which phase ran out).
+//
+// In order, the first row that matches decides:
+//
+//	nil                              zero Event (EventInvalid): nothing failed
+//	context.Canceled                 EventCanceled
+//	context.DeadlineExceeded         EventTimeout
+//	http2.StreamError REFUSED_STREAM EventRefusedStream (RFC 9113 §8.7)
+//	http2.StreamError, other codes   EventReset
+//	http2.GoAwayError                EventH2GoAway{Boundary: LastStreamID, Stream: ourStream}
+//	http2.ConnectionError            EventReset (a connection-level protocol error)
+//	http2.ErrNoCachedConn            EventAcquireFailed (pools only; ClientConn never returns it)
+//	tls.AlertError,
+//	tls.RecordHeaderError,
+//	*tls.CertificateVerificationError,
+//	*net.OpError with Op "remote error"
+//	or "local error" (crypto/tls)    EventTLSFailure
+//	os.ErrDeadlineExceeded, or an
+//	error whose Timeout() is true    EventTimeout
+//	syscall.ECONNRESET, ECONNABORTED EventReset
+//	syscall.EPIPE, io.EOF,
+//	io.ErrUnexpectedEOF, net.ErrClosed
+//	                                 EventClosed
+//	anything else                    EventClosed (ambiguous: no evidence)
+//
+// The last row matters: x/net reports several decisive situations with
+// unexported errors.New values that no caller can match without reading
+// their text — among them the error for a stream above a GOAWAY's last
+// stream ID ("Transport received Server's graceful shutdown GOAWAY"), a
+// connection that could not take the request ("client conn not usable",
+// "client conn could not be established"), and a GOAWAY with an error code
+// on stream 1. Classify calls them all EventClosed, which is never wrong:
+// without evidence the failure is ambiguous. The evidence those errors
+// stand for is on the wire, and Attempt.Failure recovers it from there.
+func Classify(err error, ourStream uint32) fsm.Event {
+	ev, _ := classify(err, ourStream)
+	return ev
+}
+
+func classify(err error, ourStream uint32) (fsm.Event, source) {
+	if err == nil {
+		return fsm.Event{}, fromNothing
+	}
+	switch {
+	case errors.Is(err, context.Canceled):
+		return fsm.Event{Kind: fsm.EventCanceled}, fromContext
+	case errors.Is(err, context.DeadlineExceeded):
+		return fsm.Event{Kind: fsm.EventTimeout}, fromContext
+	}
+	var se http2.StreamError
+	if errors.As(err, &se) {
+		if se.Code == http2.ErrCodeRefusedStream {
+			return fsm.Event{Kind: fsm.EventRefusedStream}, fromStream
+		}
+		return fsm.Event{Kind: fsm.EventReset}, fromStream
+	}
+	var ge http2.GoAwayError
+	if errors.As(err, &ge) {
+		return fsm.Event{Kind: fsm.EventH2GoAway, Boundary: uint64(ge.LastStreamID), Stream: uint64(ourStream)}, fromGoAway
+	}
+	var ce http2.ConnectionError
+	if errors.As(err, &ce) {
+		return fsm.Event{Kind: fsm.EventReset}, fromConnection
+	}
+	if errors.Is(err, http2.ErrNoCachedConn) {
+		return fsm.Event{Kind: fsm.EventAcquireFailed}, fromAcquire
+	}
+	if isTLS(err) {
+		return fsm.Event{Kind: fsm.EventTLSFailure}, fromConnection
+	}
+	if isTimeout(err) {
+		return fsm.Event{Kind: fsm.EventTimeout}, fromContext
+	}
+	switch {
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED):
+		return fsm.Event{Kind: fsm.EventReset}, fromConnection
+	case errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return fsm.Event{Kind: fsm.EventClosed}, fromConnection
+	}
+	// Unknown: no evidence either way, so the failure is ambiguous.
+	return fsm.Event{Kind: fsm.EventClosed}, fromConnection
+}
+
+// isTLS reports whether err comes from crypto/tls on an established
+// connection. crypto/tls reports alerts it receives or sends as a
+// *net.OpError whose Op is "remote error" or "local error", wrapping an
+// unexported alert type; the Op field is the only structured mark.
+func isTLS(err error) bool {
+	var alert tls.AlertError
+	var rec tls.RecordHeaderError
+	var verify *tls.CertificateVerificationError
+	if errors.As(err, &alert) || errors.As(err, &rec) || errors.As(err, &verify) {
+		return true
+	}
+	var op *net.OpError
+	return errors.As(err, &op) && (op.Op == "remote error" || op.Op == "local error")
+}
+
+// isTimeout reports whether err is a deadline of the connection or an
+// error that says it is a timeout.
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// StreamOf returns the stream ID an http2.StreamError names, the one
+// error x/net returns that carries our stream ID.
+func StreamOf(err error) (uint32, bool) {
+	var se http2.StreamError
+	if errors.As(err, &se) {
+		return se.StreamID, true
+	}
+	return 0, false
+}

@@ -1,0 +1,344 @@
+package h2server
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// enumString prints names[v], or Type(v) for a value outside the enum.
+func enumString(typ string, names []string, v uint8) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
+	}
+	return typ + "(" + strconv.Itoa(int(v)) + ")"
+}
+
+// Kind says what the server does with one stream.
+type Kind uint8
+
+// Action kinds. To add one: add a constant before kindCount, its name in
+// kindNames, its case in (*conn).act and, usually, a constructor.
+const (
+	// KindRespond answers with Status, Header and Body, then Trailer if
+	// set. The zero Action is a KindRespond with status 200 and an empty
+	// body, sent once the request is complete.
+	KindRespond Kind = iota
+	// KindRefuse resets the stream with RST_STREAM(REFUSED_STREAM), which
+	// promises the client that nothing was processed (RFC 9113 §8.7).
+	KindRefuse
+	// KindReset resets the stream with RST_STREAM(Code).
+	KindReset
+	// KindGoAway sends GOAWAY(last stream ID, Code); see Action.LastStream.
+	// With Close the server then closes the connection; without it, a
+	// stream at or below the last stream ID is answered as KindRespond
+	// would, and a stream above it is dropped unanswered.
+	KindGoAway
+	// KindClose closes the connection (see Action.Close) without answering.
+	KindClose
+	// KindPartialHeaders sends a HEADERS frame carrying the first half of
+	// the response's header block without END_HEADERS, then closes the
+	// connection: a response cut off inside its header section.
+	KindPartialHeaders
+	// KindHang never answers the stream. The server keeps reading (and
+	// recording) the connection until the client goes away, the server is
+	// closed, or Delay (zero: Config.HangTimeout) elapses; then it closes
+	// the connection.
+	KindHang
+
+	kindCount // number of valid kinds; keep last
+)
+
+var kindNames = [kindCount]string{
+	KindRespond:        "respond",
+	KindRefuse:         "refuse",
+	KindReset:          "reset",
+	KindGoAway:         "goaway",
+	KindClose:          "close",
+	KindPartialHeaders: "partial-headers",
+	KindHang:           "hang",
+}
+
+// String returns the kind's name, or Kind(n) for an invalid value.
+func (k Kind) String() string { return enumString("Kind", kindNames[:], uint8(k)) }
+
+// Valid reports whether k is one of the defined kinds.
+func (k Kind) Valid() bool { return k < kindCount }
+
+// Moment says when in a stream's life the server carries out its action.
+type Moment uint8
+
+// Moments.
+const (
+	// AfterBody acts once the request is complete: END_STREAM arrived
+	// (on HEADERS, on the last DATA frame or on the trailers). The zero
+	// value.
+	AfterBody Moment = iota
+	// OnHeaders acts as soon as the request's header block arrives,
+	// before any of its body is read.
+	OnHeaders
+
+	momentCount // number of valid moments; keep last
+)
+
+var momentNames = [momentCount]string{
+	AfterBody: "after-body",
+	OnHeaders: "on-headers",
+}
+
+// String returns the moment's name, or Moment(n) for an invalid value.
+func (m Moment) String() string { return enumString("Moment", momentNames[:], uint8(m)) }
+
+// Valid reports whether m is one of the defined moments.
+func (m Moment) Valid() bool { return m < momentCount }
+
+// CloseMode says how the server closes a connection.
+type CloseMode uint8
+
+// Close modes.
+const (
+	// CloseFIN is an orderly close: over TLS a close_notify alert first,
+	// then a TCP FIN (shutdown of the write side). The server then
+	// discards what the client still sends for up to Config.DrainTimeout
+	// so that the kernel does not turn the FIN into an RST; the client
+	// reads io.EOF. The zero value.
+	CloseFIN CloseMode = iota
+	// CloseRST sets SO_LINGER to 0 and closes, so the kernel sends a TCP
+	// RST and no close_notify. The client reads ECONNRESET — unless one of
+	// its writes meets the reset first: Linux reports a reset once, and
+	// the next read then returns io.EOF.
+	CloseRST
+
+	closeModeCount // number of valid modes; keep last
+)
+
+var closeModeNames = [closeModeCount]string{
+	CloseFIN: "fin",
+	CloseRST: "rst",
+}
+
+// String returns the mode's name, or CloseMode(n) for an invalid value.
+func (m CloseMode) String() string { return enumString("CloseMode", closeModeNames[:], uint8(m)) }
+
+// Valid reports whether m is one of the defined modes.
+func (m CloseMode) Valid() bool { return m < closeModeCount }
+
+// LastStream chooses the last stream ID a GOAWAY carries.
+type LastStream struct {
+	// Relative makes the ID relative to the stream the action handles:
+	// that stream's ID plus Delta, clamped to 0. Otherwise ID is used as
+	// it is.
+	Relative bool
+	// ID is the absolute last stream ID (when Relative is false).
+	ID uint32
+	// Delta is added to the stream's ID (when Relative is true): -2 names
+	// the client stream before it, 0 the stream itself.
+	Delta int64
+}
+
+// resolve returns the last stream ID for a GOAWAY sent while handling
+// stream id.
+func (l LastStream) resolve(id uint32) uint32 {
+	if !l.Relative {
+		return l.ID & (1<<31 - 1)
+	}
+	v := int64(id) + l.Delta
+	switch {
+	case v < 0:
+		return 0
+	case v > 1<<31-1:
+		return 1<<31 - 1
+	}
+	return uint32(v)
+}
+
+// Action is what the server does with one stream. Build one with a
+// constructor (OK, Respond, Refuse, ...) and adjust it with the With
+// methods; the fields are exported so scripts can also be literals.
+// Fields a kind does not use are ignored.
+type Action struct {
+	// Kind selects the behaviour.
+	Kind Kind
+	// At says when the action runs; AfterBody (the zero value) waits for
+	// the whole request.
+	At Moment
+	// Status is the response status (KindRespond, KindPartialHeaders, and
+	// KindGoAway streams that are still answered); 0 means 200.
+	Status int
+	// Header holds extra response header fields, written lower-cased in
+	// sorted key order. content-length is added unless Header sets it.
+	Header http.Header
+	// Body is the response body.
+	Body []byte
+	// Trailer, when non-empty, is sent as a trailing HEADERS frame after
+	// the body.
+	Trailer http.Header
+	// Code is the error code of KindReset and KindGoAway (zero:
+	// NO_ERROR; for KindReset choose one, such as http2.ErrCodeInternal).
+	Code http2.ErrCode
+	// LastStream is the GOAWAY's last stream ID (KindGoAway).
+	LastStream LastStream
+	// DebugData is the GOAWAY's debug data (KindGoAway).
+	DebugData []byte
+	// Close makes a KindGoAway close the connection right after the
+	// GOAWAY frame.
+	Close bool
+	// CloseMode is how the connection is closed (KindGoAway with Close,
+	// KindClose, KindPartialHeaders, and the end of KindHang).
+	CloseMode CloseMode
+	// Delay is how long KindHang keeps the connection open; zero means
+	// Config.HangTimeout.
+	Delay time.Duration
+}
+
+// OK answers 200 with body.
+func OK(body string) Action { return Action{Kind: KindRespond, Body: []byte(body)} }
+
+// Respond answers with status, header and body.
+func Respond(status int, header http.Header, body []byte) Action {
+	return Action{Kind: KindRespond, Status: status, Header: header, Body: body}
+}
+
+// Refuse resets the stream with REFUSED_STREAM as soon as its HEADERS
+// arrive, before its body is read.
+func Refuse() Action { return Action{Kind: KindRefuse, At: OnHeaders} }
+
+// RefuseAfterBody reads the whole request, then resets the stream with
+// REFUSED_STREAM.
+func RefuseAfterBody() Action { return Action{Kind: KindRefuse, At: AfterBody} }
+
+// Reset reads the whole request, then resets the stream with code.
+func Reset(code http2.ErrCode) Action { return Action{Kind: KindReset, Code: code} }
+
+// GoAway sends GOAWAY(last, NO_ERROR) as soon as the stream's HEADERS
+// arrive, and keeps the connection open.
+func GoAway(last uint32) Action {
+	return Action{Kind: KindGoAway, At: OnHeaders, LastStream: LastStream{ID: last}}
+}
+
+// GoAwayBelow sends, on the stream's HEADERS, a GOAWAY whose last stream
+// ID is the client stream before this one (its ID minus 2, at least 0):
+// proof for the client that this stream was not processed.
+func GoAwayBelow() Action {
+	return Action{Kind: KindGoAway, At: OnHeaders, LastStream: LastStream{Relative: true, Delta: -2}}
+}
+
+// GoAwayAt sends, on the stream's HEADERS, a GOAWAY whose last stream ID
+// is this stream's own: the server may have processed it.
+func GoAwayAt() Action {
+	return Action{Kind: KindGoAway, At: OnHeaders, LastStream: LastStream{Relative: true}}
+}
+
+// CloseConn closes the connection with a FIN as soon as the stream's
+// HEADERS arrive, before its body is read.
+func CloseConn() Action { return Action{Kind: KindClose, At: OnHeaders} }
+
+// CloseConnAfterBody reads the whole request, then closes the connection
+// with a FIN without answering.
+func CloseConnAfterBody() Action { return Action{Kind: KindClose, At: AfterBody} }
+
+// PartialHeaders reads the whole request, sends half a response header
+// block in a HEADERS frame without END_HEADERS, and closes with a FIN.
+func PartialHeaders() Action { return Action{Kind: KindPartialHeaders} }
+
+// Hang never answers; the connection is closed after d (zero:
+// Config.HangTimeout) unless the client or Server.Close ends it first.
+func Hang(d time.Duration) Action { return Action{Kind: KindHang, Delay: d} }
+
+// WithAt returns a copy of a that runs at moment m.
+func (a Action) WithAt(m Moment) Action {
+	a.At = m
+	return a
+}
+
+// WithCode returns a copy of a with error code c.
+func (a Action) WithCode(c http2.ErrCode) Action {
+	a.Code = c
+	return a
+}
+
+// WithClose returns a copy of a that closes the connection with mode
+// after its frames (for KindGoAway it sets Close).
+func (a Action) WithClose(mode CloseMode) Action {
+	a.Close = true
+	a.CloseMode = mode
+	return a
+}
+
+// WithTrailer returns a copy of a that sends trailer after the body.
+func (a Action) WithTrailer(trailer http.Header) Action {
+	a.Trailer = trailer
+	return a
+}
+
+// WithHeader returns a copy of a with the response header field key set
+// to value (added to a copy of Header).
+func (a Action) WithHeader(key, value string) Action {
+	h := a.Header.Clone()
+	if h == nil {
+		h = make(http.Header)
+	}
+	h.Add(key, value)
+	a.Header = h
+	return a
+}
+
+// String describes the action briefly, for logs.
+func (a Action) String() string {
+	s := a.Kind.String() + "@" + a.At.String()
+	switch a.Kind {
+	case KindRespond:
+		s += " status=" + strconv.Itoa(a.status())
+	case KindReset:
+		s += " code=" + a.Code.String()
+	case KindGoAway:
+		if a.LastStream.Relative {
+			s += " last=stream" + strconv.FormatInt(a.LastStream.Delta, 10)
+		} else {
+			s += " last=" + strconv.FormatUint(uint64(a.LastStream.ID), 10)
+		}
+		s += " code=" + a.Code.String()
+		if a.Close {
+			s += " close=" + a.CloseMode.String()
+		}
+	case KindClose, KindPartialHeaders:
+		s += " close=" + a.CloseMode.String()
+	}
+	return s
+}
+
+func (a Action) status() int {
+	if a.Status == 0 {
+		return http.StatusOK
+	}
+	return a.Status
+}
+
+// ConnScript scripts one connection: Streams[j] handles the j-th stream
+// the client opens on it (in the order its HEADERS arrive, counting from
+// 0, whatever its stream ID), and Default every stream after the list.
+type ConnScript struct {
+	// Streams lists the actions in stream order.
+	Streams []Action
+	// Default handles streams beyond Streams; nil means OK("ok").
+	Default *Action
+}
+
+// Every returns a script that applies a to every stream of a connection.
+// Config{Default: Every(Refuse())} is a server that refuses everything.
+func Every(a Action) *ConnScript { return &ConnScript{Default: &a} }
+
+// action returns the action for the j-th stream.
+func (c *ConnScript) action(j int) Action {
+	if c != nil {
+		if j < len(c.Streams) {
+			return c.Streams[j]
+		}
+		if c.Default != nil {
+			return *c.Default
+		}
+	}
+	return OK("ok")
+}
