@@ -37,7 +37,7 @@ const (
 	// KindDrop closes the connection with Close without any response.
 	KindDrop
 	// KindIdleClose writes a response and then closes the idle connection
-	// with Close after Delay (zero: at once).
+	// with Close after Delay (zero: at once), or when Signal is closed.
 	KindIdleClose
 	// KindPartialStatus writes Raw (a truncated status line such as
 	// "HTTP/1.1 2") and closes with Close.
@@ -131,6 +131,9 @@ type Action struct {
 	// Delay is the idle delay of KindIdleClose and the duration of
 	// KindHang (zero: Config.HangTimeout).
 	Delay time.Duration
+	// Signal, if set, makes KindIdleClose close the connection when
+	// Signal is closed instead of after Delay (see IdleCloseOn).
+	Signal <-chan struct{}
 }
 
 // Wire bytes used by the constructors.
@@ -185,6 +188,18 @@ func Drop(mode CloseMode) Action { return Action{Kind: KindDrop, Close: mode} }
 func IdleClose(delay time.Duration, mode CloseMode) Action {
 	a := OK()
 	a.Kind, a.Close, a.Delay = KindIdleClose, mode, delay
+	return a
+}
+
+// IdleCloseOn answers 200 "ok" and then closes the kept-alive connection
+// with mode when signal is closed, so that a test decides exactly when an
+// idle connection goes away. The wait is bounded by the connection's idle
+// timeout and ends when the server is closed. The server does not read
+// while it waits: a request that arrives before the signal stays unread
+// in the kernel and is not recorded, and the close becomes an RST.
+func IdleCloseOn(signal <-chan struct{}, mode CloseMode) Action {
+	a := OK()
+	a.Kind, a.Close, a.Signal = KindIdleClose, mode, signal
 	return a
 }
 
@@ -267,6 +282,9 @@ func (a Action) String() string {
 	case KindRespondClose, KindRespondThenCloseOnNext:
 		return fmt.Sprintf("%v(%d,%v)", a.Kind, a.status(), a.Close)
 	case KindIdleClose, KindHang:
+		if a.Signal != nil {
+			return fmt.Sprintf("%v(on-signal,%v)", a.Kind, a.Close)
+		}
 		return fmt.Sprintf("%v(%v,%v)", a.Kind, a.Delay, a.Close)
 	}
 	return fmt.Sprintf("%v(%v)", a.Kind, a.Close)

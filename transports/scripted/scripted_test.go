@@ -342,7 +342,7 @@ func TestAddrURLAndCertificates(t *testing.T) {
 	if cfg := s.ClientTLSConfig(); cfg.RootCAs == nil || cfg.ServerName != "127.0.0.1" {
 		t.Errorf("client config %+v", cfg)
 	}
-	if s.ClientTLSConfig() == s.ClientTLSConfig() {
+	if a, b := s.ClientTLSConfig(), s.ClientTLSConfig(); a == b {
 		t.Error("ClientTLSConfig returns a shared value")
 	}
 }
@@ -713,6 +713,39 @@ func TestIdleClose(t *testing.T) {
 				checkRecorded(t, s, rec(0, 0, getA))
 			})
 		})
+	}
+}
+
+func TestIdleCloseOn(t *testing.T) {
+	forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
+		signal := make(chan struct{})
+		s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(IdleCloseOn(signal, mode))}})
+		cl := dial(t, s)
+		cl.send(getA)
+		cl.expect(respOK)
+		if s.ConnClosed(0) {
+			t.Fatal("closed before the signal")
+		}
+		close(signal)
+		if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
+			t.Fatal(err)
+		}
+		cl.expectClose(mode)
+		checkRecorded(t, s, rec(0, 0, getA))
+	})
+	if got, want := IdleCloseOn(make(chan struct{}), CloseRST).String(), "idle-close(on-signal,rst)"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+}
+
+func TestIdleCloseOnServerClose(t *testing.T) {
+	s := start(t, Config{Conns: []ConnScript{Script(IdleCloseOn(make(chan struct{}), CloseFIN))}})
+	cl := dial(t, s)
+	cl.send(getA)
+	cl.expect(respOK)
+	s.Close()
+	if !s.ConnClosed(0) {
+		t.Fatal("connection open after Close")
 	}
 }
 

@@ -836,11 +836,27 @@ func (c *conn) idleClose(a *Action, req *Received) bool {
 	if !c.respond(a, req) {
 		return false
 	}
-	if a.Delay > 0 {
+	switch {
+	case a.Signal != nil:
+		c.waitSignal(a.Signal)
+	case a.Delay > 0:
 		c.readRequest(a.Delay, time.Now().Add(a.Delay))
 	}
 	c.closeWith(a.Close)
 	return false
+}
+
+// waitSignal waits until signal is closed, the idle timeout passes or the
+// server is closed.
+func (c *conn) waitSignal(signal <-chan struct{}) {
+	t := time.NewTimer(c.idle)
+	defer t.Stop()
+	select {
+	case <-signal:
+	case <-t.C:
+		c.logf("idle timeout waiting for the close signal")
+	case <-c.s.done:
+	}
 }
 
 func (c *conn) writeThenClose(a *Action, _ *Received) bool {

@@ -1,0 +1,26 @@
+// Package replaysafe is an http.RoundTripper whose replay behaviour is
+// specified: it decides, and carries out, exactly when a request may be
+// sent again after a connection fails under it.
+//
+// A persistent client can lose a request to a close it could not have
+// seen: the server closes a kept-alive connection just as the next request
+// goes out. replaysafe resends such a request once, at once, on a freshly
+// dialed connection, only when the rules allow it: with evidence that the
+// server did not process it (nothing reached the socket), or when the
+// failure is ambiguous but the connection was reused, no response byte
+// arrived, the method is idempotent (RFC 9110 §9.2.2) or the request
+// carries Idempotency-Key, the body can be produced again, and the failure
+// is not a timeout or a cancellation. A resend is never resent.
+//
+// Use it as a client's transport:
+//
+//	client := &http.Client{Transport: replaysafe.New(replaysafe.Options{})}
+//
+// Every decision names its rule (package fsm, docs/rules.md). A call that
+// fails returns an *Error with the rule, the attempt count and the cause;
+// Options.Observer sees every wire attempt with its trace, which
+// `replaysafe explain` replays. docs/guarantees.md states the HTTP/1.1
+// guarantees with the conformance table that shows them.
+//
+// This package is a thin facade over package transports.
+package replaysafe

@@ -1,0 +1,103 @@
+package replaysafe_test
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/transports/scripted"
+)
+
+// A kept-alive connection closes just as the next GET goes out: the
+// server received the request, closed without answering, and the client
+// read EOF. GET is idempotent and the connection was reused, so
+// replaysafe resends it once on a new connection (RS20). The loopback
+// server counts the copies it received.
+func Example() {
+	srv, err := scripted.Start(scripted.Config{Conns: []scripted.ConnScript{
+		scripted.Script(scripted.RespondThenCloseOnNext(scripted.CloseFIN)),
+		scripted.Script(scripted.OK()),
+	}})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+
+	tr := replaysafe.New(replaysafe.Options{Observer: replaysafe.Observer{
+		OnAttempt: func(a replaysafe.AttemptReport) {
+			fmt.Printf("%s attempt %d: %s %s %s\n", a.Request.URL.Path, a.Number, a.Decision.Action, a.Decision.Rule.ID(), a.Decision.Rule)
+		},
+	}})
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+
+	for _, path := range []string{"/first", "/second"} {
+		resp, err := client.Get(srv.URL() + path)
+		if err != nil {
+			fmt.Println(err)
+			continue
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		fmt.Printf("%s: %d %s\n", path, resp.StatusCode, body)
+	}
+	fmt.Println("copies of /second at the server:", copies(srv, "/second"))
+	// Output:
+	// /first attempt 1: deliver RS02 deliver-final-response
+	// /first: 200 ok
+	// /second attempt 1: resend RS20 ambiguous-idempotent-resend
+	// /second attempt 2: deliver RS02 deliver-final-response
+	// /second: 200 ok
+	// copies of /second at the server: 2
+}
+
+// The same close under a POST: the server may have processed it, so it is
+// never sent again, and the error names the rule that decided.
+func Example_notIdempotent() {
+	srv, err := scripted.Start(scripted.Config{Conns: []scripted.ConnScript{
+		scripted.Script(scripted.RespondThenCloseOnNext(scripted.CloseFIN)),
+		scripted.Script(scripted.OK()),
+	}})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	tr := replaysafe.New(replaysafe.Options{})
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+
+	resp, err := client.Get(srv.URL() + "/warm")
+	if err != nil {
+		panic(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+
+	_, err = client.Post(srv.URL()+"/pay", "text/plain", strings.NewReader("10 EUR"))
+	var rerr *replaysafe.Error
+	if errors.As(err, &rerr) {
+		fmt.Println("rule:", rerr.Rule.ID(), rerr.Rule)
+		fmt.Println("attempts:", rerr.Attempts)
+		fmt.Println("connection closed under it:", errors.Is(err, io.EOF))
+	}
+	fmt.Println("copies of /pay at the server:", copies(srv, "/pay"))
+	// Output:
+	// rule: RS18 ambiguous-not-idempotent
+	// attempts: 1
+	// connection closed under it: true
+	// copies of /pay at the server: 1
+}
+
+// copies counts the complete requests for path the server received.
+func copies(srv *scripted.Server, path string) int {
+	n := 0
+	for _, r := range srv.Requests() {
+		if r.Target == path {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,473 @@
+package transports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/replaysafe/replaysafe/adapters/h1"
+	"github.com/replaysafe/replaysafe/fsm"
+)
+
+// Transport is an http.RoundTripper for HTTP/1.1 over TCP and TLS whose
+// replay behaviour is decided by fsm: each wire attempt's observations go
+// through adapters/h1 into an fsm.Machine, and the Transport delivers,
+// fails naming the rule, or resends once, at once, on a freshly dialed
+// connection.
+//
+// Connections come from its own idle pool (per-host limit, idle timeout)
+// and carry one request at a time, each through net/http's
+// single-connection client (http.Transport.NewClientConn), so net/http's
+// own retry loop never runs. A connection goes back to the pool only when
+// the machine says ConnReuse: the response body was read to its end and
+// the request fully written; any interrupted exchange closes it.
+//
+// A Transport is safe for concurrent use. Close idle connections with
+// CloseIdleConnections when done with it.
+type Transport struct {
+	opt     Options
+	limits  fsm.Limits
+	clock   h1.Clock
+	factory *http.Transport
+	pool    *pool
+}
+
+// New returns a Transport configured by o.
+func New(o Options) *Transport {
+	o = o.normalized()
+	t := &Transport{
+		opt:     o,
+		clock:   h1.NewClock(),
+		factory: newFactory(o),
+		pool:    newPool(o.MaxIdleConnsPerHost, o.IdleConnTimeout),
+	}
+	if o.AcquireTimeout > 0 {
+		t.limits.Acquire = o.AcquireTimeout
+	}
+	t.limits.Write = max(o.WriteTimeout, 0)
+	t.limits.Header = max(o.ResponseHeaderTimeout, 0)
+	return t
+}
+
+// CloseIdleConnections closes the connections sitting idle in the pool.
+// Connections in use close when their exchange ends.
+func (t *Transport) CloseIdleConnections() { t.pool.closeIdle() }
+
+// IdleConns returns the number of idle pooled connections.
+func (t *Transport) IdleConns() int { return t.pool.idleCount() }
+
+// RoundTrip sends req and returns its response, resending it at most once
+// when fsm allows. A failure is an *Error naming the rule that decided.
+// Like every RoundTripper it closes req.Body, also on error (perhaps after
+// it returns).
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	key, err := validate(req)
+	if err != nil {
+		if req != nil && req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	c := &call{t: t, req: req, ctx: req.Context(), key: key, facts: factsOf(req, t.opt)}
+	t.opt.Observer.request(req)
+	resp, err := c.run()
+	if err != nil {
+		t.opt.Observer.fail(req, err)
+		return nil, err
+	}
+	t.opt.Observer.response(req, resp)
+	return resp, nil
+}
+
+// validate checks what net/http's ClientConn would reject only after a
+// connection was acquired, and returns the request's route.
+func validate(req *http.Request) (connKey, error) {
+	switch {
+	case req == nil:
+		return connKey{}, errors.New("replaysafe: nil Request")
+	case req.URL == nil:
+		return connKey{}, errors.New("replaysafe: nil Request.URL")
+	case req.Header == nil:
+		return connKey{}, errors.New("replaysafe: nil Request.Header")
+	case req.Method != "" && !validMethod(req.Method):
+		return connKey{}, fmt.Errorf("replaysafe: invalid method %q", req.Method)
+	}
+	for _, h := range []http.Header{req.Header, req.Trailer} {
+		for k, vv := range h {
+			if !httpguts.ValidHeaderFieldName(k) {
+				return connKey{}, fmt.Errorf("replaysafe: invalid header field name %q", k)
+			}
+			for _, v := range vv {
+				if !httpguts.ValidHeaderFieldValue(v) {
+					return connKey{}, fmt.Errorf("replaysafe: invalid header field value for %q", k)
+				}
+			}
+		}
+	}
+	scheme := req.URL.Scheme
+	var port string
+	switch scheme {
+	case "http":
+		port = "80"
+	case "https":
+		port = "443"
+	default:
+		return connKey{}, fmt.Errorf("replaysafe: unsupported protocol scheme %q", scheme)
+	}
+	host := req.URL.Hostname()
+	if host == "" {
+		return connKey{}, errors.New("replaysafe: no Host in request URL")
+	}
+	if p := req.URL.Port(); p != "" {
+		port = p
+	}
+	return connKey{scheme: scheme, addr: net.JoinHostPort(host, port), host: host}, nil
+}
+
+func validMethod(m string) bool {
+	return len(m) > 0 && strings.IndexFunc(m, func(r rune) bool { return !httpguts.IsTokenRune(r) }) < 0
+}
+
+// factsOf returns the fsm facts of req's original attempt.
+func factsOf(req *http.Request, o Options) fsm.Request {
+	f := fsm.Request{
+		Method:      fsm.ParseMethod(req.Method),
+		RetryPolicy: o.RetryPolicy,
+		ResendOff:   o.DisableResend,
+	}
+	// Presence counts, as in net/http: a nil value marks the request
+	// idempotent without sending the field.
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	f.IdempotencyKey = key || xkey
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		f.Body = fsm.BodyNone
+	case req.GetBody != nil:
+		f.Body = fsm.BodyBuffered
+	default:
+		f.Body = fsm.BodyOneShotUntouched
+	}
+	return f
+}
+
+// call is one RoundTrip: at most two wire attempts.
+type call struct {
+	t     *Transport
+	req   *http.Request
+	ctx   context.Context
+	key   connKey
+	facts fsm.Request
+}
+
+// maxAttempts is the most wire attempts a call makes: the original and
+// one resend (RS08).
+const maxAttempts = 2
+
+func (c *call) run() (*http.Response, error) {
+	facts := c.facts
+	var body io.ReadCloser = c.req.Body
+	for n := 1; n <= maxAttempts; n++ {
+		resp, next, err := c.attempt(n, facts, body)
+		if next == nil {
+			return resp, err
+		}
+		facts, body = next.facts, next.body
+	}
+	panic("replaysafe: fsm decided a second resend") // RS08 forbids it
+}
+
+// resend is what the next attempt starts from.
+type resend struct {
+	facts fsm.Request
+	body  io.ReadCloser
+}
+
+// attempt is one wire attempt of a call.
+type attempt struct {
+	c      *call
+	n      int
+	rec    *h1.Recorder
+	ctx    context.Context // the call's context, canceled on a deadline or at the end
+	cancel context.CancelCauseFunc
+	pc     *persistConn
+	reused bool
+	body   *reqBody // nil without a body
+	resp   *http.Response
+}
+
+// attempt runs wire attempt n with the given facts and body (the caller's
+// reader, or GetBody's for a buffered resend). It returns the response, or
+// the final error, or the next attempt's start when fsm decided to resend.
+func (c *call) attempt(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error) {
+	ctx, cancel := context.WithCancelCause(c.ctx)
+	a := &attempt{c: c, n: n, ctx: ctx, cancel: cancel}
+	a.rec = h1.NewRecorder(facts, c.t.limits, c.t.clock, a.deadlinePassed)
+	if body != nil && body != http.NoBody {
+		a.body = newReqBody(body, a.rec)
+	}
+
+	pc, reused, err := c.t.acquire(ctx, c.key, n == 1, a.rec)
+	if err != nil {
+		if a.body != nil {
+			a.body.stackFinished() // net/http never saw it
+		}
+		return a.failed(a.rec.AcquireFailed(c.ctx), a.cause(err))
+	}
+	a.pc, a.reused = pc, reused
+	if d := a.rec.Decision(); d.Action.Final() {
+		// A deadline or a cancellation decided while the dial succeeded.
+		if a.body != nil {
+			a.body.stackFinished()
+		}
+		return a.failed(d, a.cause(context.Cause(ctx)))
+	}
+	c.t.gotConn(c.ctx, pc, reused)
+
+	out := c.req.WithContext(httptrace.WithClientTrace(ctx, a.rec.ClientTrace()))
+	if a.body != nil {
+		out.Body = a.body
+	} else {
+		out.Body = body
+	}
+	resp, err := pc.cc.RoundTrip(out)
+	if err != nil {
+		if a.body != nil {
+			a.body.stackFinished()
+		}
+		return a.failed(a.rec.Fail(err, c.ctx, a.localErr()), a.cause(err))
+	}
+	d := a.rec.FinalHeaders()
+	if d.Action != fsm.ActionDeliver {
+		// A deadline decided first; the response came too late.
+		resp.Body.Close()
+		return a.failed(d, a.cause(context.Cause(ctx)))
+	}
+	return a.deliver(resp), nil, nil
+}
+
+// acquire returns a connection for key: for an original attempt the most
+// recently pooled one that is still usable, else a new one. A resend
+// always gets a new one. The connection is attached to rec and reserved
+// for one request.
+func (t *Transport) acquire(ctx context.Context, key connKey, pooled bool, rec *h1.Recorder) (*persistConn, bool, error) {
+	if pooled {
+		for range t.opt.MaxIdleConnsPerHost {
+			pc := t.pool.get(key)
+			if pc == nil {
+				break
+			}
+			if usable(pc, rec) {
+				rec.Acquired(true)
+				return pc, true, nil
+			}
+			pc.close()
+		}
+	}
+	pc, err := t.dial(ctx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	if !usable(pc, rec) {
+		pc.close()
+		return nil, false, errors.New("replaysafe: new connection unusable at once")
+	}
+	rec.Acquired(false)
+	return pc, false, nil
+}
+
+// usable attaches rec to pc and reserves pc's one request slot, unless pc
+// is closed or a read returned while it sat idle (the peer closed or
+// reset it, or sent unsolicited bytes).
+func usable(pc *persistConn, rec *h1.Recorder) bool {
+	if pc.cc.Err() != nil {
+		return false
+	}
+	if err := pc.conn.Attach(rec); err != nil {
+		return false
+	}
+	if err := pc.cc.Reserve(); err != nil {
+		pc.conn.Detach()
+		return false
+	}
+	return true
+}
+
+// gotConn calls the caller's httptrace GotConn hook, if any: net/http's
+// single-connection client does not, since it does not acquire.
+func (t *Transport) gotConn(ctx context.Context, pc *persistConn, reused bool) {
+	trace := httptrace.ContextClientTrace(ctx)
+	if trace == nil || trace.GotConn == nil {
+		return
+	}
+	info := httptrace.GotConnInfo{Conn: pc.conn, Reused: reused, WasIdle: reused}
+	if reused && !pc.idleSince.IsZero() {
+		info.IdleTime = time.Since(pc.idleSince)
+	}
+	trace.GotConn(info)
+}
+
+// deadlinePassed is the Recorder's deadline hook: abort the exchange.
+func (a *attempt) deadlinePassed(p fsm.Phase) {
+	var limit time.Duration
+	switch p {
+	case fsm.PhaseAcquire:
+		limit = a.c.t.limits.Acquire
+	case fsm.PhaseWrite:
+		limit = a.c.t.limits.Write
+	case fsm.PhaseHeader:
+		limit = a.c.t.limits.Header
+	case fsm.PhaseBody:
+		limit = a.c.t.limits.Body
+	}
+	a.cancel(&TimeoutError{Phase: p, Limit: limit})
+}
+
+// cause returns the error to report for err: the TimeoutError when a
+// phase limit aborted the attempt, else err.
+func (a *attempt) cause(err error) error {
+	var te *TimeoutError
+	if errors.As(context.Cause(a.ctx), &te) {
+		return te
+	}
+	return err
+}
+
+// localErr returns the caller's request body's own read error, if any.
+func (a *attempt) localErr() error {
+	if a.body == nil {
+		return nil
+	}
+	return a.body.readErr()
+}
+
+// failed ends an attempt that did not deliver: it discards the connection
+// and either fails the call or hands the next attempt its start.
+func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, error) {
+	a.rec.Stop()
+	if a.pc != nil {
+		a.pc.conn.Detach()
+		a.pc.close()
+	}
+	a.cancel(nil)
+	a.report(d, err)
+	switch d.Action {
+	case fsm.ActionResend:
+		next, gerr := a.nextAttempt()
+		if gerr != nil {
+			return nil, nil, &Error{Rule: d.Rule, Attempts: a.n, Err: gerr}
+		}
+		return nil, next, nil
+	case fsm.ActionFail:
+		if a.body != nil {
+			a.body.release(false)
+		}
+		return nil, nil, &Error{Rule: d.Rule, Attempts: a.n, Err: err}
+	}
+	panic("replaysafe: attempt failed with decision " + d.String())
+}
+
+// nextAttempt prepares the resend: the same facts marked as the resend,
+// and the body again (GetBody's copy, or the untouched one-shot reader).
+func (a *attempt) nextAttempt() (*resend, error) {
+	facts := a.rec.Request().Resend()
+	if a.rec.Facts()&fsm.FactBodyRead != 0 && facts.Body == fsm.BodyOneShotUntouched {
+		facts.Body = fsm.BodyOneShotConsumed // fsm.Request.Resend leaves Body as it was
+	}
+	req := a.c.req
+	switch facts.Body {
+	case fsm.BodyNone:
+		return &resend{facts: facts, body: req.Body}, nil
+	case fsm.BodyBuffered:
+		a.body.release(false)
+		b, err := req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("replaysafe: GetBody for the resend: %w", err)
+		}
+		return &resend{facts: facts, body: b}, nil
+	}
+	if facts.Body != fsm.BodyOneShotUntouched {
+		panic("replaysafe: fsm decided to resend a consumed one-shot body") // RS11 forbids it
+	}
+	a.body.release(true)
+	return &resend{facts: facts, body: req.Body}, nil
+}
+
+// deliver hands resp to the caller with its body wrapped so that its end
+// decides the connection.
+func (a *attempt) deliver(resp *http.Response) *http.Response {
+	resp.Request = a.c.req
+	if a.pc.tls != nil {
+		resp.TLS = a.pc.tls
+	}
+	a.resp = resp
+	switch {
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		// The caller owns the connection now (its body is writable).
+		a.rec.Stop()
+		a.pc.conn.Detach()
+		a.cancel(nil)
+		a.report(a.rec.Decision(), nil)
+		if a.body != nil {
+			a.body.release(false)
+		}
+	case resp.Body == http.NoBody:
+		a.finishBody(io.EOF)
+	default:
+		resp.Body = &respBody{rc: resp.Body, a: a}
+	}
+	return resp
+}
+
+// finishBody ends a delivered attempt when its body ends: io.EOF completes
+// the exchange, errAbandoned means the caller closed it early, anything
+// else is a read failure.
+func (a *attempt) finishBody(err error) {
+	var d fsm.Decision
+	switch {
+	case errors.Is(err, io.EOF):
+		d = a.rec.Complete()
+		err = nil
+	case errors.Is(err, errAbandoned):
+		d = a.rec.Abandon()
+	default:
+		d = a.rec.Fail(err, a.c.ctx, a.localErr())
+	}
+	a.rec.Stop()
+	if d.Conn == fsm.ConnReuse && !a.resp.Close && !a.c.req.Close && a.c.t.opt.MaxIdleConnsPerHost > 0 {
+		a.c.t.pool.put(a.pc)
+	} else {
+		a.pc.conn.Detach()
+		a.pc.close()
+	}
+	a.cancel(nil)
+	if a.body != nil {
+		a.body.release(false)
+	}
+	a.report(d, err)
+}
+
+// report tells the Observer how the attempt ended.
+func (a *attempt) report(d fsm.Decision, err error) {
+	if a.c.t.opt.Observer.OnAttempt == nil {
+		return
+	}
+	a.c.t.opt.Observer.attempt(AttemptReport{
+		Request:  a.c.req,
+		Number:   a.n,
+		Facts:    a.rec.Request(),
+		Reused:   a.reused,
+		Decision: d,
+		Events:   a.rec.Events(),
+		Err:      err,
+		Trace:    a.rec.Trace(),
+	})
+}
