@@ -1,0 +1,7 @@
+package main
+
+import "github.com/replaysafe/replaysafe/transports/conformance"
+
+func init() {
+	extraCommands = append(extraCommands, command{"conformance", "run the fault scenarios over loopback, replaysafe beside net/http", conformance.Main})
+}
