@@ -147,8 +147,10 @@ type Request struct {
 	ResendOff bool
 }
 
-// Resend returns the facts of the automatic resend of r. A one-shot body
-// that was never read stays untouched; one that was read becomes consumed.
+// Resend returns the facts of the automatic resend of r: the same facts
+// with Attempt set to AttemptResend. The body kind carries over unchanged:
+// the machine resends a one-shot body only when it was never read, and an
+// ambiguous resend needs a body of kind none or buffered.
 func (r Request) Resend() Request {
 	r.Attempt = AttemptResend
 	return r
