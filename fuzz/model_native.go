@@ -1,0 +1,21 @@
+//go:build !libfuzzer
+
+package fuzz
+
+import (
+	"testing"
+
+	modeltest "github.com/replaysafe/replaysafe/model_test"
+	"pgregory.net/rapid"
+)
+
+var rapidProperty = rapid.MakeFuzz(modeltest.Property)
+
+// runModelProperty runs the rapid state-machine property of model_test on
+// fuzz input, through rapid.MakeFuzz, which needs the standard library's
+// *testing.T. t is typed any because under OSS-Fuzz's libFuzzer build the
+// target's *testing.T is go-118-fuzz-build's own type; see
+// model_libfuzzer.go.
+func runModelProperty(t any, data []byte) {
+	rapidProperty(t.(*testing.T), data)
+}
