@@ -186,7 +186,7 @@ func TestCoveragePhasesAndDeadlines(t *testing.T) {
 		{"write, first byte", []fsm.Event{conn, covEv(fsm.EventFirstByteWritten, 4*covMs)}, fsm.PhaseWrite, 23 * covMs},
 		{"header", []fsm.Event{conn, covEv(fsm.EventFirstByteWritten, 4*covMs), covEv(fsm.EventRequestWritten, 5*covMs)}, fsm.PhaseHeader, 35 * covMs},
 		{"body", []fsm.Event{conn, covEv(fsm.EventFirstByteWritten, 4*covMs), covEv(fsm.EventRequestWritten, 5*covMs), covEv(fsm.EventFinalHeaders, 7*covMs)}, fsm.PhaseBody, 47 * covMs},
-		{"early response", []fsm.Event{conn, covEv(fsm.EventFirstByteWritten, 4*covMs), covEv(fsm.EventFinalHeaders, 6*covMs)}, fsm.PhaseBody, 46 * covMs},
+		{"early response", []fsm.Event{conn, covEv(fsm.EventFirstByteWritten, 4*covMs), covEv(fsm.EventFinalHeaders, 6*covMs)}, fsm.PhaseBody, 23 * covMs}, // the write limit still runs
 		{"complete", []fsm.Event{conn, covEv(fsm.EventFirstByteWritten, 4*covMs), covEv(fsm.EventRequestWritten, 5*covMs), covEv(fsm.EventFinalHeaders, 7*covMs), covEv(fsm.EventResponseComplete, 8*covMs)}, fsm.PhaseNone, 0},
 		{"failed", []fsm.Event{conn, covEv(fsm.EventClosed, 4*covMs)}, fsm.PhaseNone, 0},
 		{"resent", []fsm.Event{conn, covEv(fsm.EventHandedBack, 4*covMs)}, fsm.PhaseNone, 0},
@@ -220,10 +220,10 @@ func TestCoveragePhasesAndDeadlines(t *testing.T) {
 			t.Errorf("%s: a deadline after the attempt ended", c.name)
 		}
 	}
-	// An early response that completed while the upload goes on: no
-	// phase, so no body limit (and no write limit is set).
+	// An early response that completed while the upload goes on: the write
+	// phase is still open, and only its limit (none here) could apply.
 	m := covRun(covGET, fsm.Limits{Body: 40 * time.Millisecond}, conn, covEv(fsm.EventFirstByteWritten, 4*covMs), covEv(fsm.EventFinalHeaders, 5*covMs), covEv(fsm.EventResponseComplete, 6*covMs))
-	if at, ok := m.Deadline(); ok || m.Phase() != fsm.PhaseNone || m.Decision().Conn != fsm.ConnInUse {
+	if at, ok := m.Deadline(); ok || m.Phase() != fsm.PhaseWrite || m.Decision().Conn != fsm.ConnInUse {
 		t.Errorf("early response, complete: deadline %v %v, phase %v, %v", at, ok, m.Phase(), m.Decision())
 	}
 	// Without limits there is never a deadline, and a tick is progress.
@@ -370,7 +370,7 @@ func TestCoverageStrings(t *testing.T) {
 	if got, want := req.String(), "request method=PUT body=oneshot key=on retry-policy=on resend=off attempt=original"; got != want {
 		t.Errorf("Request.String() = %q, want %q", got, want)
 	}
-	if got, want := (fsm.Request{}).Resend().String(), "request method=unknown body=none key=off retry-policy=off resend=on attempt=resend"; got != want {
+	if got, want := (fsm.Request{}).Resend().String(), "request body=none key=off retry-policy=off resend=on attempt=resend"; got != want {
 		t.Errorf("Request.String() = %q, want %q", got, want)
 	}
 	if r := req.Resend(); r.Attempt != fsm.AttemptResend || r.Body != req.Body || r.Method != req.Method || !r.IdempotencyKey || !r.RetryPolicy || !r.ResendOff {

@@ -123,9 +123,13 @@ func (e Event) String() string {
 		} else {
 			s += " fresh"
 		}
-		s += " " + e.Proto.String()
+		if e.Proto != ProtoUnknown {
+			s += " " + e.Proto.String()
+		}
 	case EventTimeout:
-		s += " phase=" + e.Phase.String()
+		if e.Phase != PhaseNone {
+			s += " phase=" + e.Phase.String()
+		}
 	case EventH2GoAway:
 		s += " last=" + strconv.FormatUint(e.Boundary, 10) + " stream=" + strconv.FormatUint(e.Stream, 10)
 	case EventH3GoAway:

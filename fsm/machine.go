@@ -121,18 +121,21 @@ var transitions = [eventKindCount]transition{
 // Once an action is final it never changes; only the connection verdict
 // may still move from ConnInUse to ConnReuse or ConnDiscard.
 type Machine struct {
-	req        Request
-	lim        Limits
-	facts      Facts
-	reused     bool
-	proto      Proto
-	phaseStart Instant // when the current phase began
-	decision   Decision
+	req      Request
+	lim      Limits
+	facts    Facts
+	reused   bool
+	proto    Proto
+	started  Instant // New: opens the acquire phase
+	acquired Instant // EventConnAcquired: opens the write phase
+	written  Instant // EventRequestWritten: opens the header phase
+	answered Instant // EventFinalHeaders: opens the body phase
+	decision Decision
 }
 
 // New returns the machine for one attempt that starts at now.
 func New(req Request, lim Limits, now Instant) Machine {
-	return Machine{req: req, lim: lim, phaseStart: now}
+	return Machine{req: req, lim: lim, started: now}
 }
 
 // Request returns the request facts the machine decides for.
@@ -144,36 +147,74 @@ func (m *Machine) Facts() Facts { return m.facts }
 // Decision returns the latest decision.
 func (m *Machine) Decision() Decision { return m.decision }
 
-// Phase returns the phase the attempt is in; PhaseNone once the attempt
-// failed, resent or completed.
-func (m *Machine) Phase() Phase {
-	switch {
-	case m.decision.Action == ActionFail || m.decision.Action == ActionResend:
-		return PhaseNone
-	case m.facts&headers != 0:
-		if m.facts&complete != 0 {
-			return PhaseNone
-		}
-		return PhaseBody
-	case m.facts&wroteAll != 0:
-		return PhaseHeader
-	case m.facts&acquired != 0:
-		return PhaseWrite
+// Phases run side by side: an early final response opens the body phase
+// while the write phase is still open, and both limits apply.
+func (m *Machine) open(p Phase) bool {
+	f := m.facts
+	switch p {
+	case PhaseAcquire:
+		return f&acquired == 0
+	case PhaseWrite:
+		return f&acquired != 0 && f&wroteAll == 0
+	case PhaseHeader:
+		return f&wroteAll != 0 && f&headers == 0
+	case PhaseBody:
+		return f&headers != 0 && f&complete == 0
 	}
-	return PhaseAcquire
+	return false
 }
 
-// Deadline returns the instant at which the current phase runs out of
+// Phase returns the most advanced phase still open; PhaseNone once the
+// attempt failed, resent or finished both directions.
+func (m *Machine) Phase() Phase {
+	if m.decision.Conn != ConnInUse {
+		return PhaseNone
+	}
+	for p := PhaseBody; p >= PhaseAcquire; p-- {
+		if m.open(p) {
+			return p
+		}
+	}
+	return PhaseNone
+}
+
+// Deadline returns the earliest instant at which an open phase runs out of
 // time, and false when no limit applies.
 func (m *Machine) Deadline() (Instant, bool) {
+	_, at, ok := m.nextDeadline()
+	return at, ok
+}
+
+func (m *Machine) nextDeadline() (Phase, Instant, bool) {
+	var (
+		first Phase
+		at    Instant
+	)
 	if m.decision.Conn != ConnInUse {
-		return 0, false
+		return PhaseNone, 0, false
 	}
-	d := m.limit(m.Phase())
-	if d <= 0 {
-		return 0, false
+	for p := PhaseAcquire; p <= PhaseBody; p++ {
+		d := m.limit(p)
+		if d <= 0 || !m.open(p) {
+			continue
+		}
+		if end := m.opened(p) + Instant(d); first == PhaseNone || end < at {
+			first, at = p, end
+		}
 	}
-	return m.phaseStart + Instant(d), true
+	return first, at, first != PhaseNone
+}
+
+func (m *Machine) opened(p Phase) Instant {
+	switch p {
+	case PhaseWrite:
+		return m.acquired
+	case PhaseHeader:
+		return m.written
+	case PhaseBody:
+		return m.answered
+	}
+	return m.started
 }
 
 // Step feeds one event and returns the decision after it.
@@ -182,8 +223,8 @@ func (m *Machine) Step(e Event) Decision {
 		return m.decision // closed: the attempt is over
 	}
 	if e.Kind == EventTick {
-		if at, ok := m.Deadline(); ok && e.At >= at {
-			e = Event{Kind: EventTimeout, At: e.At, Phase: m.Phase()}
+		if p, at, ok := m.nextDeadline(); ok && e.At >= at {
+			e = Event{Kind: EventTimeout, At: e.At, Phase: p}
 		}
 	}
 	if !m.allowed(e) {
@@ -193,13 +234,15 @@ func (m *Machine) Step(e Event) Decision {
 		}
 		return m.finish(ActionFail, RuleInvalidOrder)
 	}
-	before := m.Phase()
-	m.facts |= transitions[e.Kind].set
-	if e.Kind == EventConnAcquired {
-		m.reused, m.proto = e.Reused, e.Proto
-	}
-	if m.Phase() != before {
-		m.phaseStart = e.At
+	added := transitions[e.Kind].set &^ m.facts
+	m.facts |= added
+	switch {
+	case added&acquired != 0:
+		m.acquired, m.reused, m.proto = e.At, e.Reused, e.Proto
+	case added&wroteAll != 0:
+		m.written = e.At
+	case added&headers != 0:
+		m.answered = e.At
 	}
 
 	if m.decision.Action == ActionDeliver {
@@ -224,7 +267,7 @@ func (m *Machine) Step(e Event) Decision {
 }
 
 func (m *Machine) allowed(e Event) bool {
-	if e.Kind >= eventKindCount {
+	if e.Kind == EventInvalid || e.Kind >= eventKindCount {
 		return false
 	}
 	t := transitions[e.Kind]

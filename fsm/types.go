@@ -159,8 +159,11 @@ func (r Request) Resend() Request {
 // String prints the request facts in the trace format.
 func (r Request) String() string {
 	var b strings.Builder
-	b.WriteString("request method=")
-	b.WriteString(r.Method.String())
+	b.WriteString("request")
+	if r.Method != MethodUnknown { // an absent method= reads back as unknown
+		b.WriteString(" method=")
+		b.WriteString(r.Method.String())
+	}
 	b.WriteString(" body=")
 	b.WriteString(r.Body.String())
 	b.WriteString(" key=")

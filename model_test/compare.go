@@ -21,34 +21,7 @@ type Divergence struct {
 }
 
 // Divergences lists the known disagreements between fsm and the text.
-var Divergences = []Divergence{
-	{
-		ID: "D1",
-		Summary: "fsm accepts the zero EventKind as progress until a connection is acquired; " +
-			"fsm/event.go says EventInvalid is \"never valid\", so RS03 should fail the attempt",
-		Reading: Reading{ZeroKindBeforeConn: true},
-		Example: Trace{
-			Request: fsm.Request{Method: fsm.MethodGET},
-			Events:  []fsm.Event{{Kind: fsm.EventInvalid}},
-		},
-	},
-	{
-		ID: "D2",
-		Summary: "fsm drops the Write limit when the final header section arrives before the request is written; " +
-			"fsm.Limits runs it \"from ConnAcquired until RequestWritten\", so an upload that stalls after an early response never times out",
-		Reading: Reading{WriteLimitEndsAtHeaders: true},
-		Example: Trace{
-			Request: fsm.Request{Method: fsm.MethodPUT, Body: fsm.BodyBuffered},
-			Limits:  fsm.Limits{Write: 10 * ms},
-			Events: []fsm.Event{
-				{Kind: fsm.EventConnAcquired, Proto: fsm.ProtoH1},
-				{Kind: fsm.EventFirstByteWritten, At: fsm.Instant(1 * ms)},
-				{Kind: fsm.EventFinalHeaders, At: fsm.Instant(2 * ms)},
-				{Kind: fsm.EventTick, At: fsm.Instant(20 * ms)},
-			},
-		},
-	},
-}
+var Divergences = []Divergence{}
 
 const ms = 1_000_000 // one millisecond, in the nanoseconds of fsm.Instant and time.Duration
 
@@ -89,12 +62,7 @@ func bitCount(v int) int {
 	return n
 }
 
-func merge(a, b Reading) Reading {
-	return Reading{
-		ZeroKindBeforeConn:      a.ZeroKindBeforeConn || b.ZeroKindBeforeConn,
-		WriteLimitEndsAtHeaders: a.WriteLimitEndsAtHeaders || b.WriteLimitEndsAtHeaders,
-	}
-}
+func merge(a, b Reading) Reading { return Reading{} }
 
 // Readings returns how many model readings Check tries (every combination
 // of known divergences) and the i-th of them.

@@ -29,16 +29,12 @@ type Outcome struct {
 // text; each field switches one point to the reading fsm implements, so
 // that a comparison can name a known disagreement instead of failing on it.
 // Divergences (compare.go) documents each one.
-type Reading struct {
-	// ZeroKindBeforeConn accepts the zero EventKind as progress until a
-	// connection is acquired (divergence D1). The text says it is never
-	// valid.
-	ZeroKindBeforeConn bool
-	// WriteLimitEndsAtHeaders stops the Write limit when the final header
-	// section arrives (divergence D2). The text (fsm.Limits) runs it from
-	// ConnAcquired until RequestWritten, also after an early response.
-	WriteLimitEndsAtHeaders bool
-}
+//
+// There is no known disagreement today: D1 (the zero EventKind accepted
+// before a connection) and D2 (the write limit dropped by an early
+// response) were fixed in fsm, so Reading has no fields. A new divergence
+// adds a field here and an entry to Divergences.
+type Reading struct{}
 
 // Decide returns what the rules require after every event of tr.
 func Decide(tr Trace, rd Reading) Outcome {
@@ -192,7 +188,7 @@ func allowed(before []fsm.Event, e fsm.Event, rd Reading) bool {
 	headers := has(before, fsm.EventFinalHeaders)
 	switch e.Kind {
 	case fsm.EventInvalid:
-		return rd.ZeroKindBeforeConn && !acquired
+		return false
 	case fsm.EventConnAcquired, fsm.EventAcquireFailed:
 		return !acquired
 	case fsm.EventHandedBack:
@@ -240,10 +236,10 @@ func deadline(lim fsm.Limits, start fsm.Instant, events []fsm.Event, rd Reading)
 			at, ok = end, true
 		}
 	}
-	phase(!acquired, start, lim.Acquire)                                                            // New until ConnAcquired
-	phase(acquired && !wroteAll && !(rd.WriteLimitEndsAtHeaders && hasHeaders), conn.At, lim.Write) // ConnAcquired until RequestWritten
-	phase(wroteAll && !hasHeaders, written.At, lim.Header)                                          // RequestWritten until FinalHeaders
-	phase(hasHeaders && !complete, headers.At, lim.Body)                                            // FinalHeaders until ResponseComplete
+	phase(!acquired, start, lim.Acquire)                   // New until ConnAcquired
+	phase(acquired && !wroteAll, conn.At, lim.Write)       // ConnAcquired until RequestWritten
+	phase(wroteAll && !hasHeaders, written.At, lim.Header) // RequestWritten until FinalHeaders
+	phase(hasHeaders && !complete, headers.At, lim.Body)   // FinalHeaders until ResponseComplete
 	return at, ok
 }
 
