@@ -1,0 +1,7 @@
+package main
+
+import "github.com/replaysafe/replaysafe/fuzz/campaign"
+
+func init() {
+	extraCommands = append(extraCommands, command{"fuzz", "run every fuzz target as a campaign, with progress and a summary", campaign.Main})
+}
