@@ -50,6 +50,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
 	"io"
 	"maps"
 	"net"
@@ -188,7 +189,7 @@ func Start(cfg Config) (*Server, error) {
 		changed: make(chan struct{}),
 	}
 	if cfg.TLS {
-		cert, leaf, err := selfSigned()
+		cert, leaf, err := selfsigned.New("replaysafe scripted test server")
 		if err != nil {
 			return nil, err
 		}

@@ -35,6 +35,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
+	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
 	"io"
 	"maps"
 	"net"
@@ -202,7 +203,7 @@ func Start(cfg Config) (*Server, error) {
 		s.cfg.Default = &d
 	}
 	if cfg.TLS {
-		cert, leaf, err := newCertificate()
+		cert, leaf, err := selfsigned.New("replaysafe connectproxy test proxy")
 		if err != nil {
 			return nil, err
 		}

@@ -35,6 +35,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
 	"net"
 	"net/http"
 	"sync"
@@ -268,7 +269,7 @@ func New(cfg Config) (*Server, error) {
 		live:    make(map[*conn]struct{}),
 	}
 	if cfg.TLS {
-		cert, leaf, err := newCertificate()
+		cert, leaf, err := selfsigned.New("replaysafe h2server")
 		if err != nil {
 			return nil, err
 		}

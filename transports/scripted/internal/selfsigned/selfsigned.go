@@ -1,4 +1,7 @@
-package scripted
+// Package selfsigned makes the in-memory certificates of the scripted test
+// servers: ECDSA P-256, valid for 127.0.0.1, ::1 and localhost, signing
+// themselves, so a client trusts one by making it its only root.
+package selfsigned
 
 import (
 	"crypto/ecdsa"
@@ -13,21 +16,21 @@ import (
 	"time"
 )
 
-// selfSigned makes an ECDSA P-256 certificate, valid for 127.0.0.1, ::1
-// and localhost, that signs itself; clients trust it as their only root.
-func selfSigned() (tls.Certificate, *x509.Certificate, error) {
+// New returns a fresh certificate named commonName, valid from an hour ago
+// for a week, with its parsed leaf.
+func New(commonName string) (tls.Certificate, *x509.Certificate, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("scripted: generating key: %w", err)
+		return tls.Certificate{}, nil, fmt.Errorf("selfsigned: generating key: %w", err)
 	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 	if err != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("scripted: generating serial: %w", err)
+		return tls.Certificate{}, nil, fmt.Errorf("selfsigned: generating serial: %w", err)
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "replaysafe scripted test server"},
+		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(7 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
@@ -39,11 +42,11 @@ func selfSigned() (tls.Certificate, *x509.Certificate, error) {
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("scripted: creating certificate: %w", err)
+		return tls.Certificate{}, nil, fmt.Errorf("selfsigned: creating certificate: %w", err)
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
-		return tls.Certificate{}, nil, fmt.Errorf("scripted: parsing certificate: %w", err)
+		return tls.Certificate{}, nil, fmt.Errorf("selfsigned: parsing certificate: %w", err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, leaf, nil
 }
