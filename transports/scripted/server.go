@@ -50,7 +50,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
 	"io"
 	"maps"
 	"net"
@@ -61,6 +60,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
 )
 
 // Defaults for the zero fields of Config.

@@ -35,7 +35,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
-	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
 	"io"
 	"maps"
 	"net"
@@ -43,6 +42,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
 )
 
 // Point is a moment in a proxy connection where a Script can stall.

@@ -35,7 +35,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
 	"net"
 	"net/http"
 	"sync"
@@ -44,6 +43,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
 )
 
 // Defaults for the zero fields of Config.
