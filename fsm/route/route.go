@@ -33,18 +33,13 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
-	"time"
+
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
-// Instant is a point on the caller's monotonic clock, in nanoseconds, the
-// same clock as fsm.Instant (convert with route.Instant(i)).
-type Instant int64
-
-// Add returns the instant d after i.
-func (i Instant) Add(d time.Duration) Instant { return i + Instant(d) }
-
-// String prints the instant as a duration since the clock's origin.
-func (i Instant) String() string { return time.Duration(i).String() }
+// Instant is a point on the caller's monotonic clock: fsm's own clock type,
+// so an attempt's machine and its acquisition budget share instants.
+type Instant = fsm.Instant
 
 // enumString prints names[v], or Type(v) for a value outside the enum.
 func enumString(typ string, names []string, v uint8) string {
