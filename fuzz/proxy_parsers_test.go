@@ -1,4 +1,4 @@
-package proxy
+package fuzz
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"golang.org/x/net/http/httpproxy"
+
+	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
 // FuzzParseConnectResponse checks that the CONNECT response parser never
@@ -21,24 +23,24 @@ func FuzzParseConnectResponse(f *testing.F) {
 	f.Add([]byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n"), uint16(25))
 	f.Add([]byte("HTTP/1.1 200 OK\r\nA: b\r\n c\r\n\r\n"), uint16(0))
 	f.Add([]byte("HTTP/2 200\r\n\r\n"), uint16(7))
-	f.Add([]byte("HTTP/1.1 200 OK\r\nX: "+strings.Repeat("a", MaxHeaderBytes)), uint16(65535))
+	f.Add([]byte("HTTP/1.1 200 OK\r\nX: "+strings.Repeat("a", proxy.MaxHeaderBytes)), uint16(65535))
 	f.Fuzz(func(t *testing.T, b []byte, split uint16) {
-		status, reason, n, err := ParseConnectResponse(b)
-		if n < 0 || n > len(b) || n > MaxHeaderBytes {
+		status, reason, n, err := proxy.ParseConnectResponse(b)
+		if n < 0 || n > len(b) || n > proxy.MaxHeaderBytes {
 			t.Fatalf("headerLen %d for %d bytes", n, len(b))
 		}
-		var pe *ParseError
+		var pe *proxy.ParseError
 		switch {
 		case err == nil:
 			if status < 100 || status > 999 || n == 0 {
 				t.Fatalf("success with status %d headerLen %d", status, n)
 			}
-			s2, r2, n2, err2 := ParseConnectResponse(b[:n])
+			s2, r2, n2, err2 := proxy.ParseConnectResponse(b[:n])
 			if err2 != nil || s2 != status || r2 != reason || n2 != n {
 				t.Fatalf("header section alone parses as %d %q %d %v", s2, r2, n2, err2)
 			}
-		case errors.Is(err, ErrIncomplete):
-			if len(b) >= MaxHeaderBytes {
+		case errors.Is(err, proxy.ErrIncomplete):
+			if len(b) >= proxy.MaxHeaderBytes {
 				t.Fatalf("incomplete at %d bytes, beyond the bound", len(b))
 			}
 		case errors.As(err, &pe):
@@ -58,16 +60,16 @@ func FuzzParseConnectResponse(f *testing.F) {
 		} else {
 			k = 0
 		}
-		ps, pr, pn, perr := ParseConnectResponse(b[:k])
-		if !errors.Is(perr, ErrIncomplete) {
+		ps, pr, pn, perr := proxy.ParseConnectResponse(b[:k])
+		if !errors.Is(perr, proxy.ErrIncomplete) {
 			if ps != status || pr != reason || pn != n || (perr == nil) != (err == nil) || perr != nil && perr.Error() != err.Error() {
 				t.Fatalf("prefix of %d bytes: %d %q %d %v; whole: %d %q %d %v", k, ps, pr, pn, perr, status, reason, n, err)
 			}
 		}
 
-		resp, hn, herr := ParseConnectHeader(b)
+		resp, hn, herr := proxy.ParseConnectHeader(b)
 		if hn != n || resp.StatusCode != status || resp.Reason != reason || (herr == nil) != (err == nil) {
-			t.Fatalf("ParseConnectHeader disagrees: %d %q %d %v", resp.StatusCode, resp.Reason, hn, herr)
+			t.Fatalf("proxy.ParseConnectHeader disagrees: %d %q %d %v", resp.StatusCode, resp.Reason, hn, herr)
 		}
 	})
 }
@@ -94,16 +96,16 @@ func FuzzNoProxy(f *testing.F) {
 		if err1 != nil || err2 != nil || implicit.Port() != "" || implicit.Host == "" {
 			return
 		}
-		s := NewSelector(httpproxy.Config{HTTPProxy: "http://p.test:3128", HTTPSProxy: "http://p.test:3128", NoProxy: noProxy})
+		s := proxy.NewSelector(httpproxy.Config{HTTPProxy: "http://p.test:3128", HTTPSProxy: "http://p.test:3128", NoProxy: noProxy})
 		p1, e1 := s.Proxy(implicit)
 		p2, e2 := s.Proxy(explicit)
 		if (p1 == nil) != (p2 == nil) || (e1 == nil) != (e2 == nil) {
 			t.Fatalf("NO_PROXY=%q: %s decides %v %v, %s decides %v %v", noProxy, implicit, p1, e1, explicit, p2, e2)
 		}
-		if n, err := NormalizeURL(implicit); err == nil {
-			again, err := NormalizeURL(n)
+		if n, err := proxy.NormalizeURL(implicit); err == nil {
+			again, err := proxy.NormalizeURL(n)
 			if err != nil || again.String() != n.String() {
-				t.Fatalf("NormalizeURL not idempotent: %s -> %v, %v", n, again, err)
+				t.Fatalf("proxy.NormalizeURL not idempotent: %s -> %v, %v", n, again, err)
 			}
 		}
 	})
