@@ -44,39 +44,59 @@ func newFactory(o Options) *http.Transport {
 	}
 }
 
-// dial makes a new connection for key: TCP through Options.DialContext,
-// TLS over it for https, the counting h1.Conn on top, and net/http's
-// client connection over that. The scheme given to NewClientConn is
-// always "http": TLS is already done, and net/http only ever sees the
-// plaintext side.
+// dial makes a new connection for key over the route of the call ctx
+// belongs to (see withRoute; a direct route when it carries none): the
+// TCP connection or the proxy tunnel and TLS with the origin for https
+// (connect), the counting h1.Conn on top, and net/http's client
+// connection over that. The scheme given to NewClientConn is always
+// "http": TLS is already done, and net/http only ever sees the plaintext
+// side.
 func (t *Transport) dial(ctx context.Context, key connKey) (*persistConn, error) {
-	raw, err := t.opt.DialContext(ctx, "tcp", key.addr)
+	c, err := t.connect(ctx, key, routeFrom(ctx))
 	if err != nil {
 		return nil, err
 	}
-	var (
-		conn  *h1.Conn
-		state *tls.ConnectionState
-	)
-	if key.scheme == "https" {
-		wire := h1.NewWireCounter(raw)
-		tc := tls.Client(wire, t.tlsConfig(key.host))
-		if err := tc.HandshakeContext(ctx); err != nil {
-			raw.Close()
-			return nil, fmt.Errorf("replaysafe: TLS handshake with %s: %w", key.addr, err)
-		}
-		cs := tc.ConnectionState()
-		state = &cs
-		conn = h1.NewConn(tc, wire)
-	} else {
-		conn = h1.NewConn(raw, nil)
-	}
+	conn := h1.NewConn(c.conn, c.wire)
 	cc, err := t.factory.NewClientConn(context.WithValue(ctx, preDialedKey{}, net.Conn(conn)), "http", key.addr)
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
-	return &persistConn{key: key, cc: cc, conn: conn, tls: state}, nil
+	return &persistConn{key: key, cc: cc, conn: conn, tls: c.tls}, nil
+}
+
+// established is a new connection, before any HTTP runs on it.
+type established struct {
+	conn net.Conn
+	// wire counts the bytes written under TLS with the origin; nil over
+	// plain TCP.
+	wire *h1.WireCounter
+	tls  *tls.ConnectionState // nil over plain TCP
+}
+
+// connect establishes a connection for key over snap's route. A direct
+// route dials key.addr through Options.DialContext; a proxied one goes
+// through connectProxied. For https, TLS with the origin follows, with
+// the wire counter under it.
+func (t *Transport) connect(ctx context.Context, key connKey, snap *routeSnapshot) (established, error) {
+	if snap != nil && snap.route.Proxied() {
+		return t.connectProxied(ctx, key, snap)
+	}
+	raw, err := t.opt.DialContext(ctx, "tcp", key.addr)
+	if err != nil {
+		return established{}, err
+	}
+	if key.scheme != "https" {
+		return established{conn: raw}, nil
+	}
+	wire := h1.NewWireCounter(raw)
+	tc := tls.Client(wire, t.tlsConfig(key.host))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		raw.Close()
+		return established{}, fmt.Errorf("replaysafe: TLS handshake with %s: %w", key.addr, err)
+	}
+	cs := tc.ConnectionState()
+	return established{conn: tc, wire: wire, tls: &cs}, nil
 }
 
 // tlsConfig returns the TLS configuration for a connection to host.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
+	"net/http"
+	"net/url"
 	"time"
 )
 
@@ -84,6 +86,44 @@ type Options struct {
 	// Observer receives every call's request, wire attempts, and final
 	// response or error. The zero Observer observes nothing.
 	Observer Observer
+
+	// Proxies and routes (issue 7; docs/proxies.md). Every call resolves
+	// one route before pool lookup: Proxy (or ProxyChain) and ProxyAuth
+	// are called once per call, and the automatic resend reuses what they
+	// returned. Connections are pooled by route, so they never cross
+	// proxies or credentials. Proxied connections are CONNECT tunnels (or
+	// SOCKS5) through every hop, TLS with the origin inside for https; the
+	// first hop is dialed through DialContext with its resolved address.
+	// AcquireTimeout bounds the whole establishment, and a failure names
+	// the step and hop (*route.DeadlineError, *proxy.ConnectError,
+	// *proxy.StepError, wrapped in *Error).
+	//
+	// Proxy returns the proxy URL (http, https, socks5, socks5h) for a
+	// request, or nil for none, as net/http's Transport.Proxy; nil means
+	// no proxy. ProxyFromEnvironment reads the environment.
+	Proxy func(*http.Request) (*url.URL, error)
+	// ProxyChain, if set, replaces Proxy: the proxies in dial order, the
+	// first one dialed directly; an empty chain means no proxy.
+	ProxyChain func(*http.Request) ([]*url.URL, error)
+	// ProxyAuth, if set, returns the credentials for hop n (from 1) of a
+	// request's chain; nil credentials mean the proxy URL's user
+	// information, if any.
+	ProxyAuth func(req *http.Request, hop int, proxyURL *url.URL) (*ProxyCredentials, error)
+	// ProxyTLSClientConfig configures TLS with https proxies; nil means
+	// the system roots. ALPN always offers "http/1.1" alone.
+	ProxyTLSClientConfig *tls.Config
+
+	// HTTP/2 (issue 5). Protocol chooses the HTTP versions spoken:
+	// ProtocolHTTP1 (the zero value and the default), ProtocolHTTP2 (h2
+	// over TLS, h2c with prior knowledge over http), or ProtocolNegotiate
+	// (ALPN over TLS). HTTP/2 connections are multiplexed: a pooled one
+	// takes a new stream while the server's SETTINGS_MAX_CONCURRENT_STREAMS
+	// allows, and a new connection is dialed when none can take it. ALPN
+	// then offers "h2" (and "http/1.1" when negotiating) instead of what
+	// TLSClientConfig says above. IdleConnTimeout closes an HTTP/2
+	// connection that carried no stream for that long; with a negative
+	// MaxIdleConnsPerHost one closes as soon as its streams are done.
+	Protocol Protocol
 }
 
 // normalized returns o with its defaults filled in.

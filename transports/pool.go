@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/adapters/h1"
+	"github.com/replaysafe/replaysafe/fsm/route"
 )
 
 // connKey is a route's identity: connections never cross keys. Without
@@ -16,6 +17,10 @@ type connKey struct {
 	scheme string // "http" or "https"
 	addr   string // host:port, the port made explicit
 	host   string // the host alone, for TLS ServerName
+
+	// route is the route's identity, proxies and credentials included
+	// (route.go).
+	route route.Key
 }
 
 // persistConn is one HTTP/1.1 connection: net/http's single-connection

@@ -9,9 +9,11 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/adapters/h1"
 	"github.com/replaysafe/replaysafe/fsm"
@@ -30,6 +32,13 @@ import (
 // the machine says ConnReuse: the response body was read to its end and
 // the request fully written; any interrupted exchange closes it.
 //
+// With Options.Protocol set to ProtocolHTTP2 or ProtocolNegotiate it
+// speaks HTTP/2 too (h2.go): x/net's ClientConn used directly, so x/net's
+// own retry loop and backoff never run, evidence read by adapters/h2 from
+// the errors and the frames, and connections multiplexed up to the
+// server's concurrency limit. A resend then runs at once on a newly
+// dialed connection, as for HTTP/1.1.
+//
 // A Transport is safe for concurrent use. Close idle connections with
 // CloseIdleConnections when done with it.
 type Transport struct {
@@ -38,6 +47,13 @@ type Transport struct {
 	clock   h1.Clock
 	factory *http.Transport
 	pool    *pool
+
+	// HTTP/2 (Options.Protocol): x/net's connection factory, the
+	// multiplexed pool, and the routes ALPN answered with HTTP/1.1 under
+	// ProtocolNegotiate (connKey → true).
+	h2factory *http2.Transport
+	h2pool    *h2Pool
+	h1Only    sync.Map
 }
 
 // New returns a Transport configured by o.
@@ -48,6 +64,9 @@ func New(o Options) *Transport {
 		clock:   h1.NewClock(),
 		factory: newFactory(o),
 		pool:    newPool(o.MaxIdleConnsPerHost, o.IdleConnTimeout),
+
+		h2factory: newH2Factory(o),
+		h2pool:    newH2Pool(o.MaxIdleConnsPerHost > 0),
 	}
 	if o.AcquireTimeout > 0 {
 		t.limits.Acquire = o.AcquireTimeout
@@ -59,10 +78,15 @@ func New(o Options) *Transport {
 
 // CloseIdleConnections closes the connections sitting idle in the pool.
 // Connections in use close when their exchange ends.
-func (t *Transport) CloseIdleConnections() { t.pool.closeIdle() }
+func (t *Transport) CloseIdleConnections() {
+	t.pool.closeIdle()
+	t.h2pool.closeIdle()
+}
 
-// IdleConns returns the number of idle pooled connections.
-func (t *Transport) IdleConns() int { return t.pool.idleCount() }
+// IdleConns returns the number of idle pooled connections: HTTP/1.1
+// connections in the pool, and pooled HTTP/2 connections carrying no
+// stream.
+func (t *Transport) IdleConns() int { return t.pool.idleCount() + t.h2pool.idleCount() }
 
 // RoundTrip sends req and returns its response, resending it at most once
 // when fsm allows. A failure is an *Error naming the rule that decided.
@@ -76,9 +100,24 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	c := &call{t: t, req: req, ctx: req.Context(), key: key, facts: factsOf(req, t.opt)}
+	key, snap, err := t.snapshot(req, key) // route.go: once per call, the resend included
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	c := &call{t: t, req: req, ctx: withRoute(req.Context(), snap), key: key, facts: factsOf(req, t.opt)}
 	t.opt.Observer.request(req)
-	resp, err := c.run()
+	var resp *http.Response
+	if t.usesH2(key) {
+		resp, err = c.runH2()
+		if errors.Is(err, errFallbackH1) {
+			resp, err = c.run() // ALPN chose HTTP/1.1; nothing was sent
+		}
+	} else {
+		resp, err = c.run()
+	}
 	if err != nil {
 		t.opt.Observer.fail(req, err)
 		return nil, err
@@ -233,6 +272,7 @@ func (c *call) attempt(n int, facts fsm.Request, body io.ReadCloser) (*http.Resp
 	c.t.gotConn(c.ctx, pc, reused)
 
 	out := c.req.WithContext(httptrace.WithClientTrace(ctx, a.rec.ClientTrace()))
+	out.Header = routeFrom(c.ctx).header(out.Header) // no Proxy-Authorization to the origin
 	if a.body != nil {
 		out.Body = a.body
 	} else {
@@ -334,6 +374,10 @@ func (a *attempt) deadlinePassed(p fsm.Phase) {
 // cause returns the error to report for err: the TimeoutError when a
 // phase limit aborted the attempt, else err.
 func (a *attempt) cause(err error) error {
+	var ad *AcquireDeadlineError
+	if errors.As(err, &ad) {
+		return ad // the acquire TimeoutError, naming the step (proxy_dial.go)
+	}
 	var te *TimeoutError
 	if errors.As(context.Cause(a.ctx), &te) {
 		return te

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/transports/scripted"
+	"github.com/replaysafe/replaysafe/transports/scripted/connectproxy"
 )
 
 // runTimeout bounds one run of a case end to end.
@@ -33,6 +34,8 @@ type Env struct {
 	// Signal is closed by IdleCloseSeen and IdleCloseInFlight; scripts
 	// pass it to scripted.IdleCloseOn.
 	Signal chan struct{}
+	// Proxy is the CONNECT proxy of a proxy scenario, or nil.
+	Proxy *connectproxy.Server
 
 	ctx        context.Context
 	signalOnce sync.Once

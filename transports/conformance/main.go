@@ -1,12 +1,14 @@
 package conformance
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -60,12 +62,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			cases = append(cases, c)
 		}
 	}
-	if len(cases) == 0 {
+	var h2cases []H2Case // h2.go
+	for _, c := range H2Cases() {
+		if re.MatchString(c.Name()) {
+			h2cases = append(h2cases, c)
+		}
+	}
+	if len(cases)+len(h2cases) == 0 {
 		fmt.Fprintf(stderr, "conformance: no case matches %q\n", *pattern)
 		return 2
 	}
 
-	reps := RunAll(cases, *runs)
+	reps := append(RunAll(cases, *runs), RunAllH2(h2cases, *runs)...)
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -89,6 +97,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // network and client, and a summary.
 func PrintTable(w io.Writer, reps []Report) {
 	header := []string{"net", "client", "outcome", "copies", "rules", "check"}
+	timed := slices.ContainsFunc(reps, func(r Report) bool { return r.Elapsed != "" })
+	if timed {
+		header = append(header, "slowest")
+	}
 	type group struct {
 		title string
 		rows  [][]string
@@ -110,7 +122,10 @@ func PrintTable(w io.Writer, reps []Report) {
 			row = []string{r.Network, r.Client, "n/a", "-", "-", ""}
 		default:
 			check := "ok"
-			if !r.OK {
+			switch {
+			case r.Measured:
+				check = "measured"
+			case !r.OK:
 				check = "UNEXPECTED: want " + wantCell(r.Want, r.Client)
 			}
 			if r.Client == Replaysafe {
@@ -121,6 +136,9 @@ func PrintTable(w io.Writer, reps []Report) {
 				runs = r.Runs
 			}
 			row = []string{r.Network, r.Client, r.OutcomeCell(), r.CopiesCell(), r.RulesCell(), check}
+		}
+		if timed {
+			row = append(row, cmp.Or(r.Elapsed, "-"))
 		}
 		for i, c := range row {
 			widths[i] = max(widths[i], len(c))
@@ -151,6 +169,9 @@ func PrintTable(w io.Writer, reps []Report) {
 	fmt.Fprintf(w, "\n%d cases, %d runs each; replaysafe met its expectation in %d/%d.\n", rsAll, runs, rsOK, rsAll)
 	fmt.Fprintln(w, "copies: complete copies of the request the server received, per run (ok means also byte-identical);")
 	fmt.Fprintln(w, "rules: the replaysafe rule that ended each wire attempt of the request (docs/rules.md).")
+	if timed {
+		fmt.Fprintln(w, "slowest: the slowest run's call of the request, resends included (HTTP/2 cases); measured: a peer shown, not checked.")
+	}
 }
 
 // wantCell prints an expectation like a table row.

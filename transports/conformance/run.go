@@ -75,6 +75,11 @@ func RunOnce(c Case, client string) Run {
 		return Run{Setup: err}
 	}
 	env.Server = srv
+	if err := env.startProxy(c.Scenario); err != nil {
+		srv.Close()
+		return Run{Setup: err}
+	}
+	defer env.stopProxy()
 
 	var (
 		mu    sync.Mutex
@@ -86,6 +91,7 @@ func RunOnce(c Case, client string) Run {
 		o := transports.Options{
 			DialContext:     env.Dialer.DialContext,
 			TLSClientConfig: srv.ClientTLSConfig(),
+			Proxy:           env.proxyFunc(),
 			Observer: transports.Observer{OnAttempt: func(a transports.AttemptReport) {
 				if a.Request.URL.Path == TargetPath {
 					mu.Lock()
@@ -100,7 +106,7 @@ func RunOnce(c Case, client string) Run {
 		tr := transports.New(o)
 		env.Client, closeIdle = tr, tr.CloseIdleConnections
 	case NetHTTP:
-		tr := &http.Transport{DialContext: env.Dialer.DialContext, TLSClientConfig: srv.ClientTLSConfig()}
+		tr := &http.Transport{DialContext: env.Dialer.DialContext, TLSClientConfig: srv.ClientTLSConfig(), Proxy: env.proxyFunc()}
 		env.Client, closeIdle = tr, tr.CloseIdleConnections
 	default:
 		srv.Close()
@@ -167,6 +173,11 @@ type Report struct {
 	// Errors lists the distinct error texts seen (errors and setup
 	// errors), at most a few.
 	Errors []string `json:"errors,omitempty"`
+	// Measured is set for a peer with no expectation: its row shows
+	// what it did, and OK means nothing (HTTP/2 cases).
+	Measured bool `json:"measured,omitempty"`
+	// Elapsed is the slowest run's target call, for HTTP/2 cases.
+	Elapsed string `json:"elapsed,omitempty"`
 }
 
 // maxErrors bounds Report.Errors.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/replaysafe/replaysafe/transports"
 	"github.com/replaysafe/replaysafe/transports/scripted"
+	"github.com/replaysafe/replaysafe/transports/scripted/connectproxy"
 )
 
 // Network is the transport a case runs over and how its server closes
@@ -58,6 +59,11 @@ type Scenario struct {
 	// Want returns the expected outcomes over n, for replaysafe and for
 	// net/http (the latter documents net/http's behaviour).
 	Want func(n Network) (replaysafe, nethttp Want)
+	// Networks, if set, replaces Networks for this scenario.
+	Networks []Network
+	// Proxy, if set, configures a CONNECT proxy both clients go through
+	// (proxy.go).
+	Proxy func(env *Env) connectproxy.Config
 }
 
 // Case is a scenario over one network.
@@ -73,7 +79,11 @@ func (c Case) Name() string { return c.ID + "/" + c.Network.Name }
 func Cases() []Case {
 	var cs []Case
 	for _, s := range Scenarios() {
-		for _, n := range Networks {
+		nets := Networks
+		if s.Networks != nil {
+			nets = s.Networks
+		}
+		for _, n := range nets {
 			cs = append(cs, Case{Scenario: s, Network: n})
 		}
 	}
@@ -132,7 +142,7 @@ func warmThen(method string, body Body, header ...string) func(env *Env) (Result
 
 // Scenarios returns the fault scenarios, in table order.
 func Scenarios() []Scenario {
-	return []Scenario{
+	return append([]Scenario{
 		{
 			ID: "get-crossing", Title: "GET, close crosses the request",
 			Script: crossing, Run: warmThen(http.MethodGet, NoBody),
@@ -296,7 +306,7 @@ func Scenarios() []Scenario {
 			Run:     warmThen(http.MethodGet, NoBody),
 			Want:    same(Want{fails, "RS10", 1}, Want{}),
 		},
-	}
+	}, proxyScenarios()...)
 }
 
 // idleThen warms connection 0 up, has the server close it while idle

@@ -1,0 +1,401 @@
+package conformance
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/transports"
+	"github.com/replaysafe/replaysafe/transports/scripted/h2server"
+)
+
+// HTTP/2 peers under test beside replaysafe.
+const (
+	// XNetHTTP2 is golang.org/x/net/http2's Transport: its RoundTrip, with
+	// its own retry loop and backoff.
+	XNetHTTP2 = "x/net/http2"
+	// NetHTTPH2 is net/http's Transport speaking HTTP/2: ForceAttemptHTTP2
+	// over TLS, unencrypted HTTP/2 (Protocols) for h2c.
+	NetHTTPH2 = "net/http-h2"
+)
+
+// H2Clients lists the clients of the HTTP/2 cases in table order.
+var H2Clients = []string{Replaysafe, XNetHTTP2, NetHTTPH2}
+
+// H2Network is what an HTTP/2 case runs over.
+type H2Network struct {
+	// Name is the suffix of the case name: h2 (TLS, ALPN) or h2c.
+	Name string
+	// TLS makes the server speak TLS with ALPN "h2"; otherwise h2c with
+	// prior knowledge.
+	TLS bool
+}
+
+// H2Networks are the networks every HTTP/2 scenario runs over.
+var H2Networks = []H2Network{{Name: "h2", TLS: true}, {Name: "h2c"}}
+
+// H2Scenario is one HTTP/2 fault, scripted frame by frame at an
+// h2server and driven at the client.
+type H2Scenario struct {
+	// ID names the scenario in case names ("h2-post-refused").
+	ID string
+	// Title says what happens, in words.
+	Title string
+	// Config returns the server's scripts.
+	Config func() h2server.Config
+	// Run drives the client and returns the target request's result.
+	Run func(env *H2Env) (Result, error)
+	// Want is the expected outcome per client. A peer without an entry is
+	// measured and shown, not checked.
+	Want map[string]Want
+	// PeerDeadline, when set, bounds each peer run's target request: for
+	// peers whose own retry loop would otherwise sleep for a minute.
+	// Their copies are then the copies sent within the window.
+	PeerDeadline time.Duration
+	// PeerRuns, when set, caps the runs of each peer.
+	PeerRuns int
+}
+
+// H2Case is an HTTP/2 scenario over one network.
+type H2Case struct {
+	H2Scenario
+	Network H2Network
+}
+
+// Name is "scenario-id/network".
+func (c H2Case) Name() string { return c.ID + "/" + c.Network.Name }
+
+// H2Cases returns every HTTP/2 scenario over every network.
+func H2Cases() []H2Case {
+	var cs []H2Case
+	for _, s := range H2Scenarios() {
+		for _, n := range H2Networks {
+			cs = append(cs, H2Case{H2Scenario: s, Network: n})
+		}
+	}
+	return cs
+}
+
+// conns scripts the first connections stream by stream; later ones
+// answer 200.
+func conns(scripts ...[]h2server.Action) func() h2server.Config {
+	return func() h2server.Config {
+		var cfg h2server.Config
+		for _, s := range scripts {
+			cfg.Conns = append(cfg.Conns, h2server.ConnScript{Streams: s})
+		}
+		return cfg
+	}
+}
+
+// warmThenH2 warms connection 0 up (stream 1) and sends the target on it
+// (stream 3).
+func warmThenH2(method string, body Body) func(env *H2Env) (Result, error) {
+	return func(env *H2Env) (Result, error) {
+		if err := env.Warm(); err != nil {
+			return Result{}, err
+		}
+		return env.Target(method, body), nil
+	}
+}
+
+func targetH2(method string, body Body) func(env *H2Env) (Result, error) {
+	return func(env *H2Env) (Result, error) { return env.Target(method, body), nil }
+}
+
+// H2Scenarios returns the HTTP/2 fault scenarios, in table order.
+func H2Scenarios() []H2Scenario {
+	return []H2Scenario{
+		{
+			ID: "h2-post-refused", Title: "HTTP/2 POST refused (REFUSED_STREAM)",
+			Config: conns([]h2server.Action{h2server.Refuse()}),
+			Run:    targetH2(http.MethodPost, Buffered),
+			Want: map[string]Want{
+				Replaysafe: {ok200, "RS13,RS02", 2},
+				XNetHTTP2:  {ok200, "", 2},
+				NetHTTPH2:  {ok200, "", 2},
+			},
+		},
+		{
+			ID: "h2-oneshot-refused-after-body", Title: "HTTP/2 POST with a one-shot body refused after the body was sent",
+			Config: conns([]h2server.Action{h2server.RefuseAfterBody()}),
+			Run:    targetH2(http.MethodPost, OneShot),
+			Want: map[string]Want{
+				Replaysafe: {fails, "RS11", 1},
+				XNetHTTP2:  {fails, "", 1},
+				NetHTTPH2:  {fails, "", 1},
+			},
+		},
+		{
+			ID: "h2-post-goaway-below", Title: "HTTP/2 POST above a GOAWAY's last stream ID",
+			Config: conns([]h2server.Action{h2server.OK("ok"), h2server.GoAwayBelow()}),
+			Run:    warmThenH2(http.MethodPost, Buffered),
+			Want: map[string]Want{
+				Replaysafe: {ok200, "RS14,RS02", 2},
+				XNetHTTP2:  {ok200, "", 2},
+				NetHTTPH2:  {ok200, "", 2},
+			},
+		},
+		{
+			ID: "h2-post-goaway-at-close", Title: "HTTP/2 POST at a GOAWAY's last stream ID, then the connection closes",
+			Config: conns([]h2server.Action{h2server.OK("ok"), h2server.GoAwayAt().WithClose(h2server.CloseFIN)}),
+			Run:    warmThenH2(http.MethodPost, Buffered),
+			Want: map[string]Want{
+				Replaysafe: {fails, "RS18", 1},
+				XNetHTTP2:  {fails, "", 1},
+				NetHTTPH2:  {fails, "", 1},
+			},
+		},
+		{
+			ID: "h2-get-goaway-at-close", Title: "HTTP/2 GET at a GOAWAY's last stream ID, then the connection closes",
+			Config: conns([]h2server.Action{h2server.OK("ok"), h2server.GoAwayAt().WithClose(h2server.CloseFIN)}),
+			Run:    warmThenH2(http.MethodGet, NoBody),
+			Want: map[string]Want{
+				Replaysafe: {ok200, "RS20,RS02", 2},
+				XNetHTTP2:  {fails, "", 1},
+				NetHTTPH2:  {fails, "", 1},
+			},
+		},
+		{
+			ID: "h2-refuse-everything", Title: "HTTP/2 POST, the server refuses every stream (peers: copies within 2 s)",
+			Config: func() h2server.Config { return h2server.Config{Default: h2server.Every(h2server.Refuse())} },
+			Run:    targetH2(http.MethodPost, Buffered),
+			Want: map[string]Want{
+				Replaysafe: {fails, "RS13,RS08", 2},
+				// x/net's loop: at once, then after 1 s, then after 2 s
+				// more (past the window), and so on to 8 copies in 65 s.
+				XNetHTTP2: {fails, "", 3},
+				NetHTTPH2: {fails, "", 3},
+			},
+			PeerDeadline: 2 * time.Second,
+			PeerRuns:     2,
+		},
+	}
+}
+
+// H2Env is what an HTTP/2 scenario's steps drive: one scripted server
+// and one client. A new H2Env is made for every run.
+type H2Env struct {
+	Network H2Network
+	Server  *h2server.Server
+	Client  http.RoundTripper
+
+	ctx      context.Context
+	deadline time.Duration // bounds the target request when set
+	elapsed  time.Duration // the target request's round trip
+}
+
+func (e *H2Env) newRequest(ctx context.Context, method, path string, body Body) (*http.Request, error) {
+	var r io.Reader
+	switch body {
+	case Buffered:
+		r = strings.NewReader("hello")
+	case OneShot:
+		r = &oneShot{strings.NewReader("hello")}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.Server.URL()+path, r)
+	if err != nil {
+		return nil, err
+	}
+	if body == OneShot {
+		req.ContentLength = 5
+	}
+	return req, nil
+}
+
+// Warm sends GET /warm and reads its 200 response to the end.
+func (e *H2Env) Warm() error {
+	req, err := e.newRequest(e.ctx, http.MethodGet, "/warm", NoBody)
+	if err != nil {
+		return err
+	}
+	resp, err := e.Client.RoundTrip(req)
+	if err != nil {
+		return fmt.Errorf("conformance: /warm: %w", err)
+	}
+	if err := finish(resp); err != nil || resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("conformance: /warm: status %d, %v", resp.StatusCode, err)
+	}
+	return nil
+}
+
+// Target sends the counted request, reads its whole response, and
+// records how long the call took.
+func (e *H2Env) Target(method string, body Body) Result {
+	ctx := e.ctx
+	if e.deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.deadline)
+		defer cancel()
+	}
+	req, err := e.newRequest(ctx, method, TargetPath, body)
+	if err != nil {
+		return Result{Err: err}
+	}
+	start := time.Now()
+	defer func() { e.elapsed = time.Since(start) }()
+	resp, err := e.Client.RoundTrip(req)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if err := finish(resp); err != nil {
+		return Result{Err: err}
+	}
+	return Result{Status: resp.StatusCode}
+}
+
+// RunH2Once runs c once against client with a fresh server and client.
+func RunH2Once(c H2Case, client string) (Run, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cfg := c.Config()
+	cfg.TLS = c.Network.TLS
+	srv, err := h2server.New(cfg)
+	if err != nil {
+		return Run{Setup: err}, 0
+	}
+	env := &H2Env{Network: c.Network, Server: srv, ctx: ctx}
+	var (
+		mu    sync.Mutex
+		rules []string
+	)
+	var closeIdle func()
+	switch client {
+	case Replaysafe:
+		tr := transports.New(transports.Options{
+			Protocol:        transports.ProtocolHTTP2,
+			TLSClientConfig: srv.ClientTLSConfig(),
+			Observer: transports.Observer{OnAttempt: func(a transports.AttemptReport) {
+				if a.Request.URL.Path == TargetPath {
+					mu.Lock()
+					rules = append(rules, a.Decision.Rule.ID())
+					mu.Unlock()
+				}
+			}},
+		})
+		env.Client, closeIdle = tr, tr.CloseIdleConnections
+	case XNetHTTP2:
+		tr := &http2.Transport{TLSClientConfig: srv.ClientTLSConfig()}
+		if !c.Network.TLS {
+			tr.AllowHTTP = true
+			tr.DialTLSContext = func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, network, addr)
+			}
+		}
+		env.Client, closeIdle = tr, tr.CloseIdleConnections
+		env.deadline = c.PeerDeadline
+	case NetHTTPH2:
+		tr := &http.Transport{TLSClientConfig: srv.ClientTLSConfig(), ForceAttemptHTTP2: true}
+		if !c.Network.TLS {
+			var p http.Protocols
+			p.SetUnencryptedHTTP2(true)
+			tr.Protocols = &p
+		}
+		env.Client, closeIdle = tr, tr.CloseIdleConnections
+		env.deadline = c.PeerDeadline
+	default:
+		srv.Close()
+		return Run{Setup: fmt.Errorf("conformance: unknown HTTP/2 client %q", client)}, 0
+	}
+
+	res, setup := c.Run(env)
+	closeIdle()
+	srv.Close()
+
+	r := Run{Status: res.Status, Err: res.Err, Setup: setup, Identical: true}
+	var first string
+	for _, q := range srv.Requests() {
+		if q.Path != TargetPath {
+			continue
+		}
+		sig := q.Method + " " + string(q.Body)
+		if r.Copies == 0 {
+			first = sig
+		} else if !strings.HasPrefix(first, sig) && !strings.HasPrefix(sig, first) {
+			// A stream refused on its headers carries less of the body
+			// than its copies; only differing bytes count as different.
+			r.Identical = false
+		}
+		r.Copies++
+	}
+	mu.Lock()
+	r.Rules = strings.Join(rules, ",")
+	mu.Unlock()
+	return r, env.elapsed
+}
+
+// RunH2Case runs c n times against client (a peer at most PeerRuns
+// times).
+func RunH2Case(c H2Case, client string, n int) Report {
+	want, checked := c.Want[client]
+	rep := Report{Case: c.Name(), Title: c.Title, Network: c.Network.Name, Client: client, Identical: true, OK: true, Want: want}
+	if client != Replaysafe && c.PeerRuns > 0 {
+		n = min(n, c.PeerRuns)
+	}
+	var slowest time.Duration
+	for range n {
+		r, elapsed := RunH2Once(c, client)
+		slowest = max(slowest, elapsed)
+		rep.Runs++
+		rep.Outcomes = addCount(rep.Outcomes, r.Outcome())
+		if client == Replaysafe {
+			rep.Rules = addCount(rep.Rules, r.Rules)
+		}
+		rep.Copies = append(rep.Copies, r.Copies)
+		rep.Identical = rep.Identical && r.Identical
+		if checked {
+			rep.OK = rep.OK && r.Matches(want, client == Replaysafe)
+		}
+		for _, err := range []error{r.Setup, r.Err} {
+			if err != nil && len(rep.Errors) < maxErrors && !slices.Contains(rep.Errors, err.Error()) {
+				rep.Errors = append(rep.Errors, err.Error())
+			}
+		}
+	}
+	rep.Measured = !checked
+	rep.Elapsed = slowest.Round(100 * time.Microsecond).String()
+	return rep
+}
+
+// RunAllH2 runs every HTTP/2 case against every HTTP/2 client n times,
+// several at once, and returns the reports in table order.
+func RunAllH2(cases []H2Case, n int) []Report {
+	type job struct {
+		i      int
+		c      H2Case
+		client string
+	}
+	var jobs []job
+	for _, c := range cases {
+		for _, cl := range H2Clients {
+			jobs = append(jobs, job{len(jobs), c, cl})
+		}
+	}
+	reps := make([]Report, len(jobs))
+	ch := make(chan job)
+	var wg sync.WaitGroup
+	for range max(runtime.GOMAXPROCS(0), 1) {
+		wg.Go(func() {
+			for j := range ch {
+				reps[j.i] = RunH2Case(j.c, j.client, n)
+			}
+		})
+	}
+	for _, j := range jobs {
+		ch <- j
+	}
+	close(ch)
+	wg.Wait()
+	return reps
+}

@@ -1,0 +1,228 @@
+package transports
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/replaysafe/replaysafe/adapters/h1"
+	"github.com/replaysafe/replaysafe/fsm"
+)
+
+// h2Rec feeds one HTTP/2 wire attempt's events into an fsm.Machine and
+// keeps them as a trace. adapters/h2's Attempt produces the progress
+// events (from x/net's httptrace hooks, on x/net's goroutines) and the
+// failure event (from the error and the wire); h2Rec stamps, deduplicates
+// and orders nothing else. It is safe for concurrent use.
+type h2Rec struct {
+	clock      h1.Clock
+	lim        fsm.Limits
+	onDeadline func(fsm.Phase)
+	start      fsm.Instant
+
+	mu        sync.Mutex
+	m         fsm.Machine
+	events    []fsm.Event
+	stopTimer func() bool
+	timerAt   fsm.Instant
+	stopped   bool
+}
+
+func newH2Rec(req fsm.Request, lim fsm.Limits, clock h1.Clock, onDeadline func(fsm.Phase)) *h2Rec {
+	now := clock.Now()
+	r := &h2Rec{clock: clock, lim: lim, onDeadline: onDeadline, start: now, m: fsm.New(req, lim, now)}
+	r.mu.Lock()
+	r.rearmLocked()
+	r.mu.Unlock()
+	return r
+}
+
+// emit is the adapters/h2 Attempt's event sink: progress events, fed at
+// most once each.
+func (r *h2Rec) emit(e fsm.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var f fsm.Facts
+	switch e.Kind {
+	case fsm.EventFirstByteWritten:
+		f = fsm.FactWroteAny
+	case fsm.EventRequestWritten:
+		f = fsm.FactWroteAll
+	case fsm.EventFirstResponseByte:
+		f = fsm.FactResponseByte
+	case fsm.EventInformational:
+		if r.hasLocked(fsm.FactHeaders) {
+			return
+		}
+	}
+	if f != 0 && r.hasLocked(f) {
+		return
+	}
+	r.feedLocked(e)
+}
+
+// feed stamps e (when it has no instant) and feeds it.
+func (r *h2Rec) feed(e fsm.Event) fsm.Decision {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.feedLocked(e)
+}
+
+func (r *h2Rec) feedLocked(e fsm.Event) fsm.Decision {
+	if r.m.Decision().Conn != fsm.ConnInUse {
+		return r.m.Decision() // the attempt is over
+	}
+	if e.At == 0 {
+		e.At = r.clock.Now()
+	}
+	if e.Kind == fsm.EventTimeout && e.Phase == fsm.PhaseNone {
+		e.Phase = r.m.Phase()
+		if e.Phase == fsm.PhaseNone {
+			e.Phase = fsm.PhaseWrite
+		}
+	}
+	d := r.m.Step(e)
+	if len(r.events) < 64 {
+		r.events = append(r.events, e)
+	}
+	r.rearmLocked()
+	return d
+}
+
+func (r *h2Rec) hasLocked(f fsm.Facts) bool { return r.m.Facts()&f == f }
+
+// bodyRead feeds EventBodyRead, once.
+func (r *h2Rec) bodyRead() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.hasLocked(fsm.FactBodyRead) {
+		r.feedLocked(fsm.Event{Kind: fsm.EventBodyRead})
+	}
+}
+
+// finalHeaders feeds EventFinalHeaders, after the response byte it
+// implies when x/net's hook has not reported it yet.
+func (r *h2Rec) finalHeaders() fsm.Decision {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.hasLocked(fsm.FactResponseByte) {
+		r.feedLocked(fsm.Event{Kind: fsm.EventFirstResponseByte})
+	}
+	return r.feedLocked(fsm.Event{Kind: fsm.EventFinalHeaders})
+}
+
+// contextEvent returns the event for ctx, the caller's context, when it
+// ended.
+func contextEvent(ctx context.Context) (fsm.Event, bool) {
+	switch err := ctx.Err(); {
+	case err == nil:
+		return fsm.Event{}, false
+	case errors.Is(err, context.DeadlineExceeded):
+		return fsm.Event{Kind: fsm.EventTimeout}, true
+	}
+	return fsm.Event{Kind: fsm.EventCanceled}, true
+}
+
+func (r *h2Rec) request() fsm.Request {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m.Request()
+}
+
+func (r *h2Rec) decision() fsm.Decision {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m.Decision()
+}
+
+func (r *h2Rec) facts() fsm.Facts {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m.Facts()
+}
+
+func (r *h2Rec) eventList() []fsm.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]fsm.Event(nil), r.events...)
+}
+
+// stop ends the deadline timer.
+func (r *h2Rec) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	if r.stopTimer != nil {
+		r.stopTimer()
+		r.stopTimer = nil
+	}
+}
+
+// rearmLocked makes the timer match Machine.Deadline.
+func (r *h2Rec) rearmLocked() {
+	at, ok := r.m.Deadline()
+	if r.stopTimer != nil && (!ok || at != r.timerAt || r.stopped) {
+		r.stopTimer()
+		r.stopTimer = nil
+	}
+	if !ok || r.stopped || r.stopTimer != nil {
+		return
+	}
+	r.timerAt = at
+	r.stopTimer = r.clock.AfterFunc(time.Duration(at-r.clock.Now()), r.tick)
+}
+
+// tick feeds EventTick when the deadline passes and aborts the attempt
+// when the machine failed it.
+func (r *h2Rec) tick() {
+	r.mu.Lock()
+	if r.stopped {
+		r.mu.Unlock()
+		return
+	}
+	r.stopTimer = nil
+	before, phase, now := r.m.Decision(), r.m.Phase(), r.clock.Now()
+	if at, ok := r.m.Deadline(); ok && now < at {
+		r.rearmLocked()
+		r.mu.Unlock()
+		return
+	}
+	d := r.feedLocked(fsm.Event{Kind: fsm.EventTick, At: now})
+	r.mu.Unlock()
+	if d != before && (d.Action == fsm.ActionFail || d.Conn == fsm.ConnDiscard) && r.onDeadline != nil {
+		r.onDeadline(phase)
+	}
+}
+
+// trace returns the attempt in the spec trace format, instants counted
+// from the attempt's start, ending with the latest decision.
+func (r *h2Rec) trace() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var b strings.Builder
+	b.WriteString(r.m.Request().String())
+	b.WriteByte('\n')
+	var lim []string
+	for _, p := range []struct {
+		name string
+		d    time.Duration
+	}{{"acquire", r.lim.Acquire}, {"write", r.lim.Write}, {"header", r.lim.Header}, {"body", r.lim.Body}} {
+		if p.d > 0 {
+			lim = append(lim, p.name+"="+p.d.String())
+		}
+	}
+	if len(lim) > 0 {
+		b.WriteString("limits " + strings.Join(lim, " ") + "\n")
+	}
+	for _, e := range r.events {
+		e.At -= r.start
+		b.WriteString(e.String())
+		b.WriteByte('\n')
+	}
+	if len(r.events) > 0 {
+		b.WriteString("expect " + r.m.Decision().String() + "\n")
+	}
+	return b.String()
+}

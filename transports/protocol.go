@@ -1,0 +1,49 @@
+package transports
+
+import "fmt"
+
+// Protocol is a Transport's protocol policy: which HTTP versions it
+// speaks to an origin. It is part of every route, so connections made
+// under one policy never serve another.
+type Protocol uint8
+
+// Protocol policies.
+const (
+	// ProtocolHTTP1 speaks HTTP/1.1 only: ALPN offers "http/1.1" alone
+	// over TLS. The zero value and the default.
+	ProtocolHTTP1 Protocol = iota
+	// ProtocolHTTP2 speaks HTTP/2 only: over TLS (https) ALPN offers "h2"
+	// alone and a server that does not select it fails the acquisition;
+	// over cleartext (http) it speaks h2c with prior knowledge (RFC 9113
+	// §3.3), with no upgrade.
+	ProtocolHTTP2
+	// ProtocolNegotiate lets ALPN decide over TLS: it offers "h2" and
+	// "http/1.1" and speaks what the server selects. Cleartext (http)
+	// URLs use HTTP/1.1.
+	ProtocolNegotiate
+
+	protocolCount // number of policies; keep last
+)
+
+var protocolNames = [protocolCount]string{"http1", "http2", "negotiate"}
+
+// String returns the policy's name: http1, http2 or negotiate.
+func (p Protocol) String() string {
+	if p < protocolCount {
+		return protocolNames[p]
+	}
+	return fmt.Sprintf("Protocol(%d)", uint8(p))
+}
+
+// h2For reports whether a new connection for key starts as HTTP/2 under
+// policy p: always under ProtocolHTTP2, over TLS under ProtocolNegotiate
+// (where ALPN may still select HTTP/1.1).
+func (p Protocol) h2For(key connKey) bool {
+	switch p {
+	case ProtocolHTTP2:
+		return true
+	case ProtocolNegotiate:
+		return key.scheme == "https"
+	}
+	return false
+}
