@@ -131,12 +131,6 @@ func (r *h2Rec) request() fsm.Request {
 	return r.m.Request()
 }
 
-func (r *h2Rec) decision() fsm.Decision {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m.Decision()
-}
-
 func (r *h2Rec) facts() fsm.Facts {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -1,5 +1,7 @@
 package conformance
 
+//lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn, GoAwayError) so that x/net's own retry loop never runs; DESIGN.md "Dependencies" chose it, and x/net's deprecation points to net/http, which would bring that loop back.
+
 import (
 	"context"
 	"crypto/tls"
