@@ -52,7 +52,7 @@ func newFactory(o Options) *http.Transport {
 // "http": TLS is already done, and net/http only ever sees the plaintext
 // side.
 func (t *Transport) dial(ctx context.Context, key connKey) (*persistConn, error) {
-	c, err := t.connect(ctx, key, routeFrom(ctx))
+	c, err := t.connect(ctx, key, routeFrom(ctx), h1Connect)
 	if err != nil {
 		return nil, err
 	}
@@ -69,18 +69,32 @@ func (t *Transport) dial(ctx context.Context, key connKey) (*persistConn, error)
 type established struct {
 	conn net.Conn
 	// wire counts the bytes written under TLS with the origin; nil over
-	// plain TCP.
+	// plain TCP, and nil when connectOpts.countWire was not set.
 	wire *h1.WireCounter
 	tls  *tls.ConnectionState // nil over plain TCP
 }
 
+// connectOpts is what differs between the HTTP/1.1 and HTTP/2 paths in
+// establishing a connection: the ALPN list offered to an https origin,
+// and whether a WireCounter goes under TLS with it.
+type connectOpts struct {
+	alpn []string
+	// countWire puts an h1.WireCounter beneath TLS with the origin
+	// (established.wire): the HTTP/1.1 path needs it, the HTTP/2 path
+	// observes the plaintext side instead (adapters/h2.Observe).
+	countWire bool
+}
+
+// h1Connect is how the HTTP/1.1 path connects.
+var h1Connect = connectOpts{alpn: []string{"http/1.1"}, countWire: true}
+
 // connect establishes a connection for key over snap's route. A direct
 // route dials key.addr through Options.DialContext; a proxied one goes
-// through connectProxied. For https, TLS with the origin follows, with
-// the wire counter under it.
-func (t *Transport) connect(ctx context.Context, key connKey, snap *routeSnapshot) (established, error) {
+// through connectProxied. For https, TLS with the origin follows, offering
+// o.alpn, with the wire counter under it when o.countWire is set.
+func (t *Transport) connect(ctx context.Context, key connKey, snap *routeSnapshot, o connectOpts) (established, error) {
 	if snap != nil && snap.route.Proxied() {
-		return t.connectProxied(ctx, key, snap)
+		return t.connectProxied(ctx, key, snap, o)
 	}
 	raw, err := t.opt.DialContext(ctx, "tcp", key.addr)
 	if err != nil {
@@ -89,8 +103,8 @@ func (t *Transport) connect(ctx context.Context, key connKey, snap *routeSnapsho
 	if key.scheme != "https" {
 		return established{conn: raw}, nil
 	}
-	wire := h1.NewWireCounter(raw)
-	tc := tls.Client(wire, t.tlsConfig(key.host))
+	under, wire := o.underTLS(raw)
+	tc := tls.Client(under, t.tlsConfig(key.host, o.alpn))
 	if err := tc.HandshakeContext(ctx); err != nil {
 		raw.Close()
 		return established{}, fmt.Errorf("replaysafe: TLS handshake with %s: %w", key.addr, err)
@@ -99,8 +113,19 @@ func (t *Transport) connect(ctx context.Context, key connKey, snap *routeSnapsho
 	return established{conn: tc, wire: wire, tls: &cs}, nil
 }
 
-// tlsConfig returns the TLS configuration for a connection to host.
-func (t *Transport) tlsConfig(host string) *tls.Config {
+// underTLS returns the connection TLS with the origin runs over: c, or
+// a WireCounter over it (also returned) when o.countWire is set.
+func (o connectOpts) underTLS(c net.Conn) (net.Conn, *h1.WireCounter) {
+	if !o.countWire {
+		return c, nil
+	}
+	w := h1.NewWireCounter(c)
+	return w, w
+}
+
+// tlsConfig returns the TLS configuration for a connection to host,
+// offering alpn.
+func (t *Transport) tlsConfig(host string, alpn []string) *tls.Config {
 	var cfg *tls.Config
 	if t.opt.TLSClientConfig != nil {
 		cfg = t.opt.TLSClientConfig.Clone()
@@ -110,6 +135,6 @@ func (t *Transport) tlsConfig(host string) *tls.Config {
 	if cfg.ServerName == "" {
 		cfg.ServerName = host
 	}
-	cfg.NextProtos = []string{"http/1.1"}
+	cfg.NextProtos = append([]string(nil), alpn...)
 	return cfg
 }

@@ -1,8 +1,9 @@
 package transports
 
+//lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn, GoAwayError) so that x/net's own retry loop never runs; DESIGN.md "Dependencies" chose it, and x/net's deprecation points to net/http, which would bring that loop back.
+
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,9 +22,10 @@ import (
 // call goes to the HTTP/1.1 path, nothing of it having been sent.
 var errFallbackH1 = errors.New("replaysafe: ALPN selected HTTP/1.1")
 
-// errH2Proxied means ProtocolHTTP2 met a route through a proxy, which the
-// HTTP/2 path does not dial yet.
-var errH2Proxied = errors.New("replaysafe: HTTP/2 through a proxy is not supported yet")
+// errH2Proxied means ProtocolHTTP2 met an http (h2c) route through a
+// proxy, which the HTTP/2 path does not dial: HTTP/2 through a proxy is
+// TLS with the origin inside the tunnel, ALPN h2.
+var errH2Proxied = errors.New("replaysafe: h2c (HTTP/2 over cleartext) through a proxy is not supported")
 
 // newH2Factory returns the http2.Transport whose only use is
 // NewClientConn: its RoundTrip, and with it x/net's retry loop and
@@ -200,65 +202,50 @@ func (t *Transport) acquireH2(ctx context.Context, key connKey, pooled bool) (*h
 	return hc, false, nil
 }
 
-// dialH2 makes a new HTTP/2 connection for key: TCP through
-// Options.DialContext, TLS with ALPN for https (h2c with prior knowledge
-// for http), the adapters/h2 observer over the plaintext side, and x/net's
-// ClientConn over that.
+// dialH2 makes a new HTTP/2 connection for key: connect, as the HTTP/1.1
+// path does (direct, or through the route's proxies under one acquisition
+// deadline), with the ALPN list of the protocol policy for TLS with an
+// https origin (h2c with prior knowledge for a direct http route), the
+// ALPN check, the adapters/h2 observer over the plaintext side, and
+// x/net's ClientConn over that.
 func (t *Transport) dialH2(ctx context.Context, key connKey) (*h2Conn, error) {
-	if snap := routeFrom(ctx); snap != nil && snap.route.Proxied() {
+	snap := routeFrom(ctx)
+	if key.scheme != "https" && snap != nil && snap.route.Proxied() {
 		if t.opt.Protocol == ProtocolNegotiate {
-			return nil, errFallbackH1 // the HTTP/1.1 path dials proxies
+			return nil, errFallbackH1 // not reached: h2For keeps http on HTTP/1.1
 		}
 		return nil, errH2Proxied
 	}
-	raw, err := t.opt.DialContext(ctx, "tcp", key.addr)
+	c, err := t.connect(ctx, key, snap, t.h2Connect())
 	if err != nil {
 		return nil, err
 	}
-	conn := raw
-	var state *tls.ConnectionState
-	if key.scheme == "https" {
-		tc := tls.Client(raw, t.h2TLSConfig(key.host))
-		if err := tc.HandshakeContext(ctx); err != nil {
-			raw.Close()
-			return nil, fmt.Errorf("replaysafe: TLS handshake with %s: %w", key.addr, err)
+	if c.tls != nil && c.tls.NegotiatedProtocol != http2.NextProtoTLS {
+		c.conn.Close()
+		if t.opt.Protocol == ProtocolNegotiate {
+			t.h1Only.Store(key, true)
+			return nil, errFallbackH1
 		}
-		cs := tc.ConnectionState()
-		if cs.NegotiatedProtocol != http2.NextProtoTLS {
-			tc.Close()
-			if t.opt.Protocol == ProtocolNegotiate {
-				t.h1Only.Store(key, true)
-				return nil, errFallbackH1
-			}
-			return nil, fmt.Errorf("replaysafe: %s did not select h2 in ALPN (selected %q)", key.addr, cs.NegotiatedProtocol)
-		}
-		state, conn = &cs, tc
+		return nil, fmt.Errorf("replaysafe: %s did not select h2 in ALPN (selected %q)", key.addr, c.tls.NegotiatedProtocol)
 	}
-	oc, wire := h2.Observe(conn)
+	oc, wire := h2.Observe(c.conn)
 	cc, err := t.h2factory.NewClientConn(oc)
 	if err != nil {
-		conn.Close()
+		c.conn.Close()
 		return nil, err
 	}
-	return &h2Conn{key: key, cc: cc, wire: wire, tls: state, conn: oc}, nil
+	return &h2Conn{key: key, cc: cc, wire: wire, tls: c.tls, conn: oc}, nil
 }
 
-// h2TLSConfig is tlsConfig with the ALPN list of the protocol policy.
-func (t *Transport) h2TLSConfig(host string) *tls.Config {
-	var cfg *tls.Config
-	if t.opt.TLSClientConfig != nil {
-		cfg = t.opt.TLSClientConfig.Clone()
-	} else {
-		cfg = &tls.Config{}
-	}
-	if cfg.ServerName == "" {
-		cfg.ServerName = host
-	}
-	cfg.NextProtos = []string{http2.NextProtoTLS}
+// h2Connect is how the HTTP/2 path connects: ALPN offers h2 alone, or h2
+// then http/1.1 under ProtocolNegotiate; no WireCounter under TLS, the
+// observer watches the plaintext side.
+func (t *Transport) h2Connect() connectOpts {
+	alpn := []string{http2.NextProtoTLS}
 	if t.opt.Protocol == ProtocolNegotiate {
-		cfg.NextProtos = append(cfg.NextProtos, "http/1.1")
+		alpn = append(alpn, "http/1.1")
 	}
-	return cfg
+	return connectOpts{alpn: alpn}
 }
 
 // usesH2 reports whether a call for key starts on the HTTP/2 path.
@@ -286,9 +273,14 @@ func (a *h2Attempt) deadlinePassed(p fsm.Phase) {
 	a.cancel(&TimeoutError{Phase: p, Limit: limit})
 }
 
-// cause returns the TimeoutError when a phase limit aborted the attempt,
-// else err.
+// cause returns the TimeoutError when a phase limit aborted the attempt
+// (the AcquireDeadlineError naming the step on a proxied route), else
+// err.
 func (a *h2Attempt) cause(err error) error {
+	var ad *AcquireDeadlineError
+	if errors.As(err, &ad) {
+		return ad // the acquire TimeoutError, naming the step (proxy_dial.go)
+	}
 	var te *TimeoutError
 	if errors.As(context.Cause(a.ctx), &te) {
 		return te

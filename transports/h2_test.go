@@ -13,8 +13,10 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/fsm/route"
 	"github.com/replaysafe/replaysafe/transports"
 	"github.com/replaysafe/replaysafe/transports/scripted"
+	"github.com/replaysafe/replaysafe/transports/scripted/connectproxy"
 	"github.com/replaysafe/replaysafe/transports/scripted/h2server"
 )
 
@@ -407,13 +409,150 @@ func TestH2ConnectionSpecificHeaderRejected(t *testing.T) {
 	}
 }
 
-func TestH2ThroughProxyNotYet(t *testing.T) {
+// h2Proxied returns a Transport under policy proto for the TLS origin s
+// through proxy p, and what its Observer saw.
+func h2Proxied(t *testing.T, s *h2server.Server, p *connectproxy.Server, proto transports.Protocol) (*transports.Transport, *observed) {
+	t.Helper()
+	obs := &observed{}
+	tr := transports.New(transports.Options{
+		Protocol:             proto,
+		TLSClientConfig:      s.ClientTLSConfig(),
+		Proxy:                http.ProxyURL(mustURL(t, p.URL())),
+		ProxyTLSClientConfig: p.ClientTLSConfig(), // nil for a plain proxy
+		Observer:             obs.observer(),
+	})
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr, obs
+}
+
+// HTTP/2 through a CONNECT proxy: TLS with the origin inside the tunnel
+// selects h2 (an https proxy still negotiates http/1.1 for the CONNECT);
+// a GET and a POST share the one tunnel, each reaching the origin once.
+func TestH2ThroughProxy(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		proto    transports.Protocol
+		proxyTLS bool
+	}{
+		{"http2", transports.ProtocolHTTP2, false},
+		{"negotiate", transports.ProtocolNegotiate, false},
+		{"http2-https-proxy", transports.ProtocolHTTP2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := startH2(t, h2server.Config{TLS: true, Default: h2server.Every(h2server.OK("hello"))})
+			p := startProxy(t, connectproxy.Config{TLS: tc.proxyTLS})
+			tr, obs := h2Proxied(t, s, p, tc.proto)
+			for _, r := range []struct{ method, path, body string }{{"GET", "/g", ""}, {"POST", "/p", "up"}} {
+				resp, err := tr.RoundTrip(newRequest(t, t.Context(), r.method, s.URL()+r.path, r.body))
+				if err != nil {
+					t.Fatalf("%s: %v", r.method, err)
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil || string(b) != "hello" || resp.ProtoMajor != 2 || resp.TLS == nil || resp.TLS.NegotiatedProtocol != http2.NextProtoTLS {
+					t.Fatalf("%s: %q %v proto %s tls %+v", r.method, b, err, resp.Proto, resp.TLS)
+				}
+			}
+			wantH2Copies(t, s, "/g", 0)
+			wantH2Copies(t, s, "/p", 0)
+			if got := h2Copies(s, "/p")[0].Body; string(got) != "up" {
+				t.Errorf("body %q", got)
+			}
+			if n := p.Tunnels(); n != 1 {
+				t.Errorf("%d tunnels, want 1", n)
+			}
+			reqs := p.Requests()
+			if len(reqs) != 1 || reqs[0].Target != s.Addr() {
+				t.Errorf("CONNECT requests %+v", reqs)
+			} else if tc.proxyTLS && (len(reqs[0].ALPN) != 1 || reqs[0].ALPN[0] != "http/1.1") {
+				t.Errorf("ALPN with the proxy %q, want http/1.1 alone", reqs[0].ALPN)
+			}
+			as := append(obs.attemptsFor("/g"), obs.attemptsFor("/p")...)
+			if len(as) != 2 {
+				t.Fatalf("%d attempts, want 2", len(as))
+			}
+			for i, a := range as {
+				if a.Decision.Action != fsm.ActionDeliver || a.Reused != (i > 0) || a.Events[0].Proto != fsm.ProtoH2 {
+					t.Errorf("attempt %d: %v reused %v events %v", i, a.Decision, a.Reused, a.Events)
+				}
+			}
+		})
+	}
+}
+
+// A stream refused through the proxy is resent at once on a new
+// connection, through a new tunnel: two copies, two tunnels.
+func TestH2ThroughProxyRefusedResentOnNewTunnel(t *testing.T) {
+	cfg := h2Script([]h2server.Action{h2server.Refuse()})
+	cfg.TLS = true
+	s := startH2(t, cfg)
+	p := startProxy(t, connectproxy.Config{})
+	tr, obs := h2Proxied(t, s, p, transports.ProtocolHTTP2)
+	code, body, err := roundTrip(tr, newRequest(t, t.Context(), "POST", s.URL()+"/p", "payload"))
+	if err != nil || code != 200 || body != "ok" {
+		t.Fatalf("%d %q %v", code, body, err)
+	}
+	wantH2Copies(t, s, "/p", 0, 1)
+	wantDecisions(t, obs, "/p", fsm.RuleEvidenceRefusedStream, fsm.RuleDeliverFinalResponse)
+	if n := p.Tunnels(); n != 2 {
+		t.Errorf("%d tunnels, want 2", n)
+	}
+}
+
+// Under ProtocolNegotiate an origin behind the proxy that selects
+// http/1.1 gets the request over HTTP/1.1, through a new tunnel: the
+// first one was closed unused after ALPN.
+func TestNegotiateThroughProxyHTTP1Origin(t *testing.T) {
+	s := start(t, scripted.Config{TLS: true})
+	p := startProxy(t, connectproxy.Config{})
+	tr, obs, _ := proxied(t, s, p, transports.Options{Protocol: transports.ProtocolNegotiate})
+	get(t, tr, s, "/x")
+	wantCopies(t, s, "/x", 1)
+	if as := obs.attemptsFor("/x"); len(as) != 1 || as[0].Events[0].Proto != fsm.ProtoH1 {
+		t.Errorf("attempts %+v", as)
+	}
+	if n := p.Tunnels(); n != 2 {
+		t.Errorf("%d tunnels, want 2 (the h2 one closed after ALPN, then HTTP/1.1)", n)
+	}
+}
+
+// The one acquisition deadline holds on the HTTP/2 path too: a proxy
+// that stalls the CONNECT fails the call as an acquire-phase timeout
+// (RS06) naming the step and hop.
+func TestH2ThroughProxyDeadlineNamesStep(t *testing.T) {
+	const limit = 150 * time.Millisecond
+	s := startH2(t, h2server.Config{TLS: true})
+	p := startProxy(t, connectproxy.Config{Default: &connectproxy.Script{Stall: connectproxy.StallAfterRequest, StallFor: 10 * time.Second}})
+	tr := transports.New(transports.Options{
+		Protocol:        transports.ProtocolHTTP2,
+		TLSClientConfig: s.ClientTLSConfig(),
+		Proxy:           http.ProxyURL(mustURL(t, p.URL())),
+		AcquireTimeout:  limit,
+	})
+	t.Cleanup(tr.CloseIdleConnections)
+	_, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/x", ""))
+	wantRule(t, err, fsm.RuleTimeout, 1)
+	var te *transports.TimeoutError
+	var de *route.DeadlineError
+	if !errors.As(err, &te) || te.Phase != fsm.PhaseAcquire || !errors.As(err, &de) {
+		t.Fatalf("error %v, want an acquire TimeoutError and a DeadlineError", err)
+	}
+	if de.Step != route.StepConnect || de.Hop != 1 {
+		t.Errorf("deadline error %v: step %v hop %d", de, de.Step, de.Hop)
+	}
+	if s.Count() != 0 {
+		t.Errorf("origin received %d streams", s.Count())
+	}
+}
+
+// h2c through a proxy is refused before dialing.
+func TestH2CThroughProxyRefused(t *testing.T) {
 	s := startH2(t, h2server.Config{})
 	proxied := func(*http.Request) (*url.URL, error) { return url.Parse("http://127.0.0.1:1") }
 	tr, _ := h2Client(t, s, transports.Options{Proxy: proxied})
 	_, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/x", ""))
 	wantRule(t, err, fsm.RuleAcquireFailed, 1)
-	if !strings.Contains(err.Error(), "through a proxy") || s.Count() != 0 {
+	if !strings.Contains(err.Error(), "h2c") || !strings.Contains(err.Error(), "through a proxy") || s.Count() != 0 {
 		t.Errorf("%v, %d streams", err, s.Count())
 	}
 }

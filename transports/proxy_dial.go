@@ -44,10 +44,10 @@ func (f dialFunc) DialContext(ctx context.Context, network, addr string) (net.Co
 // connectProxied establishes a connection through snap's proxy chain:
 // the first hop through Options.DialContext, TLS with every https proxy,
 // CONNECT or SOCKS5 at every hop, then TLS with an https origin inside
-// the tunnel. One budget, started here at the pool miss with
+// the tunnel, offering o.alpn. One budget, started here at the pool miss with
 // AcquireTimeout as its limit, covers all of it; every attempt that gets
 // here (a resend after a stale connection included) starts its own.
-func (t *Transport) connectProxied(ctx context.Context, key connKey, snap *routeSnapshot) (established, error) {
+func (t *Transport) connectProxied(ctx context.Context, key connKey, snap *routeSnapshot, o connectOpts) (established, error) {
 	clock := budgetClock{t.clock}
 	b := route.Start(clock.Now(), t.opt.AcquireTimeout)
 	d := &proxy.Dialer{TCP: dialFunc(t.opt.DialContext), Clock: clock}
@@ -63,8 +63,8 @@ func (t *Transport) connectProxied(ctx context.Context, key connKey, snap *route
 	if key.scheme != "https" {
 		return established{conn: tunnel}, nil
 	}
-	wire := h1.NewWireCounter(tunnel)
-	tc, err := proxy.HandshakeOrigin(ctx, d, wire, t.tlsConfig(key.host), b)
+	under, wire := o.underTLS(tunnel)
+	tc, err := proxy.HandshakeOrigin(ctx, d, under, t.tlsConfig(key.host, o.alpn), b)
 	if err != nil {
 		return established{}, acquireErr(ctx, b, clock, err)
 	}
