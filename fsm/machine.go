@@ -194,7 +194,7 @@ func (m *Machine) nextDeadline() (Phase, Instant, bool) {
 		return PhaseNone, 0, false
 	}
 	for p := PhaseAcquire; p <= PhaseBody; p++ {
-		d := m.limit(p)
+		d := m.lim.For(p)
 		if d <= 0 || !m.open(p) {
 			continue
 		}
@@ -280,20 +280,6 @@ func (m *Machine) allowed(e Event) bool {
 func (m *Machine) finish(a Action, r Rule) Decision {
 	m.decision = Decision{Action: a, Rule: r, Conn: ConnDiscard}
 	return m.decision
-}
-
-func (m *Machine) limit(p Phase) int64 {
-	switch p {
-	case PhaseAcquire:
-		return int64(m.lim.Acquire)
-	case PhaseWrite:
-		return int64(m.lim.Write)
-	case PhaseHeader:
-		return int64(m.lim.Header)
-	case PhaseBody:
-		return int64(m.lim.Body)
-	}
-	return 0
 }
 
 // decideFailure applies the failure rules in precedence order (the order

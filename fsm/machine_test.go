@@ -260,3 +260,13 @@ func BenchmarkCallDecision(b *testing.B) {
 		}
 	}
 }
+
+func TestLimitsFor(t *testing.T) {
+	lim := fsm.Limits{Acquire: 1, Write: 2, Header: 3, Body: 4}
+	want := map[fsm.Phase]time.Duration{fsm.PhaseNone: 0, fsm.PhaseAcquire: 1, fsm.PhaseWrite: 2, fsm.PhaseHeader: 3, fsm.PhaseBody: 4, fsm.Phase(99): 0}
+	for p, d := range want {
+		if got := lim.For(p); got != d {
+			t.Errorf("Limits.For(%v) = %v, want %v", p, got, d)
+		}
+	}
+}

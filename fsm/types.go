@@ -236,6 +236,22 @@ type Limits struct {
 	Body    time.Duration // from FinalHeaders until ResponseComplete
 }
 
+// For returns the limit of phase p; zero (no limit) for PhaseNone or a
+// value outside the enum.
+func (l Limits) For(p Phase) time.Duration {
+	switch p {
+	case PhaseAcquire:
+		return l.Acquire
+	case PhaseWrite:
+		return l.Write
+	case PhaseHeader:
+		return l.Header
+	case PhaseBody:
+		return l.Body
+	}
+	return 0
+}
+
 // Action is what the caller must do next.
 type Action uint8
 

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strings"
-	"time"
 
 	"golang.org/x/net/http2"
 
@@ -259,34 +258,13 @@ func (t *Transport) usesH2(key connKey) bool {
 
 // deadlinePassed is the recorder's deadline hook: abort the exchange.
 func (a *h2Attempt) deadlinePassed(p fsm.Phase) {
-	var limit time.Duration
-	switch p {
-	case fsm.PhaseAcquire:
-		limit = a.c.t.limits.Acquire
-	case fsm.PhaseWrite:
-		limit = a.c.t.limits.Write
-	case fsm.PhaseHeader:
-		limit = a.c.t.limits.Header
-	case fsm.PhaseBody:
-		limit = a.c.t.limits.Body
-	}
-	a.cancel(&TimeoutError{Phase: p, Limit: limit})
+	a.cancel(&TimeoutError{Phase: p, Limit: a.c.t.limits.For(p)})
 }
 
 // cause returns the TimeoutError when a phase limit aborted the attempt
 // (the AcquireDeadlineError naming the step on a proxied route), else
 // err.
-func (a *h2Attempt) cause(err error) error {
-	var ad *AcquireDeadlineError
-	if errors.As(err, &ad) {
-		return ad // the acquire TimeoutError, naming the step (proxy_dial.go)
-	}
-	var te *TimeoutError
-	if errors.As(context.Cause(a.ctx), &te) {
-		return te
-	}
-	return err
-}
+func (a *h2Attempt) cause(err error) error { return abortCause(a.ctx, err) }
 
 func (a *h2Attempt) localErr() error {
 	if a.body == nil {

@@ -359,29 +359,23 @@ func (t *Transport) gotConn(ctx context.Context, pc *persistConn, reused bool) {
 
 // deadlinePassed is the Recorder's deadline hook: abort the exchange.
 func (a *attempt) deadlinePassed(p fsm.Phase) {
-	var limit time.Duration
-	switch p {
-	case fsm.PhaseAcquire:
-		limit = a.c.t.limits.Acquire
-	case fsm.PhaseWrite:
-		limit = a.c.t.limits.Write
-	case fsm.PhaseHeader:
-		limit = a.c.t.limits.Header
-	case fsm.PhaseBody:
-		limit = a.c.t.limits.Body
-	}
-	a.cancel(&TimeoutError{Phase: p, Limit: limit})
+	a.cancel(&TimeoutError{Phase: p, Limit: a.c.t.limits.For(p)})
 }
 
 // cause returns the error to report for err: the TimeoutError when a
 // phase limit aborted the attempt, else err.
-func (a *attempt) cause(err error) error {
+func (a *attempt) cause(err error) error { return abortCause(a.ctx, err) }
+
+// abortCause returns the error to report for err: the AcquireDeadlineError
+// naming the step on a proxied route, the TimeoutError when a phase limit
+// aborted the attempt (the cause of ctx), else err.
+func abortCause(ctx context.Context, err error) error {
 	var ad *AcquireDeadlineError
 	if errors.As(err, &ad) {
 		return ad // the acquire TimeoutError, naming the step (proxy_dial.go)
 	}
 	var te *TimeoutError
-	if errors.As(context.Cause(a.ctx), &te) {
+	if errors.As(context.Cause(ctx), &te) {
 		return te
 	}
 	return err
