@@ -147,6 +147,7 @@ func (m *Machine) Facts() Facts { return m.facts }
 // Decision returns the latest decision.
 func (m *Machine) Decision() Decision { return m.decision }
 
+// open reports whether phase p (PhaseAcquire to PhaseBody) is running.
 // Phases run side by side: an early final response opens the body phase
 // while the write phase is still open, and both limits apply.
 func (m *Machine) open(p Phase) bool {
@@ -158,24 +159,25 @@ func (m *Machine) open(p Phase) bool {
 		return f&acquired != 0 && f&wroteAll == 0
 	case PhaseHeader:
 		return f&wroteAll != 0 && f&headers == 0
-	case PhaseBody:
+	default: // PhaseBody
 		return f&headers != 0 && f&complete == 0
 	}
-	return false
 }
 
 // Phase returns the most advanced phase still open; PhaseNone once the
-// attempt failed, resent or finished both directions.
+// attempt failed, resent or finished both directions. While the connection
+// is in use some phase is always open: the acquire phase until a
+// connection, the write phase until the request is written, and the
+// header and body phases until the response completes.
 func (m *Machine) Phase() Phase {
 	if m.decision.Conn != ConnInUse {
 		return PhaseNone
 	}
-	for p := PhaseBody; p >= PhaseAcquire; p-- {
-		if m.open(p) {
-			return p
-		}
+	p := PhaseBody
+	for p > PhaseAcquire && !m.open(p) {
+		p--
 	}
-	return PhaseNone
+	return p
 }
 
 // Deadline returns the earliest instant at which an open phase runs out of
