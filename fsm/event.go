@@ -81,6 +81,7 @@ var eventNames = []string{
 	"acquire-failed",
 }
 
+// String returns the value's name, or EventKind(n) for a value outside the enum.
 func (k EventKind) String() string { return enumString("EventKind", eventNames, uint8(k)) }
 
 // ParseEventKind is the inverse of EventKind.String.

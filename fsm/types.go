@@ -63,6 +63,7 @@ const (
 
 var methodNames = []string{"unknown", "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "POST", "PATCH", "CONNECT", "other"}
 
+// String returns the value's name, or Method(n) for a value outside the enum.
 func (m Method) String() string { return enumString("Method", methodNames, uint8(m)) }
 
 // ParseMethod maps an HTTP method token to a Method. Methods are case
@@ -100,6 +101,7 @@ const (
 
 var bodyNames = []string{"none", "buffered", "oneshot", "consumed"}
 
+// String returns the value's name, or BodyKind(n) for a value outside the enum.
 func (b BodyKind) String() string { return enumString("BodyKind", bodyNames, uint8(b)) }
 
 // ParseBodyKind is the inverse of BodyKind.String.
@@ -123,6 +125,7 @@ const (
 
 var attemptNames = []string{"original", "resend"}
 
+// String returns the value's name, or Attempt(n) for a value outside the enum.
 func (a Attempt) String() string { return enumString("Attempt", attemptNames, uint8(a)) }
 
 // ParseAttempt is the inverse of Attempt.String.
@@ -197,6 +200,7 @@ const (
 
 var protoNames = []string{"unknown", "h1", "h2", "h3"}
 
+// String returns the value's name, or Proto(n) for a value outside the enum.
 func (p Proto) String() string { return enumString("Proto", protoNames, uint8(p)) }
 
 // ParseProto is the inverse of Proto.String.
@@ -219,6 +223,7 @@ const (
 
 var phaseNames = []string{"none", "acquire", "write", "header", "body"}
 
+// String returns the value's name, or Phase(n) for a value outside the enum.
 func (p Phase) String() string { return enumString("Phase", phaseNames, uint8(p)) }
 
 // ParsePhase is the inverse of Phase.String.
@@ -265,6 +270,7 @@ const (
 
 var actionNames = []string{"continue", "deliver", "fail", "resend"}
 
+// String returns the value's name, or Action(n) for a value outside the enum.
 func (a Action) String() string { return enumString("Action", actionNames, uint8(a)) }
 
 // ParseAction is the inverse of Action.String.
@@ -288,6 +294,7 @@ const (
 
 var connNames = []string{"in-use", "reuse", "discard"}
 
+// String returns the value's name, or ConnVerdict(n) for a value outside the enum.
 func (c ConnVerdict) String() string { return enumString("ConnVerdict", connNames, uint8(c)) }
 
 // ParseConnVerdict is the inverse of ConnVerdict.String.

@@ -138,6 +138,7 @@ type Mismatch struct {
 	Want  Outcome // the model, reading the text
 }
 
+// Error prints both decisions and the trace that separates them.
 func (m *Mismatch) Error() string {
 	return fmt.Sprintf("fsm and the model disagree after %d events:\n  fsm:   %s\n  model: %s\ntrace (the expect line is the model's):\n%s",
 		len(m.Trace.Events), describe(m.Got), describe(m.Want), indent(FormatTrace(m.Trace, &m.Want.Decision)))

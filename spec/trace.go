@@ -59,10 +59,12 @@ type SyntaxError struct {
 	Err  error
 }
 
+// Error describes the failure and where it happened.
 func (e *SyntaxError) Error() string {
 	return fmt.Sprintf("trace line %d: %v: %q", e.Line, e.Err, e.Text)
 }
 
+// Unwrap returns the underlying cause.
 func (e *SyntaxError) Unwrap() error { return e.Err }
 
 // ParseTraces reads every trace in a trace file. A file holds one trace, or

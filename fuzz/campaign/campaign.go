@@ -282,6 +282,7 @@ type Progress struct {
 	Total          int64
 }
 
+// String prints the progress as one line of a campaign's report.
 func (p Progress) String() string {
 	return fmt.Sprintf("elapsed %v, %d execs (%d/s), %d new interesting (corpus %d)", p.Elapsed, p.Execs, p.PerSecond, p.NewInteresting, p.Total)
 }

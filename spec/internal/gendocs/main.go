@@ -44,7 +44,8 @@ func rulesTable(rules []spec.Rule, examples []spec.Example) []byte {
 	b.WriteString("Every decision of `fsm.Machine` names one of these rules. When a failure\n")
 	b.WriteString("arrives, the rules are checked in this order and the first that applies\n")
 	b.WriteString("decides. The examples are trace files in `spec/examples/`; `replaysafe explain`\n")
-	b.WriteString("replays them step by step.\n\n")
+	b.WriteString("replays them step by step, and `replaysafe rules` prints this table\n")
+	b.WriteString("(`-v` adds the statements, `-json` gives it to programs).\n\n")
 	b.WriteString("| ID | rule | decides | statement | source | examples |\n")
 	b.WriteString("|---|---|---|---|---|---|\n")
 	for _, r := range rules {
