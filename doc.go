@@ -20,7 +20,8 @@
 // fails returns an *Error with the rule, the attempt count and the cause;
 // Options.Observer sees every wire attempt with its trace, which
 // `replaysafe explain` replays. docs/guarantees.md states the HTTP/1.1
-// guarantees with the conformance table that shows them.
+// and HTTP/2 guarantees with the conformance tables that show them, and
+// docs/proxies.md covers routes, proxies and the acquisition deadline.
 //
 // This package is a thin facade over package transports.
 package replaysafe

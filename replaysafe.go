@@ -1,8 +1,14 @@
 package replaysafe
 
-import "github.com/replaysafe/replaysafe/transports"
+import (
+	"net/http"
+	"net/url"
 
-// Transport is the HTTP/1.1 round tripper; see transports.Transport.
+	"github.com/replaysafe/replaysafe/transports"
+)
+
+// Transport is the round tripper (HTTP/1.1, and HTTP/2 by Options.Protocol);
+// see transports.Transport.
 type Transport = transports.Transport
 
 // Options configures a Transport; the zero value is ready to use. See
@@ -24,6 +30,35 @@ type Error = transports.Error
 // TimeoutError is the cause of a failure decided because a phase limit
 // of Options passed; see transports.TimeoutError.
 type TimeoutError = transports.TimeoutError
+
+// Protocol chooses the HTTP version a Transport speaks; see
+// transports.Protocol.
+type Protocol = transports.Protocol
+
+// Protocol policies.
+const (
+	ProtocolHTTP1     = transports.ProtocolHTTP1     // HTTP/1.1 only (the default)
+	ProtocolHTTP2     = transports.ProtocolHTTP2     // HTTP/2 only: ALPN h2 for https, prior knowledge for http
+	ProtocolNegotiate = transports.ProtocolNegotiate // ALPN picks h2 or http/1.1 for https; http stays HTTP/1.1
+)
+
+// ProxyCredentials are the credentials for one proxy hop; see
+// transports.ProxyCredentials.
+type ProxyCredentials = transports.ProxyCredentials
+
+// ProxyError reports a proxy selector or credential resolver failure, or
+// an unusable proxy route; see transports.ProxyError.
+type ProxyError = transports.ProxyError
+
+// AcquireDeadlineError is the cause when the one acquisition deadline
+// passed, naming the step and hop; see transports.AcquireDeadlineError.
+type AcquireDeadlineError = transports.AcquireDeadlineError
+
+// ProxyFromEnvironment selects a proxy from HTTP_PROXY, HTTPS_PROXY and
+// NO_PROXY (implicit ports count); use it as Options.Proxy.
+func ProxyFromEnvironment(req *http.Request) (*url.URL, error) {
+	return transports.ProxyFromEnvironment(req)
+}
 
 // New returns a Transport configured by o.
 func New(o Options) *Transport { return transports.New(o) }
