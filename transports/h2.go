@@ -92,7 +92,7 @@ type h2Attempt struct {
 	hc     *h2Conn
 	reused bool
 	att    *h2.Attempt
-	body   *h2ReqBody // nil without a body
+	body   *reqBody // nil without a body
 }
 
 // attemptH2 runs wire attempt n over HTTP/2. It returns the response, or
@@ -104,7 +104,7 @@ func (c *call) attemptH2(n int, facts fsm.Request, body io.ReadCloser) (*http.Re
 	a := &h2Attempt{c: c, n: n, ctx: ctx, cancel: cancel}
 	a.rec = newH2Rec(facts, c.t.limits, c.t.clock, a.deadlinePassed)
 	if body != nil && body != http.NoBody {
-		a.body = newH2ReqBody(body, a.rec)
+		a.body = newReqBody(body, a.rec.bodyRead, true)
 	}
 
 	hc, reused, err := c.t.acquireH2(ctx, c.key, n == 1)
@@ -344,7 +344,7 @@ func (a *h2Attempt) deliver(resp *http.Response) *http.Response {
 		a.finishBody(io.EOF)
 		return resp
 	}
-	resp.Body = &h2RespBody{rc: resp.Body, a: a}
+	resp.Body = &respBody{rc: resp.Body, a: a}
 	return resp
 }
 

@@ -253,7 +253,7 @@ func (c *call) attempt(n int, facts fsm.Request, body io.ReadCloser) (*http.Resp
 	a := &attempt{c: c, n: n, ctx: ctx, cancel: cancel}
 	a.rec = h1.NewRecorder(facts, c.t.limits, c.t.clock, a.deadlinePassed)
 	if body != nil && body != http.NoBody {
-		a.body = newReqBody(body, a.rec)
+		a.body = newReqBody(body, a.rec.BodyRead, false)
 	}
 
 	pc, reused, err := c.t.acquire(ctx, c.key, n == 1, a.rec)
