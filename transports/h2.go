@@ -310,30 +310,9 @@ func (a *h2Attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, 
 	panic("replaysafe: attempt failed with decision " + d.String())
 }
 
-// nextAttempt prepares the resend, as attempt.nextAttempt does for
-// HTTP/1.1.
+// nextAttempt prepares the resend of this attempt.
 func (a *h2Attempt) nextAttempt() (*resend, error) {
-	facts := a.rec.request().Resend()
-	if a.rec.facts()&fsm.FactBodyRead != 0 && facts.Body == fsm.BodyOneShotUntouched {
-		facts.Body = fsm.BodyOneShotConsumed
-	}
-	req := a.c.req
-	switch facts.Body {
-	case fsm.BodyNone:
-		return &resend{facts: facts, body: req.Body}, nil
-	case fsm.BodyBuffered:
-		a.body.release(false)
-		b, err := req.GetBody()
-		if err != nil {
-			return nil, fmt.Errorf("replaysafe: GetBody for the resend: %w", err)
-		}
-		return &resend{facts: facts, body: b}, nil
-	}
-	if facts.Body != fsm.BodyOneShotUntouched {
-		panic("replaysafe: fsm decided to resend a consumed one-shot body") // RS11 forbids it
-	}
-	a.body.release(true)
-	return &resend{facts: facts, body: req.Body}, nil
+	return a.c.nextResend(a.rec.request(), a.rec.facts(), a.body)
 }
 
 // deliver hands resp to the caller with its body wrapped so that its end

@@ -415,30 +415,35 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 	panic("replaysafe: attempt failed with decision " + d.String())
 }
 
-// nextAttempt prepares the resend: the same facts marked as the resend,
-// and the body again (GetBody's copy, or the untouched one-shot reader).
+// nextAttempt prepares the resend of this attempt.
 func (a *attempt) nextAttempt() (*resend, error) {
-	facts := a.rec.Request().Resend()
-	if a.rec.Facts()&fsm.FactBodyRead != 0 && facts.Body == fsm.BodyOneShotUntouched {
-		facts.Body = fsm.BodyOneShotConsumed // fsm.Request.Resend leaves Body as it was
+	return a.c.nextResend(a.rec.Request(), a.rec.Facts(), a.body)
+}
+
+// nextResend prepares a call's resend after an attempt with request facts
+// req that established facts: the same request marked as the resend, and
+// the body again (GetBody's copy, or the untouched one-shot reader).
+func (c *call) nextResend(req fsm.Request, facts fsm.Facts, body *reqBody) (*resend, error) {
+	next := req.Resend()
+	if facts&fsm.FactBodyRead != 0 && next.Body == fsm.BodyOneShotUntouched {
+		next.Body = fsm.BodyOneShotConsumed // fsm.Request.Resend leaves Body as it was
 	}
-	req := a.c.req
-	switch facts.Body {
+	switch next.Body {
 	case fsm.BodyNone:
-		return &resend{facts: facts, body: req.Body}, nil
+		return &resend{facts: next, body: c.req.Body}, nil
 	case fsm.BodyBuffered:
-		a.body.release(false)
-		b, err := req.GetBody()
+		body.release(false)
+		b, err := c.req.GetBody()
 		if err != nil {
 			return nil, fmt.Errorf("replaysafe: GetBody for the resend: %w", err)
 		}
-		return &resend{facts: facts, body: b}, nil
+		return &resend{facts: next, body: b}, nil
 	}
-	if facts.Body != fsm.BodyOneShotUntouched {
+	if next.Body != fsm.BodyOneShotUntouched {
 		panic("replaysafe: fsm decided to resend a consumed one-shot body") // RS11 forbids it
 	}
-	a.body.release(true)
-	return &resend{facts: facts, body: req.Body}, nil
+	body.release(true)
+	return &resend{facts: next, body: c.req.Body}, nil
 }
 
 // deliver hands resp to the caller with its body wrapped so that its end
