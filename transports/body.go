@@ -4,6 +4,10 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"time"
+
+	"github.com/replaysafe/replaysafe/adapters/h1"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // errBodyHandedOn is what a read of an HTTP/2 attempt's request body
@@ -22,6 +26,9 @@ type reqBody struct {
 	// guardHandOn makes reads fail once the reader passed to the resend:
 	// x/net may still read an abandoned attempt's body late.
 	guardHandOn bool
+
+	// stall watches the upload's progress; nil without stall limits.
+	stall *stallWatch
 
 	mu        sync.Mutex
 	read      bool
@@ -50,7 +57,19 @@ func (b *reqBody) Read(p []byte) (int, error) {
 	if first {
 		b.onFirstRead()
 	}
+	b.stall.arm(StallProducer)
 	n, err := b.rc.Read(p)
+	if te := b.stall.producerFired(); te != nil && err == nil {
+		err = te // the read came too late: end the upload
+	}
+	switch {
+	case err == nil:
+		b.stall.arm(StallTransport)
+	case errors.Is(err, io.EOF) && b.stall.untilWritten():
+		b.stall.arm(StallTransport) // until the stack finished the body
+	default:
+		b.stall.disarm()
+	}
 	if err != nil && !errors.Is(err, io.EOF) {
 		b.mu.Lock()
 		if b.err == nil {
@@ -61,8 +80,23 @@ func (b *reqBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// watchStalls bounds each Read of the caller's body by read and the
+// stack's taking of each piece (and, with finish set, of the end of the
+// body, until uploaded is called) by progress; zero means no limit. When
+// one passes, onStall runs on a timer goroutine with the TimeoutError.
+func (b *reqBody) watchStalls(clock h1.Clock, read, progress time.Duration, onStall func(*TimeoutError), finish bool) {
+	if read <= 0 && progress <= 0 {
+		return
+	}
+	b.stall = &stallWatch{clock: clock, read: read, progress: progress, onStall: onStall, finish: finish}
+}
+
+// uploaded records that the stack finished the body, or gave up on it.
+func (b *reqBody) uploaded() { b.stall.disarm() }
+
 // Close is the stack saying it is done with the body.
 func (b *reqBody) Close() error {
+	b.stall.disarm()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stackDone = true
@@ -73,6 +107,7 @@ func (b *reqBody) Close() error {
 // round trip returned an error, which net/http does only after its write
 // loop stopped, or x/net never got the body.
 func (b *reqBody) stackFinished() {
+	b.stall.disarm()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.stackDone = true
@@ -144,4 +179,86 @@ func (b *respBody) Close() error {
 
 func (b *respBody) finish(err error) {
 	b.once.Do(func() { b.a.finishBody(err) })
+}
+
+// stallWatch is a request body's stall timer: at most one of its two
+// limits is armed at a time. A nil *stallWatch watches nothing.
+type stallWatch struct {
+	clock          h1.Clock
+	read, progress time.Duration
+	onStall        func(*TimeoutError)
+	finish         bool // the transport's end of the body is watched too
+
+	mu    sync.Mutex
+	stop  func() bool
+	gen   uint64        // arming count: a timer of an older arming is void
+	fired *TimeoutError // the producer stall that fired, if any
+	off   bool          // disarmed for good
+}
+
+// arm starts the timer of stall s, replacing the one running.
+func (w *stallWatch) arm(s Stall) {
+	if w == nil {
+		return
+	}
+	limit := w.read
+	if s == StallTransport {
+		limit = w.progress
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopLocked()
+	if w.off || limit <= 0 {
+		return
+	}
+	gen := w.gen
+	e := &TimeoutError{Phase: fsm.PhaseWrite, Limit: limit, Stall: s}
+	w.stop = w.clock.AfterFunc(limit, func() { w.expired(gen, e) })
+}
+
+func (w *stallWatch) stopLocked() {
+	w.gen++
+	if w.stop != nil {
+		w.stop()
+		w.stop = nil
+	}
+}
+
+func (w *stallWatch) expired(gen uint64, e *TimeoutError) {
+	w.mu.Lock()
+	if gen != w.gen || w.off {
+		w.mu.Unlock()
+		return
+	}
+	w.stop = nil
+	if e.Stall == StallProducer {
+		w.fired = e
+	}
+	w.off = true
+	w.mu.Unlock()
+	w.onStall(e)
+}
+
+// producerFired returns the producer stall that fired, if any.
+func (w *stallWatch) producerFired() *TimeoutError {
+	if w == nil {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fired
+}
+
+// untilWritten reports whether the end of the body is watched.
+func (w *stallWatch) untilWritten() bool { return w != nil && w.finish }
+
+// disarm stops the watch for good.
+func (w *stallWatch) disarm() {
+	if w == nil {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.stopLocked()
+	w.off = true
 }

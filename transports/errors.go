@@ -45,17 +45,56 @@ func (e *Error) Timeout() bool {
 }
 
 // TimeoutError is the cause of a failure decided because one of the
-// Options' phase limits passed.
+// Options' phase limits passed, or because the upload of the request body
+// stalled (Options.BodyReadTimeout, Options.UploadStallTimeout).
 type TimeoutError struct {
 	// Phase is the phase that ran out of time.
 	Phase fsm.Phase
-	// Limit is the configured limit of that phase.
+	// Limit is the configured limit of that phase, or of the stall.
 	Limit time.Duration
+	// Stall says which side of the upload stalled, or StallNone when the
+	// phase limit itself passed.
+	Stall Stall
 }
 
-// Error names the phase and its limit.
+// Error names the phase, its limit and the stall, if any.
 func (e *TimeoutError) Error() string {
+	switch e.Stall {
+	case StallProducer:
+		return fmt.Sprintf("replaysafe: %s phase timed out: the request body produced nothing for %v", e.Phase, e.Limit)
+	case StallTransport:
+		return fmt.Sprintf("replaysafe: %s phase timed out: the transport took no request body bytes for %v", e.Phase, e.Limit)
+	}
 	return fmt.Sprintf("replaysafe: %s phase timed out after %v", e.Phase, e.Limit)
+}
+
+// Stall names the side of a request body upload that stopped making
+// progress.
+type Stall uint8
+
+// Stalls.
+const (
+	// StallNone: no stall; a phase limit passed. The zero value.
+	StallNone Stall = iota
+	// StallProducer: a Read of the caller's request body took longer than
+	// Options.BodyReadTimeout.
+	StallProducer
+	// StallTransport: the transport took longer than
+	// Options.UploadStallTimeout to take the next piece of the body, or to
+	// finish it (flow control, a full send buffer, a peer not reading).
+	StallTransport
+
+	stallCount // number of stalls; keep last
+)
+
+var stallNames = [stallCount]string{"none", "producer", "transport"}
+
+// String returns the stall's name: none, producer or transport.
+func (s Stall) String() string {
+	if s < stallCount {
+		return stallNames[s]
+	}
+	return fmt.Sprintf("Stall(%d)", uint8(s))
 }
 
 // Timeout reports true: TimeoutError is a net.Error timeout.

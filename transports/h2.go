@@ -82,48 +82,22 @@ func checkH2Header(h http.Header) error {
 	return nil
 }
 
-// h2Attempt is one HTTP/2 wire attempt: one stream.
-type h2Attempt struct {
-	c      *call
-	n      int
-	rec    *h2Rec
-	ctx    context.Context // the call's context, canceled on a deadline or at the end
-	cancel context.CancelCauseFunc
-	hc     *h2Conn
-	reused bool
-	att    *h2.Attempt
-	body   *reqBody // nil without a body
-}
-
 // attemptH2 runs wire attempt n over HTTP/2. It returns the response, or
 // the final error, or the next attempt's start when fsm decided to
 // resend; or errFallbackH1 (attempt 1 only, nothing sent, nothing
 // reported) when ALPN selected HTTP/1.1.
 func (c *call) attemptH2(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error) {
-	ctx, cancel := context.WithCancelCause(c.ctx)
-	a := &h2Attempt{c: c, n: n, ctx: ctx, cancel: cancel}
-	a.rec = newH2Rec(facts, c.t.limits, c.t.clock, a.deadlinePassed)
-	if body != nil && body != http.NoBody {
-		a.body = newReqBody(body, a.rec.bodyRead, true)
-	}
-
-	hc, reused, err := c.t.acquireH2(ctx, c.key, n == 1)
+	a := c.newStreamAttempt(n, facts, body, false)
+	hc, reused, err := c.t.acquireH2(a.ctx, c.key, n == 1)
 	if err != nil {
 		if n == 1 && errors.Is(err, errFallbackH1) {
 			a.rec.stop()
-			cancel(nil)
+			a.cancel(nil)
 			return nil, nil, err
 		}
-		if a.body != nil {
-			a.body.stackFinished() // x/net never saw it
-		}
-		ev := fsm.Event{Kind: fsm.EventAcquireFailed}
-		if e, ok := contextEvent(c.ctx); ok {
-			ev = e
-		}
-		return a.failed(a.rec.feed(ev), a.cause(err))
+		return a.acquireFailed(err)
 	}
-	a.hc, a.reused = hc, reused
+	a.reused = reused
 	a.rec.feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH2})
 	if trace := httptrace.ContextClientTrace(c.ctx); trace != nil && trace.GotConn != nil {
 		// x/net calls it from its Transport's loop only, which never runs.
@@ -133,32 +107,50 @@ func (c *call) attemptH2(n int, facts fsm.Request, body io.ReadCloser) (*http.Re
 	// Every request on an observed ClientConn needs its own Attempt, even
 	// one a deadline already decided: RoundTrip also gives back the stream
 	// reservation take made.
-	a.att = hc.wire.NewAttempt()
-	out := c.req.WithContext(httptrace.WithClientTrace(ctx, a.att.Trace(a.rec.emit)))
-	out.Header = routeFrom(c.ctx).header(out.Header)
-	if a.body != nil {
-		out.Body = a.body
-	} else {
-		out.Body = body
-	}
+	s := &h2Stream{t: c.t, hc: hc, att: hc.wire.NewAttempt()}
+	a.proto = s
+	out := a.outgoing(body, func(ctx context.Context) context.Context {
+		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.emit))
+	})
 	resp, err := hc.cc.RoundTrip(out)
-	if err != nil {
-		if a.body != nil && a.rec.facts()&fsm.FactBodyRead == 0 {
-			a.body.stackFinished() // x/net closes it too; without a read it is not reading
-		}
-		ev := a.att.Failure(ctx, err)
-		if local := a.localErr(); local != nil && errors.Is(err, local) {
-			ev = fsm.Event{Kind: fsm.EventCanceled} // the caller's body failed: a local failure
-		}
-		return a.failed(a.rec.feed(ev), a.cause(err))
-	}
-	d := a.rec.finalHeaders()
-	if d.Action != fsm.ActionDeliver {
-		resp.Body.Close()
-		return a.failed(d, a.cause(context.Cause(ctx)))
-	}
-	return a.deliver(resp), nil, nil
+	return a.roundTripped(resp, err)
 }
+
+// h2Stream is an HTTP/2 attempt's stream: the streamProto of h2.go.
+type h2Stream struct {
+	t   *Transport
+	hc  *h2Conn
+	att *h2.Attempt
+}
+
+func (s *h2Stream) failure(ctx context.Context, err error) fsm.Event { return s.att.Failure(ctx, err) }
+
+// complete feeds what the wire shows was written of the request when
+// x/net's hooks, which run on its write goroutine, have not reported it
+// yet: a fast server's whole response can be read before them.
+func (s *h2Stream) complete(rec *streamRec) {
+	c := s.att.Claim()
+	if !c.Wrote || c.Stream == 0 {
+		return
+	}
+	rec.emit(fsm.Event{Kind: fsm.EventFirstByteWritten})
+	if f, ok := s.hc.wire.Stream(c.Stream); ok && f.EndStreamWritten {
+		rec.emit(fsm.Event{Kind: fsm.EventRequestWritten})
+	}
+}
+
+// end lets go of the stream; a clean exchange makes the connection count
+// as reused for the next.
+func (s *h2Stream) end(clean bool) {
+	s.att.Done()
+	s.t.h2pool.done(s.hc, clean)
+}
+
+func (s *h2Stream) retire() { s.t.h2pool.retire(s.hc) }
+
+// uploading reports false: x/net ends a stream's upload with its
+// response.
+func (s *h2Stream) uploading() bool { return false }
 
 // acquireH2 returns a connection with a stream reserved for one attempt:
 // for an original attempt a pooled one that can take a stream, else a new
@@ -256,126 +248,3 @@ func (t *Transport) usesH2(key connKey) bool {
 	return !h1
 }
 
-// deadlinePassed is the recorder's deadline hook: abort the exchange.
-func (a *h2Attempt) deadlinePassed(p fsm.Phase) {
-	a.cancel(&TimeoutError{Phase: p, Limit: a.c.t.limits.For(p)})
-}
-
-// cause returns the TimeoutError when a phase limit aborted the attempt
-// (the AcquireDeadlineError naming the step on a proxied route), else
-// err.
-func (a *h2Attempt) cause(err error) error { return abortCause(a.ctx, err) }
-
-func (a *h2Attempt) localErr() error {
-	if a.body == nil {
-		return nil
-	}
-	return a.body.readErr()
-}
-
-// endStream lets go of the attempt's stream; a resend also retires the
-// connection, so that it takes no new stream. clean reports a complete
-// exchange, which makes the connection count as reused for the next.
-func (a *h2Attempt) endStream(d fsm.Decision, clean bool) {
-	a.rec.stop()
-	if a.hc == nil {
-		return
-	}
-	a.att.Done()
-	if d.Action == fsm.ActionResend {
-		a.c.t.h2pool.retire(a.hc)
-	}
-	a.c.t.h2pool.done(a.hc, clean)
-}
-
-// failed ends an attempt that did not deliver: it fails the call or
-// hands the next attempt its start, at once.
-func (a *h2Attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, error) {
-	a.endStream(d, false)
-	a.cancel(nil)
-	a.report(d, err)
-	switch d.Action {
-	case fsm.ActionResend:
-		next, gerr := a.nextAttempt()
-		if gerr != nil {
-			return nil, nil, &Error{Rule: d.Rule, Attempts: a.n, Err: gerr}
-		}
-		return nil, next, nil
-	case fsm.ActionFail:
-		if a.body != nil {
-			a.body.release(false)
-		}
-		return nil, nil, &Error{Rule: d.Rule, Attempts: a.n, Err: err}
-	}
-	panic("replaysafe: attempt failed with decision " + d.String())
-}
-
-// nextAttempt prepares the resend of this attempt.
-func (a *h2Attempt) nextAttempt() (*resend, error) {
-	return a.c.nextResend(a.rec.request(), a.rec.facts(), a.body)
-}
-
-// deliver hands resp to the caller with its body wrapped so that its end
-// ends the attempt.
-func (a *h2Attempt) deliver(resp *http.Response) *http.Response {
-	resp.Request = a.c.req
-	if resp.Body == nil || resp.Body == http.NoBody {
-		a.finishBody(io.EOF)
-		return resp
-	}
-	resp.Body = &respBody{rc: resp.Body, a: a}
-	return resp
-}
-
-// finishBody ends a delivered attempt when its response body ends.
-func (a *h2Attempt) finishBody(err error) {
-	var d fsm.Decision
-	clean := false
-	switch {
-	case errors.Is(err, io.EOF):
-		a.wroteFromWire()
-		d = a.rec.feed(fsm.Event{Kind: fsm.EventResponseComplete})
-		err, clean = nil, true
-	case errors.Is(err, errAbandoned):
-		d = a.rec.feed(fsm.Event{Kind: fsm.EventCanceled})
-	default:
-		d = a.rec.feed(a.att.Failure(a.ctx, err))
-	}
-	a.endStream(d, clean)
-	a.cancel(nil)
-	if a.body != nil {
-		a.body.release(false)
-	}
-	a.report(d, err)
-}
-
-// wroteFromWire feeds what the wire shows was written of the request when
-// x/net's hooks, which run on its write goroutine, have not reported it
-// yet: a fast server's whole response can be read before them.
-func (a *h2Attempt) wroteFromWire() {
-	c := a.att.Claim()
-	if !c.Wrote || c.Stream == 0 {
-		return
-	}
-	a.rec.emit(fsm.Event{Kind: fsm.EventFirstByteWritten})
-	if f, ok := a.hc.wire.Stream(c.Stream); ok && f.EndStreamWritten {
-		a.rec.emit(fsm.Event{Kind: fsm.EventRequestWritten})
-	}
-}
-
-// report tells the Observer how the attempt ended.
-func (a *h2Attempt) report(d fsm.Decision, err error) {
-	if a.c.t.opt.Observer.OnAttempt == nil {
-		return
-	}
-	a.c.t.opt.Observer.attempt(AttemptReport{
-		Request:  a.c.req,
-		Number:   a.n,
-		Facts:    a.rec.request(),
-		Reused:   a.reused,
-		Decision: d,
-		Events:   a.rec.eventList(),
-		Err:      err,
-		Trace:    a.rec.trace(),
-	})
-}

@@ -61,6 +61,27 @@ type Options struct {
 	// means no limit.
 	WriteTimeout time.Duration
 
+	// BodyReadTimeout bounds each Read of the request body, over HTTP/2
+	// and HTTP/3: a producer that gives nothing for this long ends the
+	// upload. Zero means no limit. Before the response the attempt fails
+	// with a *TimeoutError (Stall StallProducer) and is not resent (RS06);
+	// while the response body is being read the exchange is aborted and
+	// that read fails with it; after the response ended (an early HTTP/3
+	// response) the upload alone ends.
+	BodyReadTimeout time.Duration
+
+	// UploadStallTimeout bounds, over HTTP/2 and HTTP/3, how long the
+	// transport may take to accept each piece of the request body, and
+	// over HTTP/3 also its end: flow control or a peer that stopped
+	// reading. Zero means no limit. Before the response the attempt fails
+	// with a *TimeoutError (Stall StallTransport) and is not resent
+	// (RS06); while the response body is being read the exchange is
+	// aborted and that read fails with it; after the response ended the
+	// connection is retired, which ends the upload once the connection's
+	// other streams are done (quic-go cannot reset the sending side of a
+	// stream it drives alone).
+	UploadStallTimeout time.Duration
+
 	// ResponseHeaderTimeout bounds the wait for the final response header
 	// section once the request is written (fsm PhaseHeader). Zero means no
 	// limit. A timeout is never resent (RS06).

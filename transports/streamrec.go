@@ -11,12 +11,13 @@ import (
 	"github.com/replaysafe/replaysafe/fsm"
 )
 
-// h2Rec feeds one HTTP/2 wire attempt's events into an fsm.Machine and
-// keeps them as a trace. adapters/h2's Attempt produces the progress
-// events (from x/net's httptrace hooks, on x/net's goroutines) and the
-// failure event (from the error and the wire); h2Rec stamps, deduplicates
-// and orders nothing else. It is safe for concurrent use.
-type h2Rec struct {
+// streamRec feeds one HTTP/2 or HTTP/3 wire attempt's events into an
+// fsm.Machine and keeps them as a trace. The adapter's Attempt
+// (adapters/h2, adapters/h3) produces the progress events (from the
+// stack's httptrace hooks, on the stack's goroutines) and the failure
+// event (from the error and what the adapter watched); streamRec stamps,
+// deduplicates and orders nothing else. It is safe for concurrent use.
+type streamRec struct {
 	clock      h1.Clock
 	lim        fsm.Limits
 	onDeadline func(fsm.Phase)
@@ -30,9 +31,9 @@ type h2Rec struct {
 	stopped   bool
 }
 
-func newH2Rec(req fsm.Request, lim fsm.Limits, clock h1.Clock, onDeadline func(fsm.Phase)) *h2Rec {
+func newStreamRec(req fsm.Request, lim fsm.Limits, clock h1.Clock, onDeadline func(fsm.Phase)) *streamRec {
 	now := clock.Now()
-	r := &h2Rec{clock: clock, lim: lim, onDeadline: onDeadline, start: now, m: fsm.New(req, lim, now)}
+	r := &streamRec{clock: clock, lim: lim, onDeadline: onDeadline, start: now, m: fsm.New(req, lim, now)}
 	r.mu.Lock()
 	r.rearmLocked()
 	r.mu.Unlock()
@@ -41,7 +42,7 @@ func newH2Rec(req fsm.Request, lim fsm.Limits, clock h1.Clock, onDeadline func(f
 
 // emit is the adapters/h2 Attempt's event sink: progress events, fed at
 // most once each.
-func (r *h2Rec) emit(e fsm.Event) {
+func (r *streamRec) emit(e fsm.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var f fsm.Facts
@@ -64,13 +65,13 @@ func (r *h2Rec) emit(e fsm.Event) {
 }
 
 // feed stamps e (when it has no instant) and feeds it.
-func (r *h2Rec) feed(e fsm.Event) fsm.Decision {
+func (r *streamRec) feed(e fsm.Event) fsm.Decision {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.feedLocked(e)
 }
 
-func (r *h2Rec) feedLocked(e fsm.Event) fsm.Decision {
+func (r *streamRec) feedLocked(e fsm.Event) fsm.Decision {
 	if r.m.Decision().Conn != fsm.ConnInUse {
 		return r.m.Decision() // the attempt is over
 	}
@@ -91,10 +92,10 @@ func (r *h2Rec) feedLocked(e fsm.Event) fsm.Decision {
 	return d
 }
 
-func (r *h2Rec) hasLocked(f fsm.Facts) bool { return r.m.Facts()&f == f }
+func (r *streamRec) hasLocked(f fsm.Facts) bool { return r.m.Facts()&f == f }
 
 // bodyRead feeds EventBodyRead, once.
-func (r *h2Rec) bodyRead() {
+func (r *streamRec) bodyRead() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.hasLocked(fsm.FactBodyRead) {
@@ -104,7 +105,7 @@ func (r *h2Rec) bodyRead() {
 
 // finalHeaders feeds EventFinalHeaders, after the response byte it
 // implies when x/net's hook has not reported it yet.
-func (r *h2Rec) finalHeaders() fsm.Decision {
+func (r *streamRec) finalHeaders() fsm.Decision {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !r.hasLocked(fsm.FactResponseByte) {
@@ -125,26 +126,33 @@ func contextEvent(ctx context.Context) (fsm.Event, bool) {
 	return fsm.Event{Kind: fsm.EventCanceled}, true
 }
 
-func (r *h2Rec) request() fsm.Request {
+func (r *streamRec) request() fsm.Request {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.m.Request()
 }
 
-func (r *h2Rec) facts() fsm.Facts {
+func (r *streamRec) facts() fsm.Facts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.m.Facts()
 }
 
-func (r *h2Rec) eventList() []fsm.Event {
+func (r *streamRec) eventList() []fsm.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]fsm.Event(nil), r.events...)
 }
 
+// isStopped reports whether stop was called: the attempt is over.
+func (r *streamRec) isStopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopped
+}
+
 // stop ends the deadline timer.
-func (r *h2Rec) stop() {
+func (r *streamRec) stop() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopped = true
@@ -155,7 +163,7 @@ func (r *h2Rec) stop() {
 }
 
 // rearmLocked makes the timer match Machine.Deadline.
-func (r *h2Rec) rearmLocked() {
+func (r *streamRec) rearmLocked() {
 	at, ok := r.m.Deadline()
 	if r.stopTimer != nil && (!ok || at != r.timerAt || r.stopped) {
 		r.stopTimer()
@@ -170,7 +178,7 @@ func (r *h2Rec) rearmLocked() {
 
 // tick feeds EventTick when the deadline passes and aborts the attempt
 // when the machine failed it.
-func (r *h2Rec) tick() {
+func (r *streamRec) tick() {
 	r.mu.Lock()
 	if r.stopped {
 		r.mu.Unlock()
@@ -192,7 +200,7 @@ func (r *h2Rec) tick() {
 
 // trace returns the attempt in the spec trace format, instants counted
 // from the attempt's start, ending with the latest decision.
-func (r *h2Rec) trace() string {
+func (r *streamRec) trace() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var b strings.Builder

@@ -1,0 +1,169 @@
+package h3
+
+import (
+	"context"
+	"net/http/httptrace"
+	"net/textproto"
+	"sync"
+
+	"github.com/replaysafe/replaysafe/fsm"
+)
+
+// Attempt follows one request on a watched connection: it learns the
+// request's stream ID and whether any of it was handed to QUIC, turns
+// quic-go's httptrace callbacks into fsm progress events, and classifies
+// the request's failure with what the Watch saw. Its methods are safe for
+// concurrent use.
+//
+// The calling contract, in order:
+//
+//  1. Create it with Watch.NewAttempt just before ClientConn.RoundTrip.
+//  2. Install Trace(emit) on the request's context with
+//     httptrace.WithClientTrace; emit receives EventFirstByteWritten,
+//     EventRequestWritten, EventFirstResponseByte and EventInformational.
+//  3. Feed EventFinalHeaders when RoundTrip returns a response, and
+//     EventResponseComplete when its body reads io.EOF.
+//  4. On an error from RoundTrip or from a body read, feed
+//     Failure(ctx, err).
+//  5. When the exchange is over, call Done so the Watch forgets the
+//     stream.
+type Attempt struct {
+	w *Watch
+
+	mu           sync.Mutex
+	wrote        bool   // header fields were encoded: bytes went to QUIC
+	stream       uint64 // our stream ID, once the HEADERS frame was seen
+	haveStream   bool
+	responseByte bool  // quic-go reported the first response byte
+	uploadErr    error // the error that ended the upload, if any
+	uploadDone   bool  // quic-go finished with the request body
+}
+
+// NewAttempt starts following one request.
+func (w *Watch) NewAttempt() *Attempt { return &Attempt{w: w} }
+
+// Trace returns hooks for httptrace.WithClientTrace. Each calls emit (when
+// non-nil) with an event that has no At: emit stamps the instant and feeds
+// the machine. The hooks run on quic-go's goroutines, WroteHeaderField
+// while quic-go holds its request-writer lock, so emit must be safe for
+// concurrent use, must not block, and must not call into the ClientConn.
+func (a *Attempt) Trace(emit func(fsm.Event)) *httptrace.ClientTrace {
+	send := func(k fsm.EventKind) {
+		if emit != nil {
+			emit(fsm.Event{Kind: k})
+		}
+	}
+	return &httptrace.ClientTrace{
+		WroteHeaderField: func(string, []string) {
+			a.mu.Lock()
+			first := !a.wrote
+			a.wrote = true
+			a.mu.Unlock()
+			if first {
+				a.w.expect(a)
+				send(fsm.EventFirstByteWritten)
+			}
+		},
+		WroteRequest: func(info httptrace.WroteRequestInfo) {
+			a.mu.Lock()
+			a.uploadDone, a.uploadErr = true, info.Err
+			wrote := a.wrote
+			a.mu.Unlock()
+			if info.Err == nil && wrote {
+				send(fsm.EventRequestWritten)
+			}
+		},
+		GotFirstResponseByte: func() {
+			a.mu.Lock()
+			a.responseByte = true
+			a.mu.Unlock()
+			send(fsm.EventFirstResponseByte)
+		},
+		Got1xxResponse: func(int, textproto.MIMEHeader) error {
+			send(fsm.EventInformational)
+			return nil
+		},
+	}
+}
+
+func (a *Attempt) setStream(id uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stream, a.haveStream = id, true
+}
+
+// Stream returns the request's QUIC stream ID, once its HEADERS frame was
+// created.
+func (a *Attempt) Stream() (id uint64, ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stream, a.haveStream
+}
+
+// Wrote reports whether any of the request was handed to QUIC.
+func (a *Attempt) Wrote() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.wrote
+}
+
+// Upload reports whether quic-go finished with the request body, and the
+// error that ended it (nil when the whole body was written).
+func (a *Attempt) Upload() (done bool, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.uploadDone, a.uploadErr
+}
+
+// Failure returns the failure event for err, an error from RoundTrip or
+// from reading the response body; ctx is the request's context. It starts
+// from Classify and corrects it with what the Watch saw, in this order:
+//
+//  1. The context is done: EventCanceled or EventTimeout, whatever err
+//     says.
+//  2. err is itself a cancellation or a timeout: that.
+//  3. No header field of the request was encoded and no response byte
+//     arrived: EventHandedBack. ClientConn opens no stream after a GOAWAY
+//     ("connection in graceful shutdown"), and a stream it could not open
+//     carried nothing.
+//  4. The server reset our stream with H3_REQUEST_REJECTED:
+//     EventRequestRejected (Classify's row).
+//  5. err is another stream error: EventReset.
+//  6. The server sent a GOAWAY: EventH3GoAway with its stream ID as the
+//     boundary and our stream, when we know it. A stream at or above the
+//     boundary was not processed (RFC 9114 §5.2).
+//  7. Otherwise: Classify's event.
+func (a *Attempt) Failure(ctx context.Context, err error) fsm.Event {
+	if err == nil {
+		return fsm.Event{}
+	}
+	if ctx != nil && ctx.Err() != nil {
+		ev, _ := classify(ctx.Err())
+		return ev
+	}
+	ev, src := classify(err)
+	if src == fromContext || src == fromAcquire {
+		return ev
+	}
+	a.mu.Lock()
+	wrote, responseByte, stream, haveStream := a.wrote, a.responseByte, a.stream, a.haveStream
+	a.mu.Unlock()
+	switch {
+	case !wrote && !responseByte:
+		return fsm.Event{Kind: fsm.EventHandedBack}
+	case src == fromStream:
+		return ev
+	}
+	if g, ok := a.w.GoAway(); ok {
+		e := fsm.Event{Kind: fsm.EventH3GoAway, Stream: stream}
+		if haveStream {
+			e.Boundary, e.BoundaryKnown = g, true
+		}
+		return e
+	}
+	return ev
+}
+
+// Done tells the Watch the exchange is over and its stream can be
+// forgotten.
+func (a *Attempt) Done() { a.w.forget(a) }

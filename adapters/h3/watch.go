@@ -1,0 +1,115 @@
+package h3
+
+import (
+	"context"
+	"sync"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3/qlog"
+	"github.com/quic-go/quic-go/qlogwriter"
+)
+
+// Watch follows one HTTP/3 connection through quic-go's qlog tracing: it
+// keeps the GOAWAY stream ID the server sent and hands each Attempt the ID
+// of the stream its HEADERS frame opened. Install Tracer as the
+// quic.Config.Tracer of exactly one connection. Its methods are safe for
+// concurrent use.
+type Watch struct {
+	mu        sync.Mutex
+	producers int
+	goAway    uint64
+	gotGoAway bool
+	pending   *Attempt                   // wrote header fields, frame not yet seen
+	claimed   map[quic.StreamID]*Attempt // streams claimed and not yet forgotten
+}
+
+// NewWatch returns a Watch for one connection.
+func NewWatch() *Watch { return &Watch{claimed: map[quic.StreamID]*Attempt{}} }
+
+// Tracer is the quic.Config.Tracer of the watched connection. It returns
+// the Watch itself as the connection's qlog trace.
+func (w *Watch) Tracer(context.Context, bool, quic.ConnectionID) qlogwriter.Trace { return w }
+
+// AddProducer implements qlogwriter.Trace. The QUIC layer asks first, when
+// the connection is created, and gets no recorder: its per-packet events
+// are not needed. Every later producer (the http3 layer) records into the
+// Watch.
+func (w *Watch) AddProducer() qlogwriter.Recorder {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.producers++
+	if w.producers == 1 {
+		return nil
+	}
+	return recorder{w}
+}
+
+// GoAway returns the stream ID of the latest GOAWAY the server sent: the
+// first request stream it did not and will not process (RFC 9114 §5.2).
+// ok is false until a GOAWAY arrived.
+func (w *Watch) GoAway() (id uint64, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.goAway, w.gotGoAway
+}
+
+// recorder receives the http3 layer's qlog events.
+type recorder struct{ w *Watch }
+
+// RecordEvent implements qlogwriter.Recorder: it keeps GOAWAY frames
+// parsed on the control stream and assigns HEADERS frames created on new
+// request streams.
+func (r recorder) RecordEvent(ev qlogwriter.Event) {
+	switch e := ev.(type) {
+	case qlog.FrameParsed:
+		if g, ok := e.Frame.Frame.(qlog.GoAwayFrame); ok {
+			r.w.sawGoAway(uint64(g.StreamID))
+		}
+	case qlog.FrameCreated:
+		if _, ok := e.Frame.Frame.(qlog.HeadersFrame); ok {
+			r.w.sawHeaders(e.StreamID)
+		}
+	}
+}
+
+// Close implements qlogwriter.Recorder; there is nothing to release.
+func (recorder) Close() error { return nil }
+
+func (w *Watch) sawGoAway(id uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.goAway, w.gotGoAway = id, true
+}
+
+// sawHeaders gives stream id to the Attempt waiting for its HEADERS
+// frame, unless the stream is already claimed (trailers).
+func (w *Watch) sawHeaders(id quic.StreamID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.claimed[id]; ok || w.pending == nil {
+		return
+	}
+	a := w.pending
+	w.pending = nil
+	w.claimed[id] = a
+	a.setStream(uint64(id))
+}
+
+// expect marks a as the Attempt whose HEADERS frame comes next.
+func (w *Watch) expect(a *Attempt) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pending = a
+}
+
+// forget drops a's claim.
+func (w *Watch) forget(a *Attempt) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.pending == a {
+		w.pending = nil
+	}
+	if id, ok := a.Stream(); ok {
+		delete(w.claimed, quic.StreamID(id))
+	}
+}
