@@ -46,7 +46,7 @@ func newH2Factory(o Options) *http2.Transport {
 // runH2 is call.run for HTTP/2: at most two wire attempts, the resend at
 // once on a new connection.
 func (c *call) runH2() (*http.Response, error) {
-	if err := checkH2Header(c.req.Header); err != nil {
+	if err := checkStreamHeader("HTTP/2", c.req.Header); err != nil {
 		if c.req.Body != nil {
 			c.req.Body.Close()
 		}
@@ -64,20 +64,21 @@ func (c *call) runH2() (*http.Response, error) {
 	panic("replaysafe: fsm decided a second resend") // RS08 forbids it
 }
 
-// checkH2Header rejects the connection-specific fields HTTP/2 forbids
-// (RFC 9113 §8.2.2) that x/net refuses only once it holds a connection:
-// its refusal comes before anything is written, so it would read as a
-// request handed back, be resent, and fail the same way.
-func checkH2Header(h http.Header) error {
+// checkStreamHeader rejects the connection-specific fields HTTP/2 and
+// HTTP/3 forbid (RFC 9113 §8.2.2, RFC 9114 §4.2) that the stack refuses
+// only once it holds a connection: its refusal comes before anything is
+// written, so it would read as a request handed back, be resent, and fail
+// the same way. proto names the protocol in the error.
+func checkStreamHeader(proto string, h http.Header) error {
 	if v := h.Values("Upgrade"); len(v) > 0 && v[0] != "" {
-		return fmt.Errorf("replaysafe: HTTP/2 request with an Upgrade header field %q", v)
+		return fmt.Errorf("replaysafe: %s request with an Upgrade header field %q", proto, v)
 	}
 	if v := h.Values("Transfer-Encoding"); len(v) > 1 || len(v) == 1 && v[0] != "" && v[0] != "chunked" {
-		return fmt.Errorf("replaysafe: HTTP/2 request with Transfer-Encoding %q", v)
+		return fmt.Errorf("replaysafe: %s request with Transfer-Encoding %q", proto, v)
 	}
 	if v := h.Values("Connection"); len(v) > 1 || len(v) == 1 && v[0] != "" &&
 		!strings.EqualFold(v[0], "close") && !strings.EqualFold(v[0], "keep-alive") {
-		return fmt.Errorf("replaysafe: HTTP/2 request with Connection %q", v)
+		return fmt.Errorf("replaysafe: %s request with Connection %q", proto, v)
 	}
 	return nil
 }
@@ -202,7 +203,7 @@ func (t *Transport) acquireH2(ctx context.Context, key connKey, pooled bool) (*h
 func (t *Transport) dialH2(ctx context.Context, key connKey) (*h2Conn, error) {
 	snap := routeFrom(ctx)
 	if key.scheme != "https" && snap != nil && snap.route.Proxied() {
-		if t.opt.Protocol == ProtocolNegotiate {
+		if t.opt.Protocol.negotiates() {
 			return nil, errFallbackH1 // not reached: h2For keeps http on HTTP/1.1
 		}
 		return nil, errH2Proxied
@@ -213,7 +214,7 @@ func (t *Transport) dialH2(ctx context.Context, key connKey) (*h2Conn, error) {
 	}
 	if c.tls != nil && c.tls.NegotiatedProtocol != http2.NextProtoTLS {
 		c.conn.Close()
-		if t.opt.Protocol == ProtocolNegotiate {
+		if t.opt.Protocol.negotiates() {
 			t.h1Only.Store(key, true)
 			return nil, errFallbackH1
 		}
@@ -233,7 +234,7 @@ func (t *Transport) dialH2(ctx context.Context, key connKey) (*h2Conn, error) {
 // observer watches the plaintext side.
 func (t *Transport) h2Connect() connectOpts {
 	alpn := []string{http2.NextProtoTLS}
-	if t.opt.Protocol == ProtocolNegotiate {
+	if t.opt.Protocol.negotiates() {
 		alpn = append(alpn, "http/1.1")
 	}
 	return connectOpts{alpn: alpn}
@@ -247,4 +248,3 @@ func (t *Transport) usesH2(key connKey) bool {
 	_, h1 := t.h1Only.Load(key)
 	return !h1
 }
-

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/quic-go/quic-go"
 )
 
 // Defaults for the zero fields of Options.
@@ -145,6 +147,19 @@ type Options struct {
 	// connection that carried no stream for that long; with a negative
 	// MaxIdleConnsPerHost one closes as soon as its streams are done.
 	Protocol Protocol
+
+	// HTTP/3 (issue 6). Protocol ProtocolHTTP3 or ProtocolPreferHTTP3
+	// speaks HTTP/3 over QUIC to https origins on direct routes, with
+	// quic-go's ClientConn driven directly. QUICConfig configures those
+	// connections; nil means quic-go's defaults with a KeepAlivePeriod of
+	// DefaultKeepAlive. It is cloned for each connection, and its Tracer
+	// and MaxIncomingStreams are replaced (replaysafe observes every
+	// connection through its tracer). TLSClientConfig applies as for
+	// HTTP/1.1, with ALPN "h3" and TLS 1.3. The QUIC connection is dialed
+	// from a UDP socket of its own, not through DialContext; the host is
+	// resolved with net.DefaultResolver. IdleConnTimeout closes a
+	// connection that carried no request for that long.
+	QUICConfig *quic.Config
 }
 
 // normalized returns o with its defaults filled in.

@@ -21,13 +21,24 @@ const (
 	// "http/1.1" and speaks what the server selects. Cleartext (http)
 	// URLs use HTTP/1.1.
 	ProtocolNegotiate
+	// ProtocolHTTP3 speaks HTTP/3 only, over QUIC (RFC 9114): https URLs
+	// on direct routes. An http URL fails, and so does a route through a
+	// proxy (no CONNECT-UDP).
+	ProtocolHTTP3
+	// ProtocolPreferHTTP3 tries HTTP/3 first for https URLs on direct
+	// routes. When no QUIC connection can be had (nothing of the request
+	// was sent then), the call goes over TCP as under ProtocolNegotiate,
+	// and so do the route's calls for the next H3RetryAfter. Proxied
+	// routes and http URLs use TCP as under ProtocolNegotiate.
+	ProtocolPreferHTTP3
 
 	protocolCount // number of policies; keep last
 )
 
-var protocolNames = [protocolCount]string{"http1", "http2", "negotiate"}
+var protocolNames = [protocolCount]string{"http1", "http2", "negotiate", "http3", "prefer-http3"}
 
-// String returns the policy's name: http1, http2 or negotiate.
+// String returns the policy's name: http1, http2, negotiate, http3 or
+// prefer-http3.
 func (p Protocol) String() string {
 	if p < protocolCount {
 		return protocolNames[p]
@@ -42,8 +53,12 @@ func (p Protocol) h2For(key connKey) bool {
 	switch p {
 	case ProtocolHTTP2:
 		return true
-	case ProtocolNegotiate:
+	case ProtocolNegotiate, ProtocolPreferHTTP3:
 		return key.scheme == "https"
 	}
 	return false
 }
+
+// negotiates reports whether ALPN over TLS may select HTTP/1.1 or HTTP/2
+// under policy p.
+func (p Protocol) negotiates() bool { return p == ProtocolNegotiate || p == ProtocolPreferHTTP3 }

@@ -72,6 +72,7 @@ func credentialID(user, password string) string {
 // one.
 type routeSnapshot struct {
 	route   route.Route
+	spec    route.Spec        // what route was made from, for withPolicy
 	configs []proxy.HopConfig // per hop, secrets included; nil when direct
 }
 
@@ -122,7 +123,7 @@ func (t *Transport) snapshot(req *http.Request, key connKey) (connKey, *routeSna
 	if a, err := idna.Lookup.ToASCII(host); err == nil {
 		host = a // as net/http sends and dials it
 	}
-	spec := route.Spec{Scheme: scheme, Host: host, Port: port, UseProxy: len(urls) > 0, Policy: t.policy()}
+	spec := route.Spec{Scheme: scheme, Host: host, Port: port, UseProxy: len(urls) > 0, Policy: t.policy(key, len(urls) > 0)}
 	var configs []proxy.HopConfig
 	for i, u := range urls {
 		if u == nil {
@@ -149,7 +150,7 @@ func (t *Transport) snapshot(req *http.Request, key connKey) (connKey, *routeSna
 		return key, nil, &ProxyError{Err: err}
 	}
 	key.route = r.Key()
-	return key, &routeSnapshot{route: r, configs: configs}, nil
+	return key, &routeSnapshot{route: r, spec: spec, configs: configs}, nil
 }
 
 // hop turns proxy URL u, hop n of req's chain, into the route's view of
@@ -199,6 +200,20 @@ func portOf(addr string) (port uint16, ok bool) {
 	return uint16(n), err == nil && n > 0
 }
 
+// withPolicy returns the snapshot of the same route under protocol
+// policy p, for a call that falls back from HTTP/3 to TCP before any of it
+// was sent: the same destination, proxies and credentials, none of the
+// selectors called again.
+func (s *routeSnapshot) withPolicy(p route.Policy) (*routeSnapshot, error) {
+	spec := s.spec
+	spec.Policy = p
+	r, err := route.New(spec)
+	if err != nil {
+		return nil, err
+	}
+	return &routeSnapshot{route: r, spec: spec, configs: s.configs}, nil
+}
+
 // header returns the header to send to the origin over this route. Through
 // a proxy, Proxy-Authorization is for the proxy alone: the tunnel is
 // opaque to it, so a field the caller set would reach only the origin. It
@@ -215,12 +230,22 @@ func (s *routeSnapshot) header(h http.Header) http.Header {
 	return h
 }
 
-// policy is the route policy of the Transport's Protocol.
-func (t *Transport) policy() route.Policy {
+// policy is the route policy of the Transport's Protocol for a call to
+// key, proxied or not. Under ProtocolPreferHTTP3 a route that will use
+// TCP (proxied, http, or QUIC recently unavailable) gets the negotiate
+// policy, so its connections never share a pool key with HTTP/3 ones.
+func (t *Transport) policy(key connKey, proxied bool) route.Policy {
 	switch t.opt.Protocol {
 	case ProtocolHTTP2:
 		return route.PolicyH2
 	case ProtocolNegotiate:
+		return route.PolicyNegotiate
+	case ProtocolHTTP3:
+		return route.PolicyH3
+	case ProtocolPreferHTTP3:
+		if !proxied && t.h3Wanted(key) {
+			return route.PolicyH3
+		}
 		return route.PolicyNegotiate
 	}
 	return route.PolicyH1

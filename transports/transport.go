@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/net/http/httpguts"
 	"golang.org/x/net/http2"
 
@@ -56,6 +57,13 @@ type Transport struct {
 	h2factory *http2.Transport
 	h2pool    *h2Pool
 	h1Only    sync.Map
+
+	// HTTP/3 (Options.Protocol): quic-go's connection factory, the pool,
+	// and under ProtocolPreferHTTP3 the destinations (host:port) whose
+	// QUIC connection failed, with the time (h3.go).
+	h3factory *http3.Transport
+	h3pool    *h3Pool
+	h3Broken  sync.Map
 }
 
 // New returns a Transport configured by o.
@@ -69,6 +77,9 @@ func New(o Options) *Transport {
 
 		h2factory: newH2Factory(o),
 		h2pool:    newH2Pool(o.MaxIdleConnsPerHost > 0),
+
+		h3factory: newH3Factory(o),
+		h3pool:    newH3Pool(o.MaxIdleConnsPerHost > 0, o.IdleConnTimeout),
 	}
 	if o.AcquireTimeout > 0 {
 		t.limits.Acquire = o.AcquireTimeout
@@ -83,12 +94,15 @@ func New(o Options) *Transport {
 func (t *Transport) CloseIdleConnections() {
 	t.pool.closeIdle()
 	t.h2pool.closeIdle()
+	t.h3pool.closeIdle()
 }
 
 // IdleConns returns the number of idle pooled connections: HTTP/1.1
-// connections in the pool, and pooled HTTP/2 connections carrying no
-// stream.
-func (t *Transport) IdleConns() int { return t.pool.idleCount() + t.h2pool.idleCount() }
+// connections in the pool, and pooled HTTP/2 and HTTP/3 connections
+// carrying no request.
+func (t *Transport) IdleConns() int {
+	return t.pool.idleCount() + t.h2pool.idleCount() + t.h3pool.idleCount()
+}
 
 // RoundTrip sends req and returns its response, resending it at most once
 // when fsm allows. A failure is an *Error naming the rule that decided.
@@ -112,13 +126,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := &call{t: t, req: req, ctx: withRoute(req.Context(), snap), key: key, facts: factsOf(req, t.opt)}
 	t.opt.Observer.request(req)
 	var resp *http.Response
-	if t.usesH2(key) {
-		resp, err = c.runH2()
-		if errors.Is(err, errFallbackH1) {
-			resp, err = c.run() // ALPN chose HTTP/1.1; nothing was sent
+	if t.usesH3(key, snap) {
+		resp, err = c.runH3()
+		if errors.Is(err, errFallbackTCP) {
+			resp, err = c.runTCP() // no QUIC connection; nothing was sent
 		}
 	} else {
-		resp, err = c.run()
+		resp, err = c.runTCP()
 	}
 	if err != nil {
 		t.opt.Observer.fail(req, err)
@@ -126,6 +140,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	t.opt.Observer.response(req, resp)
 	return resp, nil
+}
+
+// runTCP runs a call over TCP: HTTP/2 when the policy and ALPN say so,
+// else HTTP/1.1.
+func (c *call) runTCP() (*http.Response, error) {
+	if !c.t.usesH2(c.key) {
+		return c.run()
+	}
+	resp, err := c.runH2()
+	if errors.Is(err, errFallbackH1) {
+		return c.run() // ALPN chose HTTP/1.1; nothing was sent
+	}
+	return resp, err
 }
 
 // validate checks what net/http's ClientConn would reject only after a

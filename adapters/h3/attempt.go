@@ -18,9 +18,10 @@ import (
 // The calling contract, in order:
 //
 //  1. Create it with Watch.NewAttempt just before ClientConn.RoundTrip.
-//  2. Install Trace(emit) on the request's context with
+//  2. Install Trace(emit, uploaded) on the request's context with
 //     httptrace.WithClientTrace; emit receives EventFirstByteWritten,
-//     EventRequestWritten, EventFirstResponseByte and EventInformational.
+//     EventRequestWritten, EventFirstResponseByte and EventInformational,
+//     and uploaded (when non-nil) the end of the upload.
 //  3. Feed EventFinalHeaders when RoundTrip returns a response, and
 //     EventResponseComplete when its body reads io.EOF.
 //  4. On an error from RoundTrip or from a body read, feed
@@ -44,10 +45,13 @@ func (w *Watch) NewAttempt() *Attempt { return &Attempt{w: w} }
 
 // Trace returns hooks for httptrace.WithClientTrace. Each calls emit (when
 // non-nil) with an event that has no At: emit stamps the instant and feeds
-// the machine. The hooks run on quic-go's goroutines, WroteHeaderField
-// while quic-go holds its request-writer lock, so emit must be safe for
-// concurrent use, must not block, and must not call into the ClientConn.
-func (a *Attempt) Trace(emit func(fsm.Event)) *httptrace.ClientTrace {
+// the machine. uploaded, when non-nil, is called once quic-go is done with
+// the request body, with the error that ended the upload or nil; an HTTP/3
+// upload may end after the response (RFC 9114 §4.1). The hooks run on
+// quic-go's goroutines, WroteHeaderField while quic-go holds its
+// request-writer lock, so emit and uploaded must be safe for concurrent
+// use, must not block, and must not call into the ClientConn.
+func (a *Attempt) Trace(emit func(fsm.Event), uploaded func(error)) *httptrace.ClientTrace {
 	send := func(k fsm.EventKind) {
 		if emit != nil {
 			emit(fsm.Event{Kind: k})
@@ -71,6 +75,9 @@ func (a *Attempt) Trace(emit func(fsm.Event)) *httptrace.ClientTrace {
 			a.mu.Unlock()
 			if info.Err == nil && wrote {
 				send(fsm.EventRequestWritten)
+			}
+			if uploaded != nil {
+				uploaded(info.Err)
 			}
 		},
 		GotFirstResponseByte: func() {

@@ -57,7 +57,7 @@
 //	cc := (&http3.Transport{}).NewClientConn(qc)
 //	…
 //	att := w.NewAttempt()
-//	ctx := httptrace.WithClientTrace(req.Context(), att.Trace(emit))
+//	ctx := httptrace.WithClientTrace(req.Context(), att.Trace(emit, nil))
 //	res, err := cc.RoundTrip(req.WithContext(ctx))
 //	if err != nil {
 //		emit(att.Failure(ctx, err))

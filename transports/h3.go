@@ -1,0 +1,310 @@
+package transports
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/replaysafe/replaysafe/adapters/h3"
+	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/fsm/route"
+)
+
+// H3RetryAfter is how long, under ProtocolPreferHTTP3, a route whose QUIC
+// connection could not be established keeps using TCP before HTTP/3 is
+// tried again.
+const H3RetryAfter = 5 * time.Minute
+
+// errFallbackTCP means ProtocolPreferHTTP3 could not get a QUIC
+// connection for the call's first attempt: the call goes over TCP,
+// nothing of it having been sent.
+var errFallbackTCP = errors.New("replaysafe: no HTTP/3 connection; falling back to TCP")
+
+// errH3Scheme means an http URL met ProtocolHTTP3: HTTP/3 runs over QUIC,
+// which always has TLS.
+var errH3Scheme = errors.New("replaysafe: HTTP/3 needs an https URL")
+
+// newH3Factory returns the http3.Transport whose only use is
+// NewClientConn: its RoundTrip, and with it quic-go's retry of requests
+// on a connection that could not take them, never runs.
+func newH3Factory(o Options) *http3.Transport {
+	t := &http3.Transport{DisableCompression: o.DisableCompression}
+	if o.MaxResponseHeaderBytes > 0 && o.MaxResponseHeaderBytes <= 1<<31-1 {
+		t.MaxResponseHeaderBytes = int(o.MaxResponseHeaderBytes)
+	}
+	return t
+}
+
+// quicConfig returns the QUIC configuration of a new connection observed
+// by w: a clone of Options.QUICConfig with w as its tracer.
+func (t *Transport) quicConfig(w *h3.Watch) *quic.Config {
+	var cfg *quic.Config
+	if t.opt.QUICConfig != nil {
+		cfg = t.opt.QUICConfig.Clone()
+	} else {
+		cfg = &quic.Config{KeepAlivePeriod: DefaultKeepAlive}
+	}
+	cfg.MaxIncomingStreams = -1 // servers open no request streams (RFC 9114 §6.1)
+	cfg.Tracer = w.Tracer
+	return cfg
+}
+
+// h3Wanted reports whether a call for key, on a direct route, starts on
+// HTTP/3 under ProtocolPreferHTTP3: an https URL whose route has not
+// failed to connect over QUIC within H3RetryAfter.
+func (t *Transport) h3Wanted(key connKey) bool {
+	if key.scheme != "https" {
+		return false
+	}
+	if v, ok := t.h3Broken.Load(key.addr); ok && time.Since(v.(time.Time)) < H3RetryAfter {
+		return false
+	}
+	return true
+}
+
+// usesH3 reports whether a call for key over snap starts on HTTP/3.
+func (t *Transport) usesH3(key connKey, snap *routeSnapshot) bool {
+	switch t.opt.Protocol {
+	case ProtocolHTTP3:
+		return true
+	case ProtocolPreferHTTP3:
+		if snap != nil {
+			return snap.route.Policy() == route.PolicyH3
+		}
+		return t.h3Wanted(key)
+	}
+	return false
+}
+
+// runH3 is call.run for HTTP/3: at most two wire attempts, the resend at
+// once on a new connection.
+func (c *call) runH3() (*http.Response, error) {
+	err := checkStreamHeader("HTTP/3", c.req.Header)
+	if err == nil && c.key.scheme != "https" {
+		err = errH3Scheme
+	}
+	if err != nil {
+		if c.req.Body != nil {
+			c.req.Body.Close()
+		}
+		return nil, err
+	}
+	facts := c.facts
+	var body io.ReadCloser = c.req.Body
+	for n := 1; n <= maxAttempts; n++ {
+		resp, next, err := c.attemptH3(n, facts, body)
+		if next == nil {
+			return resp, err
+		}
+		facts, body = next.facts, next.body
+	}
+	panic("replaysafe: fsm decided a second resend") // RS08 forbids it
+}
+
+// fallBackToTCP moves a call whose HTTP/3 connection could not be had to
+// the TCP route under the negotiate policy.
+func (c *call) fallBackToTCP() error {
+	c.t.h3Broken.Store(c.key.addr, time.Now())
+	snap := routeFrom(c.ctx)
+	if snap == nil {
+		return nil
+	}
+	tcp, err := snap.withPolicy(route.PolicyNegotiate)
+	if err != nil {
+		return err
+	}
+	c.key.route = tcp.route.Key()
+	c.ctx = withRoute(c.ctx, tcp)
+	return nil
+}
+
+// attemptH3 runs wire attempt n over HTTP/3. It returns the response, or
+// the final error, or the next attempt's start when fsm decided to
+// resend; or errFallbackTCP (attempt 1 under ProtocolPreferHTTP3 only,
+// nothing sent, nothing reported) when no QUIC connection could be had.
+//
+// A request with an untouched one-shot body starts on a new connection:
+// quic-go cannot hand such a request back unsent the way net/http can,
+// and a stale pooled connection would then fail it with no resend.
+func (c *call) attemptH3(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error) {
+	a := c.newStreamAttempt(n, facts, body, true)
+	pooled := n == 1 && facts.Body != fsm.BodyOneShotUntouched
+	hc, reused, err := c.t.acquireH3(a.ctx, c.key, pooled)
+	if err != nil {
+		if n == 1 && c.t.opt.Protocol == ProtocolPreferHTTP3 && c.ctx.Err() == nil && !a.rec.isDecided() {
+			a.rec.stop()
+			a.cancel(nil)
+			if ferr := c.fallBackToTCP(); ferr != nil {
+				return a.acquireFailed(ferr)
+			}
+			return nil, nil, errFallbackTCP
+		}
+		return a.acquireFailed(err)
+	}
+	a.reused = reused
+	a.rec.feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3})
+
+	s := &h3Stream{t: c.t, hc: hc, att: hc.watch.NewAttempt(), a: a}
+	a.proto = s
+	out := a.outgoing(body, func(ctx context.Context) context.Context {
+		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.emit, s.uploaded))
+	})
+	resp, err := hc.cc.RoundTrip(out)
+	return a.roundTripped(resp, err)
+}
+
+// h3Stream is an HTTP/3 attempt's stream: the streamProto of h3.go.
+type h3Stream struct {
+	t   *Transport
+	hc  *h3Conn
+	att *h3.Attempt
+	a   *streamAttempt
+
+	mu         sync.Mutex
+	ended      bool // the attempt's response ended
+	uploadDone bool // quic-go finished with the request body
+}
+
+func (s *h3Stream) failure(ctx context.Context, err error) fsm.Event { return s.att.Failure(ctx, err) }
+
+// complete feeds nothing: quic-go reports the header fields written on
+// the caller's goroutine, before RoundTrip returns, and the end of the
+// body when it happens, which may be after the response (RFC 9114 §4.1).
+func (s *h3Stream) complete(*streamRec) {}
+
+func (s *h3Stream) end(clean bool) {
+	s.att.Done()
+	s.t.h3pool.done(s.hc, clean)
+}
+
+func (s *h3Stream) retire() { s.t.h3pool.retire(s.hc) }
+
+// uploading marks the response ended and reports whether quic-go is still
+// sending the request body.
+func (s *h3Stream) uploading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+	return !s.uploadDone
+}
+
+// uploaded is quic-go's end of the upload (its WroteRequest hook, with
+// the error that ended it, or nil): the stall watch stops, and when the
+// response already ended, the attempt's context is released.
+func (s *h3Stream) uploaded(error) {
+	if s.a.body != nil {
+		s.a.body.uploaded()
+	}
+	s.mu.Lock()
+	s.uploadDone = true
+	ended := s.ended
+	s.mu.Unlock()
+	if ended {
+		s.a.cancel(nil)
+	}
+}
+
+// acquireH3 returns a connection with room for one more request: for an
+// original attempt a pooled one that is open and got no GOAWAY, else a
+// new one; a resend always gets a new one. Original attempts that miss
+// the pool together share one dial.
+func (t *Transport) acquireH3(ctx context.Context, key connKey, pooled bool) (*h3Conn, bool, error) {
+	var dialed func()
+	for pooled {
+		if hc, reused := t.h3pool.take(key); hc != nil {
+			return hc, reused, nil
+		}
+		wait, lead := t.h3pool.gate.join(key)
+		if lead != nil {
+			dialed = lead
+			break
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, false, context.Cause(ctx)
+		}
+	}
+	hc, err := t.dialH3(ctx, key)
+	if err == nil {
+		t.h3pool.add(hc)
+	}
+	if dialed != nil {
+		dialed()
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return hc, false, nil
+}
+
+// dialH3 makes a new HTTP/3 connection for key: it resolves the host, opens
+// a UDP socket of its own (closed with the connection), and dials QUIC with
+// TLS offering ALPN "h3" under the attempt's acquisition deadline, observed
+// by an adapters/h3 Watch; quic-go's ClientConn runs over that.
+func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
+	if key.scheme != "https" {
+		return nil, errH3Scheme
+	}
+	host, port, err := net.SplitHostPort(key.addr)
+	if err != nil {
+		return nil, err
+	}
+	ip, err := resolveOne(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("replaysafe: resolving %s: %w", host, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("replaysafe: port of %s: %w", key.addr, err)
+	}
+	raddr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, uint16(p)))
+	network := "udp4"
+	if ip.Is6() {
+		network = "udp6"
+	}
+	udp, err := net.ListenUDP(network, nil)
+	if err != nil {
+		return nil, fmt.Errorf("replaysafe: UDP socket for %s: %w", key.addr, err)
+	}
+	tr := &quic.Transport{Conn: udp}
+	release := func() {
+		tr.Close()
+		udp.Close()
+	}
+	w := h3.NewWatch()
+	qc, err := tr.Dial(ctx, raddr, t.tlsConfig(key.host, []string{http3.NextProtoH3}), t.quicConfig(w))
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("replaysafe: QUIC handshake with %s: %w", key.addr, err)
+	}
+	context.AfterFunc(qc.Context(), release)
+	return &h3Conn{key: key, qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w}, nil
+}
+
+// resolveOne returns the first address of host, or host itself when it
+// is an IP literal.
+func resolveOne(ctx context.Context, host string) (netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip, nil
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(ips) == 0 {
+		return netip.Addr{}, fmt.Errorf("no address for %s", host)
+	}
+	return ips[0].Unmap(), nil
+}
