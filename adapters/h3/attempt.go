@@ -149,7 +149,7 @@ func (a *Attempt) Failure(ctx context.Context, err error) fsm.Event {
 		return ev
 	}
 	ev, src := classify(err)
-	if src == fromContext || src == fromAcquire {
+	if src == fromContext || src == fromAcquire || ev.Kind == fsm.EventTimeout {
 		return ev
 	}
 	a.mu.Lock()
