@@ -7,8 +7,8 @@ import (
 	"github.com/replaysafe/replaysafe/transports"
 )
 
-// Transport is the round tripper (HTTP/1.1, and HTTP/2 by Options.Protocol);
-// see transports.Transport.
+// Transport is the round tripper (HTTP/1.1, and HTTP/2 or HTTP/3 by
+// Options.Protocol); see transports.Transport.
 type Transport = transports.Transport
 
 // Options configures a Transport; the zero value is ready to use. See
@@ -37,9 +37,22 @@ type Protocol = transports.Protocol
 
 // Protocol policies.
 const (
-	ProtocolHTTP1     = transports.ProtocolHTTP1     // HTTP/1.1 only (the default)
-	ProtocolHTTP2     = transports.ProtocolHTTP2     // HTTP/2 only: ALPN h2 for https, prior knowledge for http
-	ProtocolNegotiate = transports.ProtocolNegotiate // ALPN picks h2 or http/1.1 for https; http stays HTTP/1.1
+	ProtocolHTTP1       = transports.ProtocolHTTP1       // HTTP/1.1 only (the default)
+	ProtocolHTTP2       = transports.ProtocolHTTP2       // HTTP/2 only: ALPN h2 for https, prior knowledge for http
+	ProtocolNegotiate   = transports.ProtocolNegotiate   // ALPN picks h2 or http/1.1 for https; http stays HTTP/1.1
+	ProtocolHTTP3       = transports.ProtocolHTTP3       // HTTP/3 over QUIC only: https on direct routes
+	ProtocolPreferHTTP3 = transports.ProtocolPreferHTTP3 // HTTP/3 first for direct https, TCP (as ProtocolNegotiate) when QUIC fails or through proxies
+)
+
+// Stall names the side of a request body upload that stopped making
+// progress (TimeoutError.Stall); see transports.Stall.
+type Stall = transports.Stall
+
+// Stalls.
+const (
+	StallNone      = transports.StallNone      // a phase limit passed, no stall
+	StallProducer  = transports.StallProducer  // the caller's body produced nothing for BodyReadTimeout
+	StallTransport = transports.StallTransport // the transport took nothing for UploadStallTimeout
 )
 
 // ProxyCredentials are the credentials for one proxy hop; see
