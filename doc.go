@@ -19,9 +19,9 @@
 // Every decision names its rule (package fsm, docs/rules.md). A call that
 // fails returns an *Error with the rule, the attempt count and the cause;
 // Options.Observer sees every wire attempt with its trace, which
-// `replaysafe explain` replays. docs/guarantees.md states the HTTP/1.1
-// and HTTP/2 guarantees with the conformance tables that show them, and
-// docs/proxies.md covers routes, proxies and the acquisition deadline.
+// `replaysafe explain` replays. docs/guarantees.md states the HTTP/1.1,
+// HTTP/2 and HTTP/3 guarantees with the conformance tables that show them,
+// and docs/proxies.md covers routes, proxies and the acquisition deadline.
 //
 // This package is a thin facade over package transports.
 package replaysafe

@@ -9,6 +9,7 @@ import (
 
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/transports/scripted"
+	"github.com/replaysafe/replaysafe/transports/scripted/h3server"
 )
 
 // A kept-alive connection closes just as the next GET goes out: the
@@ -89,6 +90,50 @@ func Example_notIdempotent() {
 	// attempts: 1
 	// connection closed under it: true
 	// copies of /pay at the server: 1
+}
+
+// Over HTTP/3 a server can prove it did not process a request: it resets
+// the stream with H3_REQUEST_REJECTED (RFC 9114 §4.1.1). replaysafe then
+// resends even a POST, once, on a new QUIC connection (RS15). The loopback
+// server counts the copies it received.
+func Example_http3() {
+	srv, err := h3server.New(h3server.Config{Conns: []h3server.ConnScript{
+		{Streams: []h3server.Action{h3server.Reject()}},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+
+	tr := replaysafe.New(replaysafe.Options{
+		Protocol:        replaysafe.ProtocolHTTP3,
+		TLSClientConfig: srv.ClientTLSConfig(),
+		Observer: replaysafe.Observer{OnAttempt: func(a replaysafe.AttemptReport) {
+			fmt.Printf("attempt %d: %s %s %s\n", a.Number, a.Decision.Action, a.Decision.Rule.ID(), a.Decision.Rule)
+		}},
+	})
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+
+	resp, err := client.Post(srv.URL()+"/order", "text/plain", strings.NewReader("1 book"))
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Printf("%s %d %s\n", resp.Proto, resp.StatusCode, body)
+	n := 0
+	for _, r := range srv.Requests() {
+		if r.Path == "/order" {
+			n++
+		}
+	}
+	fmt.Println("copies of /order at the server:", n, "on connections", srv.Requests()[0].Conn, "and", srv.Requests()[1].Conn)
+	// Output:
+	// attempt 1: resend RS15 evidence-request-rejected
+	// attempt 2: deliver RS02 deliver-final-response
+	// HTTP/3.0 200 ok
+	// copies of /order at the server: 2 on connections 0 and 1
 }
 
 // copies counts the complete requests for path the server received.

@@ -22,11 +22,11 @@ import (
 	"github.com/replaysafe/replaysafe/fsm"
 )
 
-// Transport is an http.RoundTripper for HTTP/1.1 over TCP and TLS whose
-// replay behaviour is decided by fsm: each wire attempt's observations go
-// through adapters/h1 into an fsm.Machine, and the Transport delivers,
-// fails naming the rule, or resends once, at once, on a freshly dialed
-// connection.
+// Transport is an http.RoundTripper for HTTP/1.1 over TCP and TLS (and
+// HTTP/2 and HTTP/3 by Options.Protocol) whose replay behaviour is decided
+// by fsm: each wire attempt's observations go through adapters/h1 into an
+// fsm.Machine, and the Transport delivers, fails naming the rule, or
+// resends once, at once, on a freshly dialed connection.
 //
 // Connections come from its own idle pool (per-host limit, idle timeout)
 // and carry one request at a time, each through net/http's
@@ -41,6 +41,13 @@ import (
 // the errors and the frames, and connections multiplexed up to the
 // server's concurrency limit. A resend then runs at once on a newly
 // dialed connection, as for HTTP/1.1.
+//
+// With Options.Protocol set to ProtocolHTTP3 or ProtocolPreferHTTP3 it
+// speaks HTTP/3 over QUIC (h3.go): quic-go's ClientConn used directly, so
+// its Transport's retry never runs, evidence (H3_REQUEST_REJECTED, the
+// GOAWAY boundary, a request never sent) read by adapters/h3 from the
+// errors and quic-go's qlog events, and one multiplexed connection per
+// route.
 //
 // A Transport is safe for concurrent use. Close idle connections with
 // CloseIdleConnections when done with it.

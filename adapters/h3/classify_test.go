@@ -187,7 +187,7 @@ func TestGoAwayBoundaryDecides(t *testing.T) {
 		tr.WroteHeaderField(":method", []string{"POST"})
 		rec.RecordEvent(headersCreated(c.stream))
 		rec.RecordEvent(goAwayParsed(c.goAway))
-		d := m.Step(a.Failure(nil, &quic.ApplicationError{Remote: true}))
+		d := m.Step(a.Failure(context.Background(), &quic.ApplicationError{Remote: true}))
 		if d.Action != c.want || d.Rule != c.rule {
 			t.Errorf("stream %d, GOAWAY %d: decision %v, want %v by %v", c.stream, c.goAway, d, c.want, c.rule)
 		}

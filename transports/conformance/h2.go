@@ -6,13 +6,8 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"runtime"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -56,7 +51,7 @@ type H2Scenario struct {
 	// Config returns the server's scripts.
 	Config func() h2server.Config
 	// Run drives the client and returns the target request's result.
-	Run func(env *H2Env) (Result, error)
+	Run func(env *StreamEnv) (Result, error)
 	// Want is the expected outcome per client. A peer without an entry is
 	// measured and shown, not checked.
 	Want map[string]Want
@@ -100,28 +95,13 @@ func conns(scripts ...[]h2server.Action) func() h2server.Config {
 	}
 }
 
-// warmThenH2 warms connection 0 up (stream 1) and sends the target on it
-// (stream 3).
-func warmThenH2(method string, body Body) func(env *H2Env) (Result, error) {
-	return func(env *H2Env) (Result, error) {
-		if err := env.Warm(); err != nil {
-			return Result{}, err
-		}
-		return env.Target(method, body), nil
-	}
-}
-
-func targetH2(method string, body Body) func(env *H2Env) (Result, error) {
-	return func(env *H2Env) (Result, error) { return env.Target(method, body), nil }
-}
-
 // H2Scenarios returns the HTTP/2 fault scenarios, in table order.
 func H2Scenarios() []H2Scenario {
 	return []H2Scenario{
 		{
 			ID: "h2-post-refused", Title: "HTTP/2 POST refused (REFUSED_STREAM)",
 			Config: conns([]h2server.Action{h2server.Refuse()}),
-			Run:    targetH2(http.MethodPost, Buffered),
+			Run:    targetStream(http.MethodPost, Buffered),
 			Want: map[string]Want{
 				Replaysafe: {ok200, "RS13,RS02", 2},
 				XNetHTTP2:  {ok200, "", 2},
@@ -131,7 +111,7 @@ func H2Scenarios() []H2Scenario {
 		{
 			ID: "h2-oneshot-refused-after-body", Title: "HTTP/2 POST with a one-shot body refused after the body was sent",
 			Config: conns([]h2server.Action{h2server.RefuseAfterBody()}),
-			Run:    targetH2(http.MethodPost, OneShot),
+			Run:    targetStream(http.MethodPost, OneShot),
 			Want: map[string]Want{
 				Replaysafe: {fails, "RS11", 1},
 				XNetHTTP2:  {fails, "", 1},
@@ -141,7 +121,7 @@ func H2Scenarios() []H2Scenario {
 		{
 			ID: "h2-post-goaway-below", Title: "HTTP/2 POST above a GOAWAY's last stream ID",
 			Config: conns([]h2server.Action{h2server.OK("ok"), h2server.GoAwayBelow()}),
-			Run:    warmThenH2(http.MethodPost, Buffered),
+			Run:    warmThenStream(http.MethodPost, Buffered),
 			Want: map[string]Want{
 				Replaysafe: {ok200, "RS14,RS02", 2},
 				XNetHTTP2:  {ok200, "", 2},
@@ -151,7 +131,7 @@ func H2Scenarios() []H2Scenario {
 		{
 			ID: "h2-post-goaway-at-close", Title: "HTTP/2 POST at a GOAWAY's last stream ID, then the connection closes",
 			Config: conns([]h2server.Action{h2server.OK("ok"), h2server.GoAwayAt().WithClose(h2server.CloseFIN)}),
-			Run:    warmThenH2(http.MethodPost, Buffered),
+			Run:    warmThenStream(http.MethodPost, Buffered),
 			Want: map[string]Want{
 				Replaysafe: {fails, "RS18", 1},
 				XNetHTTP2:  {fails, "", 1},
@@ -161,7 +141,7 @@ func H2Scenarios() []H2Scenario {
 		{
 			ID: "h2-get-goaway-at-close", Title: "HTTP/2 GET at a GOAWAY's last stream ID, then the connection closes",
 			Config: conns([]h2server.Action{h2server.OK("ok"), h2server.GoAwayAt().WithClose(h2server.CloseFIN)}),
-			Run:    warmThenH2(http.MethodGet, NoBody),
+			Run:    warmThenStream(http.MethodGet, NoBody),
 			Want: map[string]Want{
 				Replaysafe: {ok200, "RS20,RS02", 2},
 				XNetHTTP2:  {fails, "", 1},
@@ -171,7 +151,7 @@ func H2Scenarios() []H2Scenario {
 		{
 			ID: "h2-refuse-everything", Title: "HTTP/2 POST, the server refuses every stream (peers: copies within 2 s)",
 			Config: func() h2server.Config { return h2server.Config{Default: h2server.Every(h2server.Refuse())} },
-			Run:    targetH2(http.MethodPost, Buffered),
+			Run:    targetStream(http.MethodPost, Buffered),
 			Want: map[string]Want{
 				Replaysafe: {fails, "RS13,RS08", 2},
 				// x/net's loop: at once, then after 1 s, then after 2 s
@@ -185,77 +165,6 @@ func H2Scenarios() []H2Scenario {
 	}
 }
 
-// H2Env is what an HTTP/2 scenario's steps drive: one scripted server
-// and one client. A new H2Env is made for every run.
-type H2Env struct {
-	Network H2Network
-	Server  *h2server.Server
-	Client  http.RoundTripper
-
-	ctx      context.Context
-	deadline time.Duration // bounds the target request when set
-	elapsed  time.Duration // the target request's round trip
-}
-
-func (e *H2Env) newRequest(ctx context.Context, method, path string, body Body) (*http.Request, error) {
-	var r io.Reader
-	switch body {
-	case Buffered:
-		r = strings.NewReader("hello")
-	case OneShot:
-		r = &oneShot{strings.NewReader("hello")}
-	}
-	req, err := http.NewRequestWithContext(ctx, method, e.Server.URL()+path, r)
-	if err != nil {
-		return nil, err
-	}
-	if body == OneShot {
-		req.ContentLength = 5
-	}
-	return req, nil
-}
-
-// Warm sends GET /warm and reads its 200 response to the end.
-func (e *H2Env) Warm() error {
-	req, err := e.newRequest(e.ctx, http.MethodGet, "/warm", NoBody)
-	if err != nil {
-		return err
-	}
-	resp, err := e.Client.RoundTrip(req)
-	if err != nil {
-		return fmt.Errorf("conformance: /warm: %w", err)
-	}
-	if err := finish(resp); err != nil || resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("conformance: /warm: status %d, %v", resp.StatusCode, err)
-	}
-	return nil
-}
-
-// Target sends the counted request, reads its whole response, and
-// records how long the call took.
-func (e *H2Env) Target(method string, body Body) Result {
-	ctx := e.ctx
-	if e.deadline > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, e.deadline)
-		defer cancel()
-	}
-	req, err := e.newRequest(ctx, method, TargetPath, body)
-	if err != nil {
-		return Result{Err: err}
-	}
-	start := time.Now()
-	defer func() { e.elapsed = time.Since(start) }()
-	resp, err := e.Client.RoundTrip(req)
-	if err != nil {
-		return Result{Err: err}
-	}
-	if err := finish(resp); err != nil {
-		return Result{Err: err}
-	}
-	return Result{Status: resp.StatusCode}
-}
-
 // RunH2Once runs c once against client with a fresh server and client.
 func RunH2Once(c H2Case, client string) (Run, time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
@@ -266,24 +175,15 @@ func RunH2Once(c H2Case, client string) (Run, time.Duration) {
 	if err != nil {
 		return Run{Setup: err}, 0
 	}
-	env := &H2Env{Network: c.Network, Server: srv, ctx: ctx}
-	var (
-		mu    sync.Mutex
-		rules []string
-	)
+	env := &StreamEnv{URL: srv.URL(), ctx: ctx}
+	var rules targetRules
 	var closeIdle func()
 	switch client {
 	case Replaysafe:
 		tr := transports.New(transports.Options{
 			Protocol:        transports.ProtocolHTTP2,
 			TLSClientConfig: srv.ClientTLSConfig(),
-			Observer: transports.Observer{OnAttempt: func(a transports.AttemptReport) {
-				if a.Request.URL.Path == TargetPath {
-					mu.Lock()
-					rules = append(rules, a.Decision.Rule.ID())
-					mu.Unlock()
-				}
-			}},
+			Observer:        rules.observer(),
 		})
 		env.Client, closeIdle = tr, tr.CloseIdleConnections
 	case XNetHTTP2:
@@ -315,25 +215,13 @@ func RunH2Once(c H2Case, client string) (Run, time.Duration) {
 	closeIdle()
 	srv.Close()
 
-	r := Run{Status: res.Status, Err: res.Err, Setup: setup, Identical: true}
-	var first string
+	r := Run{Status: res.Status, Err: res.Err, Setup: setup}
+	var got []receipt
 	for _, q := range srv.Requests() {
-		if q.Path != TargetPath {
-			continue
-		}
-		sig := q.Method + " " + string(q.Body)
-		if r.Copies == 0 {
-			first = sig
-		} else if !strings.HasPrefix(first, sig) && !strings.HasPrefix(sig, first) {
-			// A stream refused on its headers carries less of the body
-			// than its copies; only differing bytes count as different.
-			r.Identical = false
-		}
-		r.Copies++
+		got = append(got, receipt{path: q.Path, method: q.Method, body: q.Body})
 	}
-	mu.Lock()
-	r.Rules = strings.Join(rules, ",")
-	mu.Unlock()
+	r.countCopies(got)
+	r.Rules = rules.String()
 	return r, env.elapsed
 }
 
@@ -341,63 +229,18 @@ func RunH2Once(c H2Case, client string) (Run, time.Duration) {
 // times).
 func RunH2Case(c H2Case, client string, n int) Report {
 	want, checked := c.Want[client]
-	rep := Report{Case: c.Name(), Title: c.Title, Network: c.Network.Name, Client: client, Identical: true, OK: true, Want: want}
-	if client != Replaysafe && c.PeerRuns > 0 {
-		n = min(n, c.PeerRuns)
-	}
-	var slowest time.Duration
-	for range n {
-		r, elapsed := RunH2Once(c, client)
-		slowest = max(slowest, elapsed)
-		rep.Runs++
-		rep.Outcomes = addCount(rep.Outcomes, r.Outcome())
-		if client == Replaysafe {
-			rep.Rules = addCount(rep.Rules, r.Rules)
-		}
-		rep.Copies = append(rep.Copies, r.Copies)
-		rep.Identical = rep.Identical && r.Identical
-		if checked {
-			rep.OK = rep.OK && r.Matches(want, client == Replaysafe)
-		}
-		for _, err := range []error{r.Setup, r.Err} {
-			if err != nil && len(rep.Errors) < maxErrors && !slices.Contains(rep.Errors, err.Error()) {
-				rep.Errors = append(rep.Errors, err.Error())
-			}
-		}
-	}
-	rep.Measured = !checked
-	rep.Elapsed = slowest.Round(100 * time.Microsecond).String()
-	return rep
+	return runStreamCase(c.Name(), c.Title, c.Network.Name, client, want, checked, c.PeerRuns, n,
+		func() (Run, time.Duration) { return RunH2Once(c, client) })
 }
 
 // RunAllH2 runs every HTTP/2 case against every HTTP/2 client n times,
 // several at once, and returns the reports in table order.
 func RunAllH2(cases []H2Case, n int) []Report {
-	type job struct {
-		i      int
-		c      H2Case
-		client string
-	}
-	var jobs []job
+	var jobs []func() Report
 	for _, c := range cases {
 		for _, cl := range H2Clients {
-			jobs = append(jobs, job{len(jobs), c, cl})
+			jobs = append(jobs, func() Report { return RunH2Case(c, cl, n) })
 		}
 	}
-	reps := make([]Report, len(jobs))
-	ch := make(chan job)
-	var wg sync.WaitGroup
-	for range max(runtime.GOMAXPROCS(0), 1) {
-		wg.Go(func() {
-			for j := range ch {
-				reps[j.i] = RunH2Case(j.c, j.client, n)
-			}
-		})
-	}
-	for _, j := range jobs {
-		ch <- j
-	}
-	close(ch)
-	wg.Wait()
-	return reps
+	return runJobs(jobs)
 }

@@ -68,12 +68,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			h2cases = append(h2cases, c)
 		}
 	}
-	if len(cases)+len(h2cases) == 0 {
+	var h3cases []H3Scenario // h3.go
+	for _, c := range H3Scenarios() {
+		if re.MatchString(c.Name()) {
+			h3cases = append(h3cases, c)
+		}
+	}
+	if len(cases)+len(h2cases)+len(h3cases) == 0 {
 		fmt.Fprintf(stderr, "conformance: no case matches %q\n", *pattern)
 		return 2
 	}
 
-	reps := append(RunAll(cases, *runs), RunAllH2(h2cases, *runs)...)
+	reps := slices.Concat(RunAll(cases, *runs), RunAllH2(h2cases, *runs), RunAllH3(h3cases, *runs))
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -170,7 +176,7 @@ func PrintTable(w io.Writer, reps []Report) {
 	fmt.Fprintln(w, "copies: complete copies of the request the server received, per run (ok means also byte-identical);")
 	fmt.Fprintln(w, "rules: the replaysafe rule that ended each wire attempt of the request (docs/rules.md).")
 	if timed {
-		fmt.Fprintln(w, "slowest: the slowest run's call of the request, resends included (HTTP/2 cases); measured: a peer shown, not checked.")
+		fmt.Fprintln(w, "slowest: the slowest run's call of the request, resends included (HTTP/2 and HTTP/3 cases); measured: a peer shown, not checked.")
 	}
 }
 

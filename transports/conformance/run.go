@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -196,22 +195,29 @@ func RunCase(c Case, client string, n int) Report {
 		}
 	}
 	for range n {
-		r := RunOnce(c, client)
-		rep.Runs++
-		rep.Outcomes = addCount(rep.Outcomes, r.Outcome())
-		if client == Replaysafe {
-			rep.Rules = addCount(rep.Rules, r.Rules)
-		}
-		rep.Copies = append(rep.Copies, r.Copies)
-		rep.Identical = rep.Identical && r.Identical
-		rep.OK = rep.OK && r.Matches(rep.Want, client == Replaysafe)
-		for _, err := range []error{r.Setup, r.Err} {
-			if err != nil && len(rep.Errors) < maxErrors && !slices.Contains(rep.Errors, err.Error()) {
-				rep.Errors = append(rep.Errors, err.Error())
-			}
-		}
+		rep.add(RunOnce(c, client), true)
 	}
 	return rep
+}
+
+// add counts run r into the report, checking it against rep.Want when
+// checked is set.
+func (rep *Report) add(r Run, checked bool) {
+	rep.Runs++
+	rep.Outcomes = addCount(rep.Outcomes, r.Outcome())
+	if rep.Client == Replaysafe {
+		rep.Rules = addCount(rep.Rules, r.Rules)
+	}
+	rep.Copies = append(rep.Copies, r.Copies)
+	rep.Identical = rep.Identical && r.Identical
+	if checked {
+		rep.OK = rep.OK && r.Matches(rep.Want, rep.Client == Replaysafe)
+	}
+	for _, err := range []error{r.Setup, r.Err} {
+		if err != nil && len(rep.Errors) < maxErrors && !slices.Contains(rep.Errors, err.Error()) {
+			rep.Errors = append(rep.Errors, err.Error())
+		}
+	}
 }
 
 func addCount(cs []Count, v string) []Count {
@@ -227,33 +233,13 @@ func addCount(cs []Count, v string) []Count {
 // RunAll runs every case against every client n times, several cases at
 // once, and returns the reports in table order.
 func RunAll(cases []Case, n int) []Report {
-	type job struct {
-		i      int
-		c      Case
-		client string
-	}
-	var jobs []job
+	var jobs []func() Report
 	for _, c := range cases {
 		for _, cl := range Clients {
-			jobs = append(jobs, job{len(jobs), c, cl})
+			jobs = append(jobs, func() Report { return RunCase(c, cl, n) })
 		}
 	}
-	reps := make([]Report, len(jobs))
-	ch := make(chan job)
-	var wg sync.WaitGroup
-	for range max(runtime.GOMAXPROCS(0), 1) {
-		wg.Go(func() {
-			for j := range ch {
-				reps[j.i] = RunCase(j.c, j.client, n)
-			}
-		})
-	}
-	for _, j := range jobs {
-		ch <- j
-	}
-	close(ch)
-	wg.Wait()
-	return reps
+	return runJobs(jobs)
 }
 
 // CopiesCell prints copy counts: "2", or "1-2" when runs differed.

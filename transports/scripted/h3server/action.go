@@ -1,0 +1,456 @@
+package h3server
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/quic-go/quic-go/http3"
+	"github.com/quic-go/quic-go/quicvarint"
+)
+
+// enumString prints names[v], or Type(v) for a value outside the enum.
+func enumString(typ string, names []string, v uint8) string {
+	if int(v) < len(names) && names[v] != "" {
+		return names[v]
+	}
+	return typ + "(" + strconv.Itoa(int(v)) + ")"
+}
+
+// Kind says what the server does with one request stream.
+type Kind uint8
+
+// Action kinds. To add one: add a constant before kindCount, its name in
+// kindNames, its case in (*stream).act and, usually, a constructor.
+const (
+	// KindRespond answers with Status, Header and Body, then Trailer if
+	// set, and ends the stream with a FIN. The zero Action is a
+	// KindRespond with status 200 and an empty body, sent once the
+	// request is complete; run OnHeaders it is an early response, and the
+	// server goes on reading the request until its FIN.
+	KindRespond Kind = iota
+	// KindReject resets the stream in both directions (RESET_STREAM and
+	// STOP_SENDING) with H3_REQUEST_REJECTED, which promises the client
+	// that nothing was processed (RFC 9114 §4.1.1).
+	KindReject
+	// KindReset resets the stream with Code: RESET_STREAM, and
+	// STOP_SENDING too when the request is still arriving. Unlike
+	// H3_REQUEST_REJECTED, no code but that one tells the client that the
+	// request was not processed.
+	KindReset
+	// KindGoAway sends a GOAWAY frame on the server's control stream
+	// carrying the first request stream ID the server will not process
+	// (RFC 9114 §5.2; see Action.GoAwayID). With Close the server then
+	// closes the connection. Without it, streams at or above the ID are
+	// rejected with H3_REQUEST_REJECTED (or, with Drop, never answered),
+	// and a stream below it is answered as KindRespond would, once its
+	// request is complete.
+	KindGoAway
+	// KindClose closes the connection with CONNECTION_CLOSE(Code) without
+	// answering: the close crosses the request.
+	KindClose
+	// KindStopSending sends the response (Status, Header, Body, Trailer)
+	// and then STOP_SENDING(Code), telling the client to stop uploading
+	// the request body (RFC 9114 §4.1: a server that does not need the
+	// rest of the request may abort reading it). With NoResponse the
+	// server sends STOP_SENDING only and then never answers: after Delay
+	// (zero: Config.HangTimeout) it closes the connection with
+	// H3_NO_ERROR. Run it OnHeaders: once the request is complete there
+	// is nothing left to stop.
+	KindStopSending
+	// KindHang never answers the stream. The server keeps reading (and
+	// recording) the request until it ends, the client goes away, the
+	// server is closed, or Delay (zero: Config.HangTimeout) elapses; then
+	// it closes the connection with CONNECTION_CLOSE(Code).
+	KindHang
+
+	kindCount // number of valid kinds; keep last
+)
+
+var kindNames = [kindCount]string{
+	KindRespond:     "respond",
+	KindReject:      "reject",
+	KindReset:       "reset",
+	KindGoAway:      "goaway",
+	KindClose:       "close",
+	KindStopSending: "stop-sending",
+	KindHang:        "hang",
+}
+
+// String returns the kind's name, or Kind(n) for an invalid value.
+func (k Kind) String() string { return enumString("Kind", kindNames[:], uint8(k)) }
+
+// Valid reports whether k is one of the defined kinds.
+func (k Kind) Valid() bool { return k < kindCount }
+
+// Moment says when in a stream's life the server carries out its action.
+type Moment uint8
+
+// Moments.
+const (
+	// AfterBody acts once the request is complete: the FIN arrived after
+	// its HEADERS, DATA or trailers. The zero value.
+	AfterBody Moment = iota
+	// OnHeaders acts as soon as the request's HEADERS frame arrives,
+	// before any of its body is read.
+	OnHeaders
+
+	momentCount // number of valid moments; keep last
+)
+
+var momentNames = [momentCount]string{
+	AfterBody: "after-body",
+	OnHeaders: "on-headers",
+}
+
+// String returns the moment's name, or Moment(n) for an invalid value.
+func (m Moment) String() string { return enumString("Moment", momentNames[:], uint8(m)) }
+
+// Valid reports whether m is one of the defined moments.
+func (m Moment) Valid() bool { return m < momentCount }
+
+// GoAwayID chooses the stream ID a GOAWAY carries. From a server that ID
+// is the first client-initiated bidirectional stream the server will not
+// process: requests on lower IDs might have been processed, requests on
+// it and above were not (RFC 9114 §5.2). Client request stream IDs are
+// 0, 4, 8, ...
+type GoAwayID struct {
+	// Relative makes the ID relative to the stream the action handles:
+	// that stream's ID plus Delta, clamped to 0. Otherwise ID is used as
+	// it is, even when it names no client request stream.
+	Relative bool
+	// ID is the absolute stream ID (when Relative is false).
+	ID uint64
+	// Delta is added to the stream's ID (when Relative is true): 0 marks
+	// this stream as not processed, 4 lets this stream be processed and
+	// refuses the next one.
+	Delta int64
+}
+
+// resolve returns the ID for a GOAWAY sent while handling stream id.
+func (g GoAwayID) resolve(id uint64) uint64 {
+	if !g.Relative {
+		return min(g.ID, quicvarint.Max)
+	}
+	switch {
+	case g.Delta < 0 && uint64(-g.Delta) > id:
+		return 0
+	case g.Delta > 0 && uint64(g.Delta) > quicvarint.Max-id:
+		return quicvarint.Max
+	}
+	return uint64(int64(id) + g.Delta)
+}
+
+// Informational is an interim (1xx) response.
+type Informational struct {
+	// Status is the 1xx status code, such as 103.
+	Status int
+	// Header holds its header fields, written lower-cased in sorted key
+	// order.
+	Header http.Header
+}
+
+// Action is what the server does with one request stream. Build one with
+// a constructor (OK, Respond, Reject, ...) and adjust it with the With
+// methods; the fields are exported so scripts can also be literals.
+// Fields a kind does not use are ignored.
+//
+// Whatever the kind, the server first sends the Informational responses
+// as soon as the request's HEADERS arrive, then runs an OnHeaders action,
+// then pauses Stall before reading the body, reads the body and runs an
+// AfterBody action.
+type Action struct {
+	// Kind selects the behaviour.
+	Kind Kind
+	// At says when the action runs; AfterBody (the zero value) waits for
+	// the whole request.
+	At Moment
+	// Status is the final response status (KindRespond, KindStopSending,
+	// and KindGoAway streams that are still answered); 0 means 200.
+	Status int
+	// Header holds extra response header fields, written lower-cased in
+	// sorted key order. content-length is added unless Header sets it.
+	Header http.Header
+	// Body is the response body, sent in DATA frames of up to 16 KiB.
+	Body []byte
+	// Trailer, when non-empty, is sent as a trailing HEADERS frame after
+	// the body.
+	Trailer http.Header
+	// Informational lists interim responses sent, in order, as soon as
+	// the request's HEADERS arrive, whatever the kind.
+	Informational []Informational
+	// Code is the error code of KindReset (RESET_STREAM), KindStopSending
+	// (STOP_SENDING), and of the CONNECTION_CLOSE of KindClose, of
+	// KindGoAway with Close and at the end of KindHang. Zero means
+	// H3_NO_ERROR (0x100): HTTP/3 defines no code 0.
+	Code http3.ErrCode
+	// GoAwayID is the stream ID the GOAWAY carries (KindGoAway).
+	GoAwayID GoAwayID
+	// Close makes a KindGoAway close the connection with
+	// CONNECTION_CLOSE(Code) after the GOAWAY (see Delay).
+	Close bool
+	// Drop makes a KindGoAway without Close leave the streams at or above
+	// its ID unanswered and unread, instead of rejecting them with
+	// H3_REQUEST_REJECTED as RFC 9114 §5.2 says a server SHOULD.
+	Drop bool
+	// NoResponse makes a KindStopSending send STOP_SENDING only, and then
+	// hang (see KindHang) instead of answering.
+	NoResponse bool
+	// Stall is how long the server stops reading the request after its
+	// HEADERS (and after an OnHeaders action), whatever the kind, before
+	// it reads the body: an upload larger than Config.StreamReceiveWindow
+	// blocks on QUIC flow control meanwhile.
+	Stall time.Duration
+	// Delay is how long KindHang (and KindStopSending with NoResponse)
+	// keeps the connection open, zero meaning Config.HangTimeout; and how
+	// long KindGoAway with Close waits between the GOAWAY and the
+	// CONNECTION_CLOSE, zero meaning DefaultGoAwayCloseDelay and a
+	// negative Delay closing at once. QUIC discards stream data still
+	// unsent when a connection closes, so closing at once usually loses
+	// the GOAWAY.
+	Delay time.Duration
+}
+
+// OK answers 200 with body once the request is complete.
+func OK(body string) Action { return Action{Kind: KindRespond, Body: []byte(body)} }
+
+// Respond answers with status, header and body once the request is
+// complete.
+func Respond(status int, header http.Header, body []byte) Action {
+	return Action{Kind: KindRespond, Status: status, Header: header, Body: body}
+}
+
+// EarlyResponse sends the complete response (HEADERS, DATA, FIN) as soon
+// as the request's HEADERS arrive, then goes on reading and recording the
+// upload until its FIN (RFC 9114 §4.1).
+func EarlyResponse(status int, header http.Header, body []byte) Action {
+	return Action{Kind: KindRespond, At: OnHeaders, Status: status, Header: header, Body: body}
+}
+
+// Reject resets the stream in both directions with H3_REQUEST_REJECTED as
+// soon as its HEADERS arrive, before its body is read.
+func Reject() Action { return Action{Kind: KindReject, At: OnHeaders} }
+
+// RejectAfterBody reads the whole request, then resets the stream with
+// H3_REQUEST_REJECTED.
+func RejectAfterBody() Action { return Action{Kind: KindReject, At: AfterBody} }
+
+// Reset reads the whole request, then resets the stream with code, such as
+// http3.ErrCodeInternalError or http3.ErrCodeRequestCanceled.
+func Reset(code http3.ErrCode) Action { return Action{Kind: KindReset, Code: code} }
+
+// GoAway sends, on the stream's HEADERS, a GOAWAY carrying id, and keeps
+// the connection open.
+func GoAway(id uint64) Action {
+	return Action{Kind: KindGoAway, At: OnHeaders, GoAwayID: GoAwayID{ID: id}}
+}
+
+// GoAwayRejecting sends, on the stream's HEADERS, a GOAWAY carrying this
+// stream's own ID: proof for the client that this stream, and every later
+// one, was not processed (RFC 9114 §5.2). The stream is then rejected
+// with H3_REQUEST_REJECTED, unless WithClose or WithDrop says otherwise.
+func GoAwayRejecting() Action {
+	return Action{Kind: KindGoAway, At: OnHeaders, GoAwayID: GoAwayID{Relative: true}}
+}
+
+// GoAwayAfter sends, on the stream's HEADERS, a GOAWAY carrying the next
+// client request stream ID (this one plus 4): this stream may have been
+// processed, and is answered 200 once its request is complete; later ones
+// are not processed (RFC 9114 §5.2).
+func GoAwayAfter() Action {
+	return Action{Kind: KindGoAway, At: OnHeaders, GoAwayID: GoAwayID{Relative: true, Delta: 4}}
+}
+
+// CloseConn closes the connection with CONNECTION_CLOSE(H3_NO_ERROR) as
+// soon as the stream's HEADERS arrive, before its body is read.
+func CloseConn() Action { return Action{Kind: KindClose, At: OnHeaders} }
+
+// CloseConnAfterBody reads the whole request, then closes the connection
+// with CONNECTION_CLOSE(H3_NO_ERROR) without answering.
+func CloseConnAfterBody() Action { return Action{Kind: KindClose, At: AfterBody} }
+
+// StopSending answers 200 with an empty body as soon as the stream's
+// HEADERS arrive, then sends STOP_SENDING(code) so that the client's
+// upload fails with a stream error; zero code means H3_NO_ERROR, the code
+// RFC 9114 §4.1 asks for when the response is complete.
+func StopSending(code http3.ErrCode) Action {
+	return Action{Kind: KindStopSending, At: OnHeaders, Code: code}
+}
+
+// StallRead reads the stream's HEADERS, stops reading for d, then reads
+// the rest of the request and answers 200 with an empty body.
+func StallRead(d time.Duration) Action { return Action{Kind: KindRespond, Stall: d} }
+
+// Hang never answers; the connection is closed after d (zero:
+// Config.HangTimeout) unless the client or Server.Close ends it first.
+func Hang(d time.Duration) Action { return Action{Kind: KindHang, Delay: d} }
+
+// WithAt returns a copy of a that runs at moment m.
+func (a Action) WithAt(m Moment) Action {
+	a.At = m
+	return a
+}
+
+// WithCode returns a copy of a with error code c.
+func (a Action) WithCode(c http3.ErrCode) Action {
+	a.Code = c
+	return a
+}
+
+// WithClose returns a copy of a KindGoAway that closes the connection
+// with CONNECTION_CLOSE(Code) after the GOAWAY.
+func (a Action) WithClose() Action {
+	a.Close = true
+	return a
+}
+
+// WithDrop returns a copy of a KindGoAway that leaves the streams at or
+// above its ID unanswered instead of rejecting them.
+func (a Action) WithDrop() Action {
+	a.Drop = true
+	return a
+}
+
+// WithoutResponse returns a copy of a KindStopSending that sends no
+// response, only STOP_SENDING, and then hangs for Delay.
+func (a Action) WithoutResponse() Action {
+	a.NoResponse = true
+	return a
+}
+
+// WithDelay returns a copy of a with Delay d.
+func (a Action) WithDelay(d time.Duration) Action {
+	a.Delay = d
+	return a
+}
+
+// WithStall returns a copy of a that stops reading the request for d
+// after its HEADERS.
+func (a Action) WithStall(d time.Duration) Action {
+	a.Stall = d
+	return a
+}
+
+// WithResponse returns a copy of a with the final response status and
+// body.
+func (a Action) WithResponse(status int, body []byte) Action {
+	a.Status = status
+	a.Body = body
+	return a
+}
+
+// WithHeader returns a copy of a with the response header field key set
+// to value (added to a copy of Header).
+func (a Action) WithHeader(key, value string) Action {
+	h := a.Header.Clone()
+	if h == nil {
+		h = make(http.Header)
+	}
+	h.Add(key, value)
+	a.Header = h
+	return a
+}
+
+// WithTrailer returns a copy of a that sends trailer after the body.
+func (a Action) WithTrailer(trailer http.Header) Action {
+	a.Trailer = trailer
+	return a
+}
+
+// WithInformational returns a copy of a that sends an interim response
+// with status (1xx) and header as soon as the request's HEADERS arrive,
+// after those already listed.
+func (a Action) WithInformational(status int, header http.Header) Action {
+	a.Informational = append(a.Informational[:len(a.Informational):len(a.Informational)],
+		Informational{Status: status, Header: header})
+	return a
+}
+
+// String describes the action briefly, for logs.
+func (a Action) String() string {
+	s := a.Kind.String() + "@" + a.At.String()
+	switch a.Kind {
+	case KindRespond:
+		s += " status=" + strconv.Itoa(a.status())
+	case KindReset:
+		s += " code=" + a.code().String()
+	case KindGoAway:
+		if a.GoAwayID.Relative {
+			sign := ""
+			if a.GoAwayID.Delta >= 0 {
+				sign = "+"
+			}
+			s += " id=stream" + sign + strconv.FormatInt(a.GoAwayID.Delta, 10)
+		} else {
+			s += " id=" + strconv.FormatUint(a.GoAwayID.ID, 10)
+		}
+		switch {
+		case a.Close:
+			s += " close=" + a.code().String()
+		case a.Drop:
+			s += " drop"
+		}
+	case KindClose:
+		s += " code=" + a.code().String()
+	case KindStopSending:
+		s += " code=" + a.code().String()
+		if a.NoResponse {
+			s += " no-response"
+		} else {
+			s += " status=" + strconv.Itoa(a.status())
+		}
+	case KindHang:
+		if a.Delay > 0 {
+			s += " delay=" + a.Delay.String()
+		}
+	}
+	for _, i := range a.Informational {
+		s += " informational=" + strconv.Itoa(i.Status)
+	}
+	if a.Stall > 0 {
+		s += " stall=" + a.Stall.String()
+	}
+	return s
+}
+
+func (a Action) status() int {
+	if a.Status == 0 {
+		return http.StatusOK
+	}
+	return a.Status
+}
+
+func (a Action) code() http3.ErrCode {
+	if a.Code == 0 {
+		return http3.ErrCodeNoError
+	}
+	return a.Code
+}
+
+// ConnScript scripts one connection: Streams[j] handles the j-th request
+// stream the client opens on it (in the order its HEADERS arrive, counting
+// from 0, whatever its stream ID), and Default every stream after the
+// list.
+type ConnScript struct {
+	// Streams lists the actions in stream order.
+	Streams []Action
+	// Default handles streams beyond Streams; nil means OK("ok").
+	Default *Action
+}
+
+// Every returns a script that applies a to every stream of a connection.
+// Config{Default: Every(Reject())} is a server that rejects everything.
+func Every(a Action) *ConnScript { return &ConnScript{Default: &a} }
+
+// action returns the action for the j-th stream.
+func (c *ConnScript) action(j int) Action {
+	if c != nil {
+		if j < len(c.Streams) {
+			return c.Streams[j]
+		}
+		if c.Default != nil {
+			return *c.Default
+		}
+	}
+	return OK("ok")
+}
