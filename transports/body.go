@@ -59,8 +59,8 @@ func (b *reqBody) Read(p []byte) (int, error) {
 	}
 	b.stall.arm(StallProducer)
 	n, err := b.rc.Read(p)
-	if te := b.stall.producerFired(); te != nil && err == nil {
-		err = te // the read came too late: end the upload
+	if te := b.stall.producerFired(); te != nil {
+		n, err = 0, te // the read came too late: end the upload, not the body
 	}
 	switch {
 	case err == nil:

@@ -652,3 +652,23 @@ func TestH2NoPoolClosesAfterUse(t *testing.T) {
 		t.Errorf("%d idle", n)
 	}
 }
+
+func TestH2BodyReadTimeout(t *testing.T) {
+	s := startH2(t, h2Script([]h2server.Action{h2server.OK("never")}))
+	tr, obs := h2Client(t, s, transports.Options{BodyReadTimeout: 100 * time.Millisecond})
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, err := http.NewRequestWithContext(t.Context(), "PUT", s.URL()+"/slow", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go pw.Write([]byte("a little, then nothing"))
+	_, _, err = roundTrip(tr, req)
+	e := wantRule(t, err, fsm.RuleTimeout, 1)
+	var te *transports.TimeoutError
+	if !errors.As(e, &te) || te.Stall != transports.StallProducer || !strings.Contains(te.Error(), "produced nothing for 100ms") {
+		t.Fatalf("cause %#v", e.Err)
+	}
+	wantH2Copies(t, s, "/slow", 0)
+	wantDecisions(t, obs, "/slow", fsm.RuleTimeout)
+}

@@ -541,3 +541,62 @@ func TestPreferHTTP3(t *testing.T) {
 		}
 	})
 }
+
+func TestH3TransportStallAfterResponseRetiresConnection(t *testing.T) {
+	// The server answers at once and then reads nothing for a long while:
+	// the response is complete while the upload sits in flow control.
+	cfg := h3Script([]h3server.Action{h3server.EarlyResponse(200, nil, []byte("early")).WithStall(10 * time.Second)})
+	cfg.StreamReceiveWindow = 4 << 10
+	s := startH3(t, cfg)
+	tr, obs := h3Client(t, s, transports.Options{UploadStallTimeout: 150 * time.Millisecond})
+	big := strings.Repeat("y", 256<<10)
+	code, body, err := roundTrip(tr, newRequest(t, t.Context(), "PUT", s.URL()+"/late", big))
+	if err != nil || code != 200 || body != "early" {
+		t.Fatalf("%d %q %v", code, body, err)
+	}
+	// The stall retires the connection; idle, it closes at once.
+	if err := s.WaitConnClosed(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Conns()[0]; !c.ClosedByClient {
+		t.Errorf("connection 0 closed by the server: %+v", c)
+	}
+	if n := tr.IdleConns(); n != 0 {
+		t.Errorf("%d idle connections after the stall, want 0", n)
+	}
+	wantH3Copies(t, s, "/late", 0)
+	wantDecisions(t, obs, "/late", fsm.RuleDeliverFinalResponse)
+}
+
+func TestH3ProducerStallAfterResponseEndsTheUpload(t *testing.T) {
+	s := startH3(t, h3Script([]h3server.Action{h3server.EarlyResponse(200, nil, []byte("early"))}))
+	tr, _ := h3Client(t, s, transports.Options{BodyReadTimeout: 50 * time.Millisecond})
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, err := http.NewRequestWithContext(t.Context(), "PUT", s.URL()+"/producer", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go pw.Write([]byte("first part"))
+	code, body, err := roundTrip(tr, req)
+	if err != nil || code != 200 || body != "early" {
+		t.Fatalf("%d %q %v", code, body, err)
+	}
+	// The producer gives nothing more; its next piece comes too late and
+	// ends the upload with a reset instead of a FIN.
+	time.Sleep(500 * time.Millisecond)
+	pw.Write([]byte("too late"))
+	rs, err := s.WaitRequests(t.Context(), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rs[0]; r.FIN || !r.ClientReset {
+		t.Errorf("upload ended with FIN %v, reset %v (%v): %q", r.FIN, r.ClientReset, r.ClientResetCode, r.Body)
+	}
+	wantH3Copies(t, s, "/producer", 0)
+	// The connection itself is fine and serves the next request.
+	if code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/next", "")); err != nil || code != 200 {
+		t.Fatalf("%d %v", code, err)
+	}
+	wantH3Copies(t, s, "/next", 0)
+}
