@@ -47,21 +47,9 @@ func newH2Factory(o Options) *http2.Transport {
 // once on a new connection.
 func (c *call) runH2() (*http.Response, error) {
 	if err := checkStreamHeader("HTTP/2", c.req.Header); err != nil {
-		if c.req.Body != nil {
-			c.req.Body.Close()
-		}
-		return nil, err
+		return c.refuse(err)
 	}
-	facts := c.facts
-	var body io.ReadCloser = c.req.Body
-	for n := 1; n <= maxAttempts; n++ {
-		resp, next, err := c.attemptH2(n, facts, body)
-		if next == nil {
-			return resp, err
-		}
-		facts, body = next.facts, next.body
-	}
-	panic("replaysafe: fsm decided a second resend") // RS08 forbids it
+	return c.attempts(c.attemptH2)
 }
 
 // checkStreamHeader rejects the connection-specific fields HTTP/2 and

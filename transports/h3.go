@@ -95,21 +95,9 @@ func (c *call) runH3() (*http.Response, error) {
 		err = errH3Scheme
 	}
 	if err != nil {
-		if c.req.Body != nil {
-			c.req.Body.Close()
-		}
-		return nil, err
+		return c.refuse(err)
 	}
-	facts := c.facts
-	var body io.ReadCloser = c.req.Body
-	for n := 1; n <= maxAttempts; n++ {
-		resp, next, err := c.attemptH3(n, facts, body)
-		if next == nil {
-			return resp, err
-		}
-		facts, body = next.facts, next.body
-	}
-	panic("replaysafe: fsm decided a second resend") // RS08 forbids it
+	return c.attempts(c.attemptH3)
 }
 
 // fallBackToTCP moves a call whose HTTP/3 connection could not be had to

@@ -159,7 +159,7 @@ func (a *streamAttempt) failed(d fsm.Decision, err error) (*http.Response, *rese
 	a.report(d, err)
 	switch d.Action {
 	case fsm.ActionResend:
-		next, gerr := a.c.nextResend(a.rec.request(), a.rec.facts(), a.body)
+		next, gerr := a.c.nextResend(a.rec.Request(), a.rec.facts(), a.body)
 		if gerr != nil {
 			return nil, nil, &Error{Rule: d.Rule, Attempts: a.n, Err: gerr}
 		}
@@ -218,17 +218,5 @@ func (a *streamAttempt) finishBody(err error) {
 
 // report tells the Observer how the attempt ended.
 func (a *streamAttempt) report(d fsm.Decision, err error) {
-	if a.c.t.opt.Observer.OnAttempt == nil {
-		return
-	}
-	a.c.t.opt.Observer.attempt(AttemptReport{
-		Request:  a.c.req,
-		Number:   a.n,
-		Facts:    a.rec.request(),
-		Reused:   a.reused,
-		Decision: d,
-		Events:   a.rec.eventList(),
-		Err:      err,
-		Trace:    a.rec.trace(),
-	})
+	a.c.report(a.n, a.reused, d, err, a.rec)
 }

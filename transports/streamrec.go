@@ -126,7 +126,8 @@ func contextEvent(ctx context.Context) (fsm.Event, bool) {
 	return fsm.Event{Kind: fsm.EventCanceled}, true
 }
 
-func (r *streamRec) request() fsm.Request {
+// Request returns the request facts the machine decides on.
+func (r *streamRec) Request() fsm.Request {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.m.Request()
@@ -138,7 +139,8 @@ func (r *streamRec) facts() fsm.Facts {
 	return r.m.Facts()
 }
 
-func (r *streamRec) eventList() []fsm.Event {
+// Events returns the events fed so far.
+func (r *streamRec) Events() []fsm.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return append([]fsm.Event(nil), r.events...)
@@ -205,9 +207,9 @@ func (r *streamRec) tick() {
 	}
 }
 
-// trace returns the attempt in the spec trace format, instants counted
+// Trace returns the attempt in the spec trace format, instants counted
 // from the attempt's start, ending with the latest decision.
-func (r *streamRec) trace() string {
+func (r *streamRec) Trace() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var b strings.Builder

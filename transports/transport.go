@@ -247,17 +247,36 @@ type call struct {
 // one resend (RS08).
 const maxAttempts = 2
 
-func (c *call) run() (*http.Response, error) {
+// attemptFunc runs wire attempt n of a call with the given facts and
+// body; it returns the response, or the final error, or the next
+// attempt's start when fsm decided to resend.
+type attemptFunc func(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error)
+
+// attempts runs a call's wire attempts: the original and, when fsm
+// decides so, the resend, at once.
+func (c *call) attempts(attempt attemptFunc) (*http.Response, error) {
 	facts := c.facts
 	var body io.ReadCloser = c.req.Body
 	for n := 1; n <= maxAttempts; n++ {
-		resp, next, err := c.attempt(n, facts, body)
+		resp, next, err := attempt(n, facts, body)
 		if next == nil {
 			return resp, err
 		}
 		facts, body = next.facts, next.body
 	}
 	panic("replaysafe: fsm decided a second resend") // RS08 forbids it
+}
+
+// run runs the call over HTTP/1.1.
+func (c *call) run() (*http.Response, error) { return c.attempts(c.attempt) }
+
+// refuse fails a call before any attempt: it closes the request body, as
+// a RoundTripper must, and returns err.
+func (c *call) refuse(err error) (*http.Response, error) {
+	if c.req.Body != nil {
+		c.req.Body.Close()
+	}
+	return nil, err
 }
 
 // resend is what the next attempt starts from.
@@ -536,17 +555,29 @@ func (a *attempt) finishBody(err error) {
 
 // report tells the Observer how the attempt ended.
 func (a *attempt) report(d fsm.Decision, err error) {
-	if a.c.t.opt.Observer.OnAttempt == nil {
+	a.c.report(a.n, a.reused, d, err, a.rec)
+}
+
+// attemptRecord is what an attempt's recorder tells the Observer.
+type attemptRecord interface {
+	Request() fsm.Request
+	Events() []fsm.Event
+	Trace() string
+}
+
+// report tells the Observer how wire attempt n of the call ended.
+func (c *call) report(n int, reused bool, d fsm.Decision, err error, rec attemptRecord) {
+	if c.t.opt.Observer.OnAttempt == nil {
 		return
 	}
-	a.c.t.opt.Observer.attempt(AttemptReport{
-		Request:  a.c.req,
-		Number:   a.n,
-		Facts:    a.rec.Request(),
-		Reused:   a.reused,
+	c.t.opt.Observer.attempt(AttemptReport{
+		Request:  c.req,
+		Number:   n,
+		Facts:    rec.Request(),
+		Reused:   reused,
 		Decision: d,
-		Events:   a.rec.Events(),
+		Events:   rec.Events(),
 		Err:      err,
-		Trace:    a.rec.Trace(),
+		Trace:    rec.Trace(),
 	})
 }

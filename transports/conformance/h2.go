@@ -212,17 +212,14 @@ func RunH2Once(c H2Case, client string) (Run, time.Duration) {
 	}
 
 	res, setup := c.Run(env)
-	closeIdle()
-	srv.Close()
-
-	r := Run{Status: res.Status, Err: res.Err, Setup: setup}
-	var got []receipt
-	for _, q := range srv.Requests() {
-		got = append(got, receipt{path: q.Path, method: q.Method, body: q.Body})
+	receipts := func() []receipt {
+		var got []receipt
+		for _, q := range srv.Requests() {
+			got = append(got, receipt{path: q.Path, method: q.Method, body: q.Body})
+		}
+		return got
 	}
-	r.countCopies(got)
-	r.Rules = rules.String()
-	return r, env.elapsed
+	return streamRun(res, setup, closeIdle, srv.Close, receipts, &rules), env.elapsed
 }
 
 // RunH2Case runs c n times against client (a peer at most PeerRuns

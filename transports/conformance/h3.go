@@ -180,17 +180,14 @@ func RunH3Once(s H3Scenario, client string) (Run, time.Duration) {
 	}
 
 	res, setup := s.Run(env)
-	closeIdle()
-	srv.Close()
-
-	r := Run{Status: res.Status, Err: res.Err, Setup: setup}
-	var got []receipt
-	for _, q := range srv.Requests() {
-		got = append(got, receipt{path: q.Path, method: q.Method, body: q.Body})
+	receipts := func() []receipt {
+		var got []receipt
+		for _, q := range srv.Requests() {
+			got = append(got, receipt{path: q.Path, method: q.Method, body: q.Body})
+		}
+		return got
 	}
-	r.countCopies(got)
-	r.Rules = rules.String()
-	return r, env.elapsed
+	return streamRun(res, setup, closeIdle, srv.Close, receipts, &rules), env.elapsed
 }
 
 // RunH3Case runs s n times against client.

@@ -127,6 +127,18 @@ func (r *Run) countCopies(got []receipt) {
 	}
 }
 
+// streamRun ends one run of a stream scenario: it closes the client's
+// idle connections and the server, then counts what the server received
+// (receipts, read after the close so that nothing arrives later).
+func streamRun(res Result, setup error, closeIdle func(), closeServer func() error, receipts func() []receipt, rules *targetRules) Run {
+	closeIdle()
+	closeServer()
+	r := Run{Status: res.Status, Err: res.Err, Setup: setup}
+	r.countCopies(receipts())
+	r.Rules = rules.String()
+	return r
+}
+
 // runStreamCase runs once n times (a peer at most peerRuns times, when
 // set) and sums the runs up in a Report.
 func runStreamCase(name, title, network, client string, want Want, checked bool, peerRuns, n int, once func() (Run, time.Duration)) Report {
