@@ -226,17 +226,26 @@ func (m *Machine) Step(e Event) Decision {
 	}
 	if e.Kind == EventTick {
 		if p, at, ok := m.nextDeadline(); ok && e.At >= at {
-			e = Event{Kind: EventTimeout, At: e.At, Phase: p}
+			return m.step(&Event{Kind: EventTimeout, At: e.At, Phase: p})
 		}
 	}
-	if !m.allowed(e) {
-		if m.decision.Action == ActionDeliver {
-			m.decision.Conn = ConnDiscard
-			return m.decision
-		}
-		return m.finish(ActionFail, RuleInvalidOrder)
+	return m.step(&e)
+}
+
+// step is Step for an event that is not a due tick, with the machine
+// still in use. It takes e by reference: Step is on every caller's hot
+// path, and an Event is six words.
+func (m *Machine) step(e *Event) Decision {
+	if e.Kind == EventInvalid || e.Kind >= eventKindCount {
+		return m.refuse()
 	}
-	added := transitions[e.Kind].set &^ m.facts
+	// need and forbid are disjoint for every valid kind, so one masked
+	// compare checks both.
+	t := &transitions[e.Kind]
+	if m.facts&(t.need|t.forbid) != t.need || t.proto != ProtoUnknown && t.proto != m.proto {
+		return m.refuse()
+	}
+	added := t.set &^ m.facts
 	m.facts |= added
 	switch {
 	case added&acquired != 0:
@@ -247,9 +256,10 @@ func (m *Machine) Step(e Event) Decision {
 		m.answered = e.At
 	}
 
+	failure := e.Kind.Failure()
 	if m.decision.Action == ActionDeliver {
 		switch {
-		case e.Kind.Failure():
+		case failure:
 			m.decision.Conn = ConnDiscard
 		case m.facts&(complete|wroteAll) == complete|wroteAll:
 			m.decision.Conn = ConnReuse
@@ -260,7 +270,7 @@ func (m *Machine) Step(e Event) Decision {
 	case e.Kind == EventFinalHeaders:
 		m.decision = Decision{Action: ActionDeliver, Rule: RuleDeliverFinalResponse}
 		return m.decision
-	case e.Kind == EventHandedBack || e.Kind.Failure():
+	case failure || e.Kind == EventHandedBack:
 		action, rule := m.decideFailure(e)
 		return m.finish(action, rule)
 	}
@@ -268,15 +278,15 @@ func (m *Machine) Step(e Event) Decision {
 	return m.decision
 }
 
-func (m *Machine) allowed(e Event) bool {
-	if e.Kind == EventInvalid || e.Kind >= eventKindCount {
-		return false
+// refuse answers an event the transition table does not allow: after
+// delivery it only discards the connection; before, it fails the attempt
+// with RuleInvalidOrder.
+func (m *Machine) refuse() Decision {
+	if m.decision.Action == ActionDeliver {
+		m.decision.Conn = ConnDiscard
+		return m.decision
 	}
-	t := transitions[e.Kind]
-	if m.facts&t.need != t.need || m.facts&t.forbid != 0 {
-		return false
-	}
-	return t.proto == ProtoUnknown || t.proto == m.proto
+	return m.finish(ActionFail, RuleInvalidOrder)
 }
 
 func (m *Machine) finish(a Action, r Rule) Decision {
@@ -286,7 +296,7 @@ func (m *Machine) finish(a Action, r Rule) Decision {
 
 // decideFailure applies the failure rules in precedence order (the order
 // of spec/ruledata); the first that applies decides.
-func (m *Machine) decideFailure(e Event) (Action, Rule) {
+func (m *Machine) decideFailure(e *Event) (Action, Rule) {
 	switch e.Kind {
 	case EventAcquireFailed:
 		return ActionFail, RuleAcquireFailed
@@ -324,7 +334,7 @@ func (m *Machine) decideFailure(e Event) (Action, Rule) {
 
 // evidence returns the rule naming the proof that the server did not
 // process the request, or RuleNone when the failure is ambiguous.
-func (m *Machine) evidence(e Event) Rule {
+func (m *Machine) evidence(e *Event) Rule {
 	switch {
 	case e.Kind == EventHandedBack:
 		return RuleEvidenceHandedBack

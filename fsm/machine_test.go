@@ -248,6 +248,21 @@ func BenchmarkStep(b *testing.B) {
 	}
 }
 
+// BenchmarkExchange measures a whole clean exchange, six events from the
+// acquired connection to the complete response, and reports the cost per
+// event without BenchmarkStep's loop bookkeeping.
+func BenchmarkExchange(b *testing.B) {
+	req := fsm.Request{Method: fsm.MethodGET}
+	b.ReportAllocs()
+	for b.Loop() {
+		m := fsm.New(req, fsm.Limits{}, 0)
+		for _, e := range fullExchange {
+			sink = m.Step(e)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(fullExchange)), "ns/event")
+}
+
 // BenchmarkCallDecision measures a whole attempt that ends in a resend
 // decision: the call's cost of being decided.
 func BenchmarkCallDecision(b *testing.B) {
@@ -267,6 +282,17 @@ func TestLimitsFor(t *testing.T) {
 	for p, d := range want {
 		if got := lim.For(p); got != d {
 			t.Errorf("Limits.For(%v) = %v, want %v", p, got, d)
+		}
+	}
+}
+
+// TestNeedAndForbidAreDisjoint guards Step's single masked compare of
+// the facts against a transition's need and forbid sets: it is the same
+// as two compares only when no valid kind forbids a fact it needs.
+func TestNeedAndForbidAreDisjoint(t *testing.T) {
+	for k := fsm.EventKind(1); int(k) < fsm.EventKinds; k++ {
+		if need, forbid, _, _ := fsm.Requires(k); need&forbid != 0 {
+			t.Errorf("%v needs %v and forbids %v", k, need, forbid)
 		}
 	}
 }
