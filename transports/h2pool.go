@@ -69,7 +69,15 @@ func (p *h2Pool) joinDial(key connKey) (<-chan struct{}, func()) {
 
 // take reserves a stream for one attempt on a pooled connection for key,
 // or returns nil. Connections that closed or are closing (a GOAWAY
-// arrived, x/net gave up on them) leave the pool on the way.
+// arrived, x/net gave up on them) leave the pool on the way: those met
+// before the one that takes the stream; any behind it leave at a later
+// take.
+//
+// A connection is asked for a reservation first and for its State only
+// when it refuses one: State takes x/net's write lock (v0.62 under Go
+// 1.26), which a stream writing its frames holds across the system call,
+// and take holds the pool's lock, so asking every time serialised every
+// call of the pool behind the socket writes of the busiest connection.
 func (p *h2Pool) take(key connKey) (*h2Conn, bool) {
 	var dead []*h2Conn
 	defer func() {
@@ -84,20 +92,26 @@ func (p *h2Pool) take(key connKey) (*h2Conn, bool) {
 	var got *h2Conn
 	var reused bool
 	for _, c := range list {
+		if got != nil {
+			kept = append(kept, c)
+			continue
+		}
+		if c.cc.ReserveNewRequest() {
+			// Reused as fsm means it: the connection served an earlier
+			// exchange, not merely carries another stream right now.
+			got, reused = c, c.served > 0
+			c.streams++
+			c.active++
+			kept = append(kept, c)
+			continue
+		}
 		if st := c.cc.State(); st.Closed || st.Closing {
 			if p.retireLocked(c, false) {
 				dead = append(dead, c)
 			}
 			continue
 		}
-		kept = append(kept, c)
-		if got == nil && c.cc.ReserveNewRequest() {
-			// Reused as fsm means it: the connection served an earlier
-			// exchange, not merely carries another stream right now.
-			got, reused = c, c.served > 0
-			c.streams++
-			c.active++
-		}
+		kept = append(kept, c) // full: at the server's concurrency limit
 	}
 	clear(list[len(kept):])
 	if len(kept) == 0 {

@@ -31,7 +31,10 @@ type persistConn struct {
 	conn *h1.Conn
 	tls  *tls.ConnectionState // nil over plain TCP
 
-	// Guarded by pool.mu while the connection is idle.
+	// Guarded by pool.mu while the connection is idle. idleTimer is
+	// made on the first put and reset on later ones; a stopped one that
+	// fired anyway finds the connection idle for less than the limit
+	// (expire), or not idle at all, and does nothing.
 	idleSince time.Time
 	idleTimer *time.Timer
 
@@ -74,7 +77,6 @@ func (p *pool) get(key connKey) *persistConn {
 	}
 	if pc.idleTimer != nil {
 		pc.idleTimer.Stop()
-		pc.idleTimer = nil
 	}
 	return pc
 }
@@ -95,14 +97,24 @@ func (p *pool) put(pc *persistConn) {
 	}
 	pc.idleSince = time.Now()
 	if p.timeout > 0 {
-		pc.idleTimer = time.AfterFunc(p.timeout, func() { p.expire(pc) })
+		if pc.idleTimer == nil {
+			pc.idleTimer = time.AfterFunc(p.timeout, func() { p.expire(pc) })
+		} else {
+			pc.idleTimer.Reset(p.timeout)
+		}
 	}
 	p.idle[pc.key] = append(p.idle[pc.key], pc)
 }
 
-// expire closes pc if it is still idle.
+// expire closes pc if it is still idle and has been for the whole limit:
+// a timer stopped too late for an earlier idle period finds it pooled
+// again more recently, and leaves it.
 func (p *pool) expire(pc *persistConn) {
 	p.mu.Lock()
+	if time.Since(pc.idleSince) < p.timeout {
+		p.mu.Unlock()
+		return
+	}
 	list := p.idle[pc.key]
 	found := false
 	for i, c := range list {
@@ -118,7 +130,6 @@ func (p *pool) expire(pc *persistConn) {
 		} else {
 			p.idle[pc.key] = list
 		}
-		pc.idleTimer = nil
 	}
 	p.mu.Unlock()
 	if found {
@@ -134,7 +145,6 @@ func (p *pool) closeIdle() {
 		for _, pc := range list {
 			if pc.idleTimer != nil {
 				pc.idleTimer.Stop()
-				pc.idleTimer = nil
 			}
 			all = append(all, pc)
 		}

@@ -38,6 +38,10 @@ func (c systemClock) AfterFunc(d time.Duration, f func()) func() bool {
 // feeds at most a dozen: every progress event is fed once.
 const maxEvents = 64
 
+// inlineEvents is how many events a Recorder keeps without a second
+// allocation: a whole exchange, with room for a 1xx and a failure.
+const inlineEvents = 12
+
 // Recorder feeds the observations of one HTTP/1.1 wire attempt into an
 // fsm.Machine, in the order they happen, and keeps them as a trace. It is
 // safe for concurrent use: net/http reports from its read and write loops
@@ -67,10 +71,11 @@ type Recorder struct {
 	mu         sync.Mutex
 	m          fsm.Machine
 	events     []fsm.Event
-	serialized bool  // WroteRequest(nil) seen; RequestWritten waits for a byte on the wire
-	earlyByte  bool  // a response byte was read before Acquired
-	bodyRead   bool  // EventBodyRead fed
-	connErr    error // the first read or write error the Conn saw
+	inline     [inlineEvents]fsm.Event // events' first backing array
+	serialized bool                    // WroteRequest(nil) seen; RequestWritten waits for a byte on the wire
+	earlyByte  bool                    // a response byte was read before Acquired
+	bodyRead   bool                    // EventBodyRead fed
+	connErr    error                   // the first read or write error the Conn saw
 	stopTimer  func() bool
 	timerAt    fsm.Instant
 	stopped    bool
@@ -84,6 +89,7 @@ type Recorder struct {
 func NewRecorder(req fsm.Request, lim fsm.Limits, clock Clock, onDeadline func(fsm.Phase)) *Recorder {
 	now := clock.Now()
 	r := &Recorder{clock: clock, onDeadline: onDeadline, start: now, lim: lim, m: fsm.New(req, lim, now)}
+	r.events = r.inline[:0]
 	r.mu.Lock()
 	r.rearmLocked()
 	r.mu.Unlock()

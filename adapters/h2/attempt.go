@@ -34,7 +34,8 @@ import (
 // HEADERS frames x/net writes, and a request that claims nothing would
 // leave its frame for the next one.
 type Attempt struct {
-	w *Wire
+	w    *Wire
+	emit func(fsm.Event) // set by Trace, before x/net can call a hook
 
 	mu           sync.Mutex
 	claim        Claim
@@ -55,11 +56,7 @@ func (w *Wire) NewAttempt() *Attempt { return &Attempt{w: w} }
 // write goroutine, and a fast server's answer can be reported first. The
 // machine accepts both orders.
 func (a *Attempt) Trace(emit func(fsm.Event)) *httptrace.ClientTrace {
-	send := func(k fsm.EventKind) {
-		if emit != nil {
-			emit(fsm.Event{Kind: k})
-		}
-	}
+	a.emit = emit
 	return &httptrace.ClientTrace{
 		WroteHeaders: func() {
 			c := a.w.claim()
@@ -67,24 +64,31 @@ func (a *Attempt) Trace(emit func(fsm.Event)) *httptrace.ClientTrace {
 			a.claim = c
 			a.mu.Unlock()
 			if c.Wrote {
-				send(fsm.EventFirstByteWritten)
+				a.send(fsm.EventFirstByteWritten)
 			}
 		},
 		WroteRequest: func(info httptrace.WroteRequestInfo) {
 			if info.Err == nil && a.Claim().Wrote {
-				send(fsm.EventRequestWritten)
+				a.send(fsm.EventRequestWritten)
 			}
 		},
 		GotFirstResponseByte: func() {
 			a.mu.Lock()
 			a.responseByte = true
 			a.mu.Unlock()
-			send(fsm.EventFirstResponseByte)
+			a.send(fsm.EventFirstResponseByte)
 		},
 		Got1xxResponse: func(int, textproto.MIMEHeader) error {
-			send(fsm.EventInformational)
+			a.send(fsm.EventInformational)
 			return nil
 		},
+	}
+}
+
+// send passes an event of kind k to the emit function Trace was given.
+func (a *Attempt) send(k fsm.EventKind) {
+	if a.emit != nil {
+		a.emit(fsm.Event{Kind: k})
 	}
 }
 

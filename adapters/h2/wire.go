@@ -233,12 +233,18 @@ func (w *Wire) willWrite(p []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	probe := w.out
-	probe.feed(p, func(h frameHead) {
-		if h.typ == http2.FrameHeaders && h.stream > w.lastOpened {
-			w.track(h.stream)
-		}
-	}, nil, func(frameHead, []byte) {})
+	probe.feed(p, w.probeHeader, nil, ignoreFrameEnd)
 }
+
+// probeHeader is willWrite's frame-header callback: it tracks a stream
+// whose HEADERS are about to be written.
+func (w *Wire) probeHeader(h frameHead) {
+	if h.typ == http2.FrameHeaders && h.stream > w.lastOpened {
+		w.track(h.stream)
+	}
+}
+
+func ignoreFrameEnd(frameHead, []byte) {}
 
 func (w *Wire) sawWrite(p []byte) {
 	w.mu.Lock()
