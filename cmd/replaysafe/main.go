@@ -7,6 +7,7 @@
 //	replaysafe explain FILE...        replay trace files step by step
 //	replaysafe conformance [flags]    fault scenarios over loopback, counted at the server
 //	replaysafe fuzz [flags]           run the fuzz targets as a campaign
+//	replaysafe bench [flags]          run the benchmarks, replaysafe beside its peers (from the repository root)
 //
 // Run "replaysafe COMMAND -h" for a command's flags.
 package main

@@ -90,3 +90,10 @@ func TestUnknownCommand(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
 }
+
+func TestBenchReadsSavedRun(t *testing.T) {
+	code, out, errOut := runCmd(t, "bench", "-in", filepath.Join("..", "..", "transports", "bench", "testdata", "sample.txt"))
+	if code != 0 || !strings.Contains(out, "RoundTrip/h1/GET/c1") || !strings.Contains(out, "x-net-http2") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+}

@@ -1,0 +1,7 @@
+package main
+
+import "github.com/replaysafe/replaysafe/transports/bench"
+
+func init() {
+	extraCommands = append(extraCommands, command{"bench", "run the benchmarks (from the repository root) and print replaysafe beside its peers", bench.Main})
+}
