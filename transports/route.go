@@ -117,6 +117,49 @@ func (t *Transport) snapshot(req *http.Request, key connKey) (connKey, *routeSna
 			urls = []*url.URL{u}
 		}
 	}
+	if len(urls) == 0 {
+		return t.directSnapshot(key)
+	}
+	return t.buildSnapshot(req, key, urls)
+}
+
+// directRoute is the identity of a direct route before it is built: the
+// destination and the protocol policy.
+type directRoute struct {
+	scheme, addr, host string
+	policy             route.Policy
+}
+
+// maxDirectRoutes bounds the direct routes a Transport remembers; past
+// it, routes are built per call.
+const maxDirectRoutes = 4096
+
+// cachedSnapshot is a direct route built once: its key and snapshot
+// (nil when route.New could not canonicalise the destination).
+type cachedSnapshot struct {
+	key  connKey
+	snap *routeSnapshot
+}
+
+// directSnapshot returns the snapshot of a direct route to key. A direct
+// route depends only on the destination and the policy, so it is built
+// once and shared: a snapshot is immutable.
+func (t *Transport) directSnapshot(key connKey) (connKey, *routeSnapshot, error) {
+	dk := directRoute{scheme: key.scheme, addr: key.addr, host: key.host, policy: t.policy(key, false)}
+	if v, ok := t.directRoutes.Load(dk); ok {
+		c := v.(cachedSnapshot)
+		return c.key, c.snap, nil
+	}
+	k, snap, err := t.buildSnapshot(nil, key, nil)
+	if err == nil && t.directRouteCount.Add(1) <= maxDirectRoutes {
+		t.directRoutes.Store(dk, cachedSnapshot{key: k, snap: snap})
+	}
+	return k, snap, err
+}
+
+// buildSnapshot builds the route to key through the proxies urls (none:
+// direct), resolving each hop's credentials for req.
+func (t *Transport) buildSnapshot(req *http.Request, key connKey, urls []*url.URL) (connKey, *routeSnapshot, error) {
 	scheme, _ := route.ParseScheme(key.scheme)
 	port, portOK := portOf(key.addr)
 	host := key.host

@@ -11,6 +11,14 @@ import (
 	"github.com/replaysafe/replaysafe/fsm"
 )
 
+// maxEvents bounds the events a streamRec keeps for its trace; an attempt
+// feeds about a dozen.
+const maxEvents = 64
+
+// inlineEvents is how many events a streamRec keeps without a second
+// allocation: a whole exchange, with room for a 1xx and a failure.
+const inlineEvents = 12
+
 // streamRec feeds one HTTP/2 or HTTP/3 wire attempt's events into an
 // fsm.Machine and keeps them as a trace. The adapter's Attempt
 // (adapters/h2, adapters/h3) produces the progress events (from the
@@ -26,6 +34,7 @@ type streamRec struct {
 	mu        sync.Mutex
 	m         fsm.Machine
 	events    []fsm.Event
+	inline    [inlineEvents]fsm.Event // events' first backing array
 	stopTimer func() bool
 	timerAt   fsm.Instant
 	stopped   bool
@@ -34,6 +43,7 @@ type streamRec struct {
 func newStreamRec(req fsm.Request, lim fsm.Limits, clock h1.Clock, onDeadline func(fsm.Phase)) *streamRec {
 	now := clock.Now()
 	r := &streamRec{clock: clock, lim: lim, onDeadline: onDeadline, start: now, m: fsm.New(req, lim, now)}
+	r.events = r.inline[:0]
 	r.mu.Lock()
 	r.rearmLocked()
 	r.mu.Unlock()
@@ -85,7 +95,7 @@ func (r *streamRec) feedLocked(e fsm.Event) fsm.Decision {
 		}
 	}
 	d := r.m.Step(e)
-	if len(r.events) < 64 {
+	if len(r.events) < maxEvents {
 		r.events = append(r.events, e)
 	}
 	r.rearmLocked()

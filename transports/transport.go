@@ -12,6 +12,7 @@ import (
 	"net/http/httptrace"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go/http3"
@@ -71,6 +72,10 @@ type Transport struct {
 	h3factory *http3.Transport
 	h3pool    *h3Pool
 	h3Broken  sync.Map
+
+	// Direct routes built once (route.go): directRoute → cachedSnapshot.
+	directRoutes     sync.Map
+	directRouteCount atomic.Int64
 }
 
 // New returns a Transport configured by o.
@@ -201,8 +206,9 @@ func validate(req *http.Request) (connKey, error) {
 	if host == "" {
 		return connKey{}, errors.New("replaysafe: no Host in request URL")
 	}
-	if p := req.URL.Port(); p != "" {
-		port = p
+	if req.URL.Port() != "" {
+		// URL.Host is already host:port, as JoinHostPort would write it.
+		return connKey{scheme: scheme, addr: req.URL.Host, host: host}, nil
 	}
 	return connKey{scheme: scheme, addr: net.JoinHostPort(host, port), host: host}, nil
 }
