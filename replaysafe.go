@@ -42,6 +42,8 @@ const (
 	ProtocolNegotiate   = transports.ProtocolNegotiate   // ALPN picks h2 or http/1.1 for https; http stays HTTP/1.1
 	ProtocolHTTP3       = transports.ProtocolHTTP3       // HTTP/3 over QUIC only: https on direct routes
 	ProtocolPreferHTTP3 = transports.ProtocolPreferHTTP3 // HTTP/3 first for direct https, TCP (as ProtocolNegotiate) when QUIC fails or through proxies
+
+	ProtocolDiscoverHTTP3 = transports.ProtocolDiscoverHTTP3 // TCP until an origin advertises HTTP/3 with Alt-Svc, then HTTP/3 there
 )
 
 // Stall names the side of a request body upload that stopped making

@@ -61,8 +61,9 @@ func (t *Transport) quicConfig(w *h3.Watch) *quic.Config {
 }
 
 // h3Wanted reports whether a call for key, on a direct route, starts on
-// HTTP/3 under ProtocolPreferHTTP3: an https URL whose route has not
-// failed to connect over QUIC within H3RetryAfter.
+// HTTP/3 under ProtocolPreferHTTP3 or ProtocolDiscoverHTTP3: an https URL
+// whose route has not failed to connect over QUIC within H3RetryAfter
+// and, under ProtocolDiscoverHTTP3, whose origin advertised HTTP/3.
 func (t *Transport) h3Wanted(key connKey) bool {
 	if key.scheme != "https" {
 		return false
@@ -70,7 +71,36 @@ func (t *Transport) h3Wanted(key connKey) bool {
 	if v, ok := t.h3Broken.Load(key.addr); ok && time.Since(v.(time.Time)) < H3RetryAfter {
 		return false
 	}
+	if t.opt.Protocol == ProtocolDiscoverHTTP3 {
+		_, ok := t.altSvc.lookup(key.addr, time.Now())
+		return ok
+	}
 	return true
+}
+
+// h3Addr returns the UDP address to dial for key: the advertised
+// alternative's port under ProtocolDiscoverHTTP3, else key's own.
+func (t *Transport) h3Addr(key connKey) (string, error) {
+	if t.opt.Protocol != ProtocolDiscoverHTTP3 {
+		return key.addr, nil
+	}
+	alt, ok := t.altSvc.lookup(key.addr, time.Now())
+	if !ok {
+		return "", errNoAltSvc
+	}
+	return net.JoinHostPort(key.host, strconv.Itoa(int(alt.port))), nil
+}
+
+// errNoAltSvc means an origin's HTTP/3 advertisement expired between the
+// route's choice and the dial; the call falls back to TCP.
+var errNoAltSvc = errors.New("replaysafe: the origin's Alt-Svc advertisement of HTTP/3 expired")
+
+// learnAltSvc records what a response over TCP from key's origin
+// advertised, under ProtocolDiscoverHTTP3.
+func (t *Transport) learnAltSvc(key connKey, resp *http.Response) {
+	if t.opt.Protocol == ProtocolDiscoverHTTP3 && key.scheme == "https" && resp.ProtoMajor < 3 {
+		t.altSvc.learn(key.addr, key.host, resp.Header)
+	}
 }
 
 // usesH3 reports whether a call for key over snap starts on HTTP/3.
@@ -78,7 +108,7 @@ func (t *Transport) usesH3(key connKey, snap *routeSnapshot) bool {
 	switch t.opt.Protocol {
 	case ProtocolHTTP3:
 		return true
-	case ProtocolPreferHTTP3:
+	case ProtocolPreferHTTP3, ProtocolDiscoverHTTP3:
 		if snap != nil {
 			return snap.route.Policy() == route.PolicyH3
 		}
@@ -104,6 +134,7 @@ func (c *call) runH3() (*http.Response, error) {
 // the TCP route under the negotiate policy.
 func (c *call) fallBackToTCP() error {
 	c.t.h3Broken.Store(c.key.addr, time.Now())
+	c.t.altSvc.forget(c.key.addr)
 	snap := routeFrom(c.ctx)
 	if snap == nil {
 		return nil
@@ -119,8 +150,9 @@ func (c *call) fallBackToTCP() error {
 
 // attemptH3 runs wire attempt n over HTTP/3. It returns the response, or
 // the final error, or the next attempt's start when fsm decided to
-// resend; or errFallbackTCP (attempt 1 under ProtocolPreferHTTP3 only,
-// nothing sent, nothing reported) when no QUIC connection could be had.
+// resend; or errFallbackTCP (attempt 1 under ProtocolPreferHTTP3 or
+// ProtocolDiscoverHTTP3 only, nothing sent, nothing reported) when no
+// QUIC connection could be had.
 //
 // A request with an untouched one-shot body starts on a new connection:
 // quic-go cannot hand such a request back unsent the way net/http can,
@@ -130,7 +162,7 @@ func (c *call) attemptH3(n int, facts fsm.Request, body io.ReadCloser) (*http.Re
 	pooled := n == 1 && facts.Body != fsm.BodyOneShotUntouched
 	hc, reused, err := c.t.acquireH3(a.ctx, c.key, pooled)
 	if err != nil {
-		if n == 1 && c.t.opt.Protocol == ProtocolPreferHTTP3 && c.ctx.Err() == nil && !a.rec.isDecided() {
+		if n == 1 && c.t.opt.Protocol.fallsBack() && c.ctx.Err() == nil && !a.rec.isDecided() {
 			a.rec.stop()
 			a.cancel(nil)
 			if ferr := c.fallBackToTCP(); ferr != nil {
@@ -245,7 +277,11 @@ func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
 	if key.scheme != "https" {
 		return nil, errH3Scheme
 	}
-	host, port, err := net.SplitHostPort(key.addr)
+	addr, err := t.h3Addr(key)
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +291,7 @@ func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil {
-		return nil, fmt.Errorf("replaysafe: port of %s: %w", key.addr, err)
+		return nil, fmt.Errorf("replaysafe: port of %s: %w", addr, err)
 	}
 	raddr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, uint16(p)))
 	network := "udp4"
@@ -264,7 +300,7 @@ func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
 	}
 	udp, err := net.ListenUDP(network, nil)
 	if err != nil {
-		return nil, fmt.Errorf("replaysafe: UDP socket for %s: %w", key.addr, err)
+		return nil, fmt.Errorf("replaysafe: UDP socket for %s: %w", addr, err)
 	}
 	tr := &quic.Transport{Conn: udp}
 	release := func() {
@@ -275,7 +311,7 @@ func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
 	qc, err := tr.Dial(ctx, raddr, t.tlsConfig(key.host, []string{http3.NextProtoH3}), t.quicConfig(w))
 	if err != nil {
 		release()
-		return nil, fmt.Errorf("replaysafe: QUIC handshake with %s: %w", key.addr, err)
+		return nil, fmt.Errorf("replaysafe: QUIC handshake with %s: %w", addr, err)
 	}
 	context.AfterFunc(qc.Context(), release)
 	return &h3Conn{key: key, qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w}, nil

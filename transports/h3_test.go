@@ -600,3 +600,57 @@ func TestH3ProducerStallAfterResponseEndsTheUpload(t *testing.T) {
 	}
 	wantH3Copies(t, s, "/next", 0)
 }
+
+func TestDiscoverHTTP3ByAltSvc(t *testing.T) {
+	h3s := startH3(t, h3server.Config{})
+	_, h3port, _ := strings.Cut(h3s.Addr(), ":")
+	advertise := scripted.Respond(200, "ok")
+	advertise.Header = http.Header{"Alt-Svc": {`h3=":` + h3port + `"; ma=60`}}
+	tcp := start(t, scripted.Config{TLS: true, Conns: []scripted.ConnScript{scripted.Script(advertise)}})
+	tlsConf := tcp.ClientTLSConfig()
+	tlsConf.RootCAs.AddCert(h3s.Certificate()) // both origins' certificates
+	obs := &observed{}
+	tr := transports.New(transports.Options{
+		Protocol:        transports.ProtocolDiscoverHTTP3,
+		TLSClientConfig: tlsConf,
+		QUICConfig:      &quic.Config{HandshakeIdleTimeout: 100 * time.Millisecond},
+		Observer:        obs.observer(),
+	})
+	t.Cleanup(tr.CloseIdleConnections)
+	protoOf := func(path string) int {
+		t.Helper()
+		resp, err := tr.RoundTrip(newRequest(t, t.Context(), "POST", tcp.URL()+path, "pay"))
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.ProtoMajor
+	}
+
+	// The first call goes over TCP and learns the advertisement; the next
+	// goes to the advertised HTTP/3 port.
+	if p := protoOf("/first"); p != 1 {
+		t.Fatalf("first call over HTTP/%d", p)
+	}
+	if p := protoOf("/second"); p != 3 {
+		t.Fatalf("second call over HTTP/%d", p)
+	}
+	wantCopies(t, tcp, "/first", 1)
+	if n := len(copies(tcp, "/second")); n != 0 {
+		t.Fatalf("the TCP origin received %d copies of /second", n)
+	}
+	wantH3Copies(t, h3s, "/second", 0)
+
+	// The HTTP/3 origin goes away: the next call cannot connect over QUIC
+	// and falls back to TCP without sending anything, as one attempt.
+	h3s.Close()
+	tr.CloseIdleConnections()
+	if p := protoOf("/third"); p != 1 {
+		t.Fatalf("third call over HTTP/%d", p)
+	}
+	wantCopies(t, tcp, "/third", 1)
+	if as := obs.attemptsFor("/third"); len(as) != 1 || as[0].Events[0].Proto != fsm.ProtoH1 {
+		t.Fatalf("third call's attempts: %+v", as)
+	}
+}

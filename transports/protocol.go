@@ -31,14 +31,23 @@ const (
 	// and so do the route's calls for the next H3RetryAfter. Proxied
 	// routes and http URLs use TCP as under ProtocolNegotiate.
 	ProtocolPreferHTTP3
+	// ProtocolDiscoverHTTP3 speaks as ProtocolNegotiate until an https
+	// origin advertises HTTP/3 on its own host in an Alt-Svc response
+	// header field (RFC 7838); its direct routes then use HTTP/3 at the
+	// advertised port while the advertisement lasts ("ma", 24 hours by
+	// default), falling back to TCP as under ProtocolPreferHTTP3 when no
+	// QUIC connection can be had, which also drops the advertisement.
+	// "Alt-Svc: clear" drops it too. Alternatives on other hosts are
+	// ignored.
+	ProtocolDiscoverHTTP3
 
 	protocolCount // number of policies; keep last
 )
 
-var protocolNames = [protocolCount]string{"http1", "http2", "negotiate", "http3", "prefer-http3"}
+var protocolNames = [protocolCount]string{"http1", "http2", "negotiate", "http3", "prefer-http3", "discover-http3"}
 
-// String returns the policy's name: http1, http2, negotiate, http3 or
-// prefer-http3.
+// String returns the policy's name: http1, http2, negotiate, http3,
+// prefer-http3 or discover-http3.
 func (p Protocol) String() string {
 	if p < protocolCount {
 		return protocolNames[p]
@@ -53,7 +62,7 @@ func (p Protocol) h2For(key connKey) bool {
 	switch p {
 	case ProtocolHTTP2:
 		return true
-	case ProtocolNegotiate, ProtocolPreferHTTP3:
+	case ProtocolNegotiate, ProtocolPreferHTTP3, ProtocolDiscoverHTTP3:
 		return key.scheme == "https"
 	}
 	return false
@@ -61,4 +70,10 @@ func (p Protocol) h2For(key connKey) bool {
 
 // negotiates reports whether ALPN over TLS may select HTTP/1.1 or HTTP/2
 // under policy p.
-func (p Protocol) negotiates() bool { return p == ProtocolNegotiate || p == ProtocolPreferHTTP3 }
+func (p Protocol) negotiates() bool {
+	return p == ProtocolNegotiate || p == ProtocolPreferHTTP3 || p == ProtocolDiscoverHTTP3
+}
+
+// fallsBack reports whether policy p moves a call to TCP when no QUIC
+// connection can be had.
+func (p Protocol) fallsBack() bool { return p == ProtocolPreferHTTP3 || p == ProtocolDiscoverHTTP3 }

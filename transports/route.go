@@ -274,9 +274,10 @@ func (s *routeSnapshot) header(h http.Header) http.Header {
 }
 
 // policy is the route policy of the Transport's Protocol for a call to
-// key, proxied or not. Under ProtocolPreferHTTP3 a route that will use
-// TCP (proxied, http, or QUIC recently unavailable) gets the negotiate
-// policy, so its connections never share a pool key with HTTP/3 ones.
+// key, proxied or not. Under ProtocolPreferHTTP3 and ProtocolDiscoverHTTP3
+// a route that will use TCP (proxied, http, QUIC recently unavailable, or
+// no advertisement) gets the negotiate policy, so its connections never
+// share a pool key with HTTP/3 ones.
 func (t *Transport) policy(key connKey, proxied bool) route.Policy {
 	switch t.opt.Protocol {
 	case ProtocolHTTP2:
@@ -285,7 +286,7 @@ func (t *Transport) policy(key connKey, proxied bool) route.Policy {
 		return route.PolicyNegotiate
 	case ProtocolHTTP3:
 		return route.PolicyH3
-	case ProtocolPreferHTTP3:
+	case ProtocolPreferHTTP3, ProtocolDiscoverHTTP3:
 		if !proxied && t.h3Wanted(key) {
 			return route.PolicyH3
 		}

@@ -72,6 +72,7 @@ type Transport struct {
 	h3factory *http3.Transport
 	h3pool    *h3Pool
 	h3Broken  sync.Map
+	altSvc    altSvcCache // ProtocolDiscoverHTTP3: origin → HTTP/3 port
 
 	// Direct routes built once (route.go): directRoute → cachedSnapshot.
 	directRoutes     sync.Map
@@ -150,6 +151,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		t.opt.Observer.fail(req, err)
 		return nil, err
 	}
+	t.learnAltSvc(key, resp)
 	t.opt.Observer.response(req, resp)
 	return resp, nil
 }
