@@ -148,11 +148,11 @@ type Options struct {
 	// MaxIdleConnsPerHost one closes as soon as its streams are done.
 	Protocol Protocol
 
-	// HTTP/3 (issue 6). Protocol ProtocolHTTP3 or ProtocolPreferHTTP3
-	// speaks HTTP/3 over QUIC to https origins on direct routes, with
-	// quic-go's ClientConn driven directly. QUICConfig configures those
-	// connections; nil means quic-go's defaults with a KeepAlivePeriod of
-	// DefaultKeepAlive. It is cloned for each connection, and its Tracer
+	// HTTP/3 (issue 6). Protocol ProtocolHTTP3, ProtocolPreferHTTP3 or
+	// ProtocolDiscoverHTTP3 speaks HTTP/3 over QUIC to https origins on
+	// direct routes, with quic-go's ClientConn driven directly.
+	// QUICConfig configures those connections; nil means quic-go's
+	// defaults with a KeepAlivePeriod of DefaultKeepAlive. It is cloned for each connection, and its Tracer
 	// and MaxIncomingStreams are replaced (replaysafe observes every
 	// connection through its tracer). TLSClientConfig applies as for
 	// HTTP/1.1, with ALPN "h3" and TLS 1.3. The QUIC connection is dialed
