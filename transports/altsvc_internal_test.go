@@ -2,6 +2,7 @@ package transports
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -69,4 +70,31 @@ func TestAltSvcCache(t *testing.T) {
 	if len(c.m) != 0 {
 		t.Fatalf("a response without Alt-Svc changed the cache: %v", c.m)
 	}
+}
+
+// FuzzParseAltSvc checks that no field value makes the parser panic, that
+// what it returns is usable (a port, a lifetime in the future), and that
+// for a host no value can name (a NUL) only host-less alternatives, which
+// need `":` in the value, are taken.
+func FuzzParseAltSvc(f *testing.F) {
+	for _, seed := range []string{
+		`h3=":443"; ma=3600`, `clear`, `h2=":443", h3="example.com:8443"; persist=1`,
+		`h3="other.example:443"`, `h3="\"quoted\":1"`, `h3=":443"; ma="x"`, `,,;;="`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		before := time.Now()
+		alt, clear, ok := parseAltSvc([]string{v}, "example.com")
+		if clear && ok {
+			t.Fatalf("%q: both clear and an alternative", v)
+		}
+		if ok && (alt.port == 0 || alt.expires.Before(before)) {
+			t.Fatalf("%q: unusable alternative %+v", v, alt)
+		}
+		// An alternative with a host part is taken only for that host.
+		if _, _, ok := parseAltSvc([]string{v}, "\x00"); ok && !strings.Contains(v, `":`) && !strings.Contains(v, "\"\x00:") {
+			t.Fatalf("%q: an alternative on another host was taken", v)
+		}
+	})
 }
