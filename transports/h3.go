@@ -88,7 +88,7 @@ func (t *Transport) h3Addr(key connKey) (string, error) {
 	if !ok {
 		return "", errNoAltSvc
 	}
-	return net.JoinHostPort(key.host, strconv.Itoa(int(alt.port))), nil
+	return net.JoinHostPort(key.host, strconv.Itoa(int(alt.Port))), nil
 }
 
 // errNoAltSvc means an origin's HTTP/3 advertisement expired between the
@@ -99,7 +99,7 @@ var errNoAltSvc = errors.New("replaysafe: the origin's Alt-Svc advertisement of 
 // advertised, under ProtocolDiscoverHTTP3.
 func (t *Transport) learnAltSvc(key connKey, resp *http.Response) {
 	if t.opt.Protocol == ProtocolDiscoverHTTP3 && key.scheme == "https" && resp.ProtoMajor < 3 {
-		t.altSvc.learn(key.addr, key.host, resp.Header)
+		t.altSvc.learn(key.addr, key.host, resp.Header, time.Now())
 	}
 }
 
