@@ -5,8 +5,10 @@ package bench
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"net/http"
+	"time"
 
 	"golang.org/x/net/http2"
 
@@ -38,17 +40,41 @@ type Client struct {
 // Replaysafe is the name of the client every other one is compared with.
 const Replaysafe = "replaysafe"
 
+// Release closes rt's idle connections and, for a client that has a
+// Close (quic-go's http3.Transport, whose UDP socket and dropped
+// connections CloseIdleConnections leaves open), closes it. Every user of
+// a client ends with it.
+func Release(rt RoundTripper) {
+	rt.CloseIdleConnections()
+	if c, ok := rt.(io.Closer); ok {
+		c.Close()
+	}
+}
+
 // Protocol is one wire protocol: its benchmark server and its clients,
-// replaysafe first. Adding HTTP/3 is adding an entry to Protocols.
+// replaysafe first. Adding a protocol is adding an entry to Protocols.
 type Protocol struct {
-	// Name is the protocol's part of benchmark names: h1, h2.
+	// Name is the protocol's part of benchmark names: h1, h2, h3.
 	Name string
 	// Start starts the throughput and memory server. maxStreams is the
 	// concurrency limit a multiplexing server advertises (0: its default).
 	Start func(maxStreams uint32) (Server, error)
-	// Bare opens a connection to addr that does the least a client must
-	// to hold it open, for the memory baseline.
-	Bare func(addr string) (net.Conn, error)
+	// StartOrigins, when set, starts the idle-connection memory server
+	// instead of Start(1): one serving n origins (ports of 127.0.0.1), for
+	// a protocol whose clients keep one connection per origin however
+	// many requests wait for it (HTTP/3: both clients wait for stream
+	// credit rather than open a second QUIC connection).
+	StartOrigins func(n int) (Server, error)
+	// Bare opens n connections to the origins of srv that do the least a
+	// client must to hold them open, for the memory baseline; closing the
+	// result closes them all.
+	Bare func(srv Server, n int) (io.Closer, error)
+	// Settle is how long a memory measurement lets the process settle
+	// before each reading; zero means 50 ms. A new QUIC connection keeps
+	// changing for a while after its handshake (quic-go's timers, acks and
+	// dropped handshake state): with 50 ms the HTTP/3 readings moved by
+	// ±10 KiB per connection from run to run, with 400 ms by about 2 %.
+	Settle time.Duration
 	// Multiplexed protocols carry many requests per connection.
 	Multiplexed bool
 	// Clients are replaysafe and its peers.
@@ -61,7 +87,7 @@ var Protocols = []Protocol{
 	{
 		Name:  "h1",
 		Start: func(uint32) (Server, error) { return StartH1() },
-		Bare:  func(addr string) (net.Conn, error) { return bareConn("h1", addr) },
+		Bare:  bareTCP("h1"),
 		Clients: []Client{
 			{Name: Replaysafe, New: func(e Env) RoundTripper {
 				return transports.New(transports.Options{TLSClientConfig: e.TLS, MaxIdleConnsPerHost: e.MaxIdle})
@@ -77,7 +103,7 @@ var Protocols = []Protocol{
 			}
 			return StartH2C(maxStreams)
 		},
-		Bare:        func(addr string) (net.Conn, error) { return bareConn("h2", addr) },
+		Bare:        bareTCP("h2"),
 		Multiplexed: true,
 		Clients: []Client{
 			{Name: Replaysafe, New: func(e Env) RoundTripper {
@@ -86,6 +112,27 @@ var Protocols = []Protocol{
 			{Name: "x-net-http2", New: newXNetHTTP2},
 		},
 	},
+	{
+		Name:         "h3",
+		Start:        func(maxStreams uint32) (Server, error) { return StartH3(maxStreams, 1) },
+		StartOrigins: func(n int) (Server, error) { return StartH3(0, n) },
+		Bare:         bareH3,
+		Settle:       400 * time.Millisecond,
+		Multiplexed:  true,
+		Clients: []Client{
+			{Name: Replaysafe, New: newReplaysafeH3},
+			{Name: QuicGoHTTP3, New: newQuicGoHTTP3},
+		},
+	},
+}
+
+// startIdle starts the server of the idle-connection measurement over n
+// connections.
+func (p Protocol) startIdle(n int) (Server, error) {
+	if p.StartOrigins != nil {
+		return p.StartOrigins(n)
+	}
+	return p.Start(1)
 }
 
 // newNetHTTP is net/http's Transport speaking HTTP/1.1, keeping as many

@@ -34,9 +34,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 A development command: run it from the repository root, where it runs
   go test -run '^$' -bench FILTER -benchmem -count N -benchtime T ./fsm/ ./transports/bench/
 streams that output to stderr, and prints every replaysafe benchmark beside
-its peers (net/http, x/net/http2) with the ratio peer ÷ replaysafe, so that
-1.0 or more means replaysafe is at least as fast, allocates no more, holds
-no more bytes. With -in it reads a saved run instead.`)
+its peers (net/http, x/net/http2, quic-go's http3.Transport) with the ratio
+peer ÷ replaysafe, so that 1.0 or more means replaysafe is at least as
+fast, allocates no more, holds no more bytes; rows without a peer (a
+recovery the peer cannot make) follow the pairs. With -in it reads a saved
+run instead.`)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"runtime"
 	"sync"
@@ -37,12 +36,21 @@ func (h Held) Per(before Held, n int) Held {
 	return Held{Heap: (h.Heap - before.Heap) / float64(n), Goroutines: (h.Goroutines - before.Goroutines) / float64(n)}
 }
 
-// quiesce waits until the goroutine count stops moving: what an earlier
+// settleFor is how long a measurement of p lets background work finish:
+// Protocol.Settle, or settle.
+func settleFor(p Protocol) time.Duration {
+	if p.Settle > 0 {
+		return p.Settle
+	}
+	return settle
+}
+
+// quiesce sleeps d, then waits until the goroutine count stops moving: what an earlier
 // measurement tore down (connections a client closed, whose loops exit
 // on their own) must be gone before a new one reads its baseline, or the
 // memory it frees lands in the new measurement as a negative share.
-func quiesce() {
-	time.Sleep(settle)
+func quiesce(d time.Duration) {
+	time.Sleep(d)
 	deadline := time.Now().Add(time.Second)
 	last := runtime.NumGoroutine()
 	for time.Now().Before(deadline) {
@@ -77,46 +85,46 @@ func held() Held {
 
 // ServerPerConn returns what the server of p (and a bare client
 // connection) holds per open connection, measured over n bare
-// connections.
+// connections to the server IdleConn measures with.
 func ServerPerConn(p Protocol, n int) (Held, error) {
-	srv, err := p.Start(1)
+	srv, err := p.startIdle(n)
 	if err != nil {
 		return Held{}, err
 	}
 	defer srv.Close()
-	quiesce()
+	quiesce(settleFor(p))
 	before := held()
-	conns := make([]net.Conn, 0, n)
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range n {
-		c, err := p.Bare(srv.Addr())
-		if err != nil {
-			return Held{}, err
-		}
-		conns = append(conns, c)
+	conns, err := p.Bare(srv, n)
+	if err != nil {
+		return Held{}, err
 	}
+	defer conns.Close()
 	if err := waitFor(setupTimeout, func() bool { return srv.Ready() == n }); err != nil {
 		return Held{}, err
 	}
+	time.Sleep(settleFor(p))
 	return held().Per(before, n), nil
 }
 
 // openHeld sends n requests through rt and keeps them in flight at a
 // closed gate: one at a time, each waiting until the previous one reached
 // the server, so that a multiplexing client has seen the server's
-// concurrency limit before it picks a connection. It returns the gate and
-// a function that opens it and waits for the n calls.
+// concurrency limit before it picks a connection. Request i goes to the
+// server's origin i modulo their number. It returns the gate and a
+// function that opens it and waits for the n calls.
 func openHeld(srv Server, rt RoundTripper, n int, w Workload) (*Gate, func() error, error) {
-	g := NewGate()
-	srv.SetGate(g)
-	u, err := url.Parse(srv.URL())
+	base, err := url.Parse(srv.URL())
 	if err != nil {
 		return nil, nil, err
 	}
+	var origins []*url.URL
+	for _, addr := range srv.Addrs() {
+		u := *base
+		u.Host = addr
+		origins = append(origins, &u)
+	}
+	g := NewGate()
+	srv.SetGate(g)
 	var (
 		wg   sync.WaitGroup
 		mu   sync.Mutex
@@ -132,6 +140,7 @@ func openHeld(srv Server, rt RoundTripper, n int, w Workload) (*Gate, func() err
 		return nil
 	}
 	for i := range n {
+		u := origins[i%len(origins)]
 		wg.Go(func() {
 			if err := Do(rt, NewRequest(u, w)); err != nil {
 				mu.Lock()
@@ -151,16 +160,17 @@ func openHeld(srv Server, rt RoundTripper, n int, w Workload) (*Gate, func() err
 // server of p, with the server's share subtracted (server, from
 // ServerPerConn), and the number of connections it measured over. It
 // opens up to n connections by keeping n requests in flight at a server
-// that allows one stream per connection.
+// that allows one stream per connection, or (Protocol.StartOrigins) at n
+// origins, one request each.
 func IdleConn(p Protocol, c Client, n int, server Held) (Held, int, error) {
-	srv, err := p.Start(1)
+	srv, err := p.startIdle(n)
 	if err != nil {
 		return Held{}, 0, err
 	}
 	defer srv.Close()
 	rt := c.New(Env{TLS: srv.ClientTLS(), MaxIdle: n})
-	defer rt.CloseIdleConnections()
-	quiesce()
+	defer Release(rt)
+	quiesce(settleFor(p))
 	before := held()
 	_, finish, err := openHeld(srv, rt, n, Workloads[0])
 	if err != nil {
@@ -173,7 +183,7 @@ func IdleConn(p Protocol, c Client, n int, server Held) (Held, int, error) {
 	if conns == 0 {
 		return Held{}, 0, errNotReady
 	}
-	time.Sleep(settle)
+	time.Sleep(settleFor(p))
 	per := held().Per(before, conns)
 	return Held{Heap: per.Heap - server.Heap, Goroutines: per.Goroutines - server.Goroutines}, conns, nil
 }
@@ -191,7 +201,7 @@ func InFlight(p Protocol, c Client, n int, w Workload) (Held, error) {
 	}
 	defer srv.Close()
 	rt := c.New(Env{TLS: srv.ClientTLS(), MaxIdle: n})
-	defer rt.CloseIdleConnections()
+	defer Release(rt)
 	warm := n
 	if p.Multiplexed {
 		warm = 1
@@ -203,13 +213,13 @@ func InFlight(p Protocol, c Client, n int, w Workload) (Held, error) {
 	if err := finish(); err != nil {
 		return Held{}, err
 	}
-	quiesce()
+	quiesce(settleFor(p))
 	before := held()
 	_, finish, err = openHeld(srv, rt, n, w)
 	if err != nil {
 		return Held{}, err
 	}
-	time.Sleep(settle)
+	time.Sleep(settleFor(p))
 	per := held().Per(before, n)
 	per.Goroutines-- // the caller's
 	if err := finish(); err != nil {

@@ -8,13 +8,15 @@ import (
 
 	"github.com/replaysafe/replaysafe/transports/scripted"
 	"github.com/replaysafe/replaysafe/transports/scripted/h2server"
+	"github.com/replaysafe/replaysafe/transports/scripted/h3server"
 )
 
 // RecoveryServer is a scripted origin that counts what it receives.
 type RecoveryServer interface {
 	URL() string
 	ClientTLSConfig() *tls.Config
-	// Count returns the requests (HTTP/1.1) or streams (HTTP/2) received.
+	// Count returns the requests (HTTP/1.1) or streams (HTTP/2, HTTP/3)
+	// received.
 	Count() int
 	Close() error
 }
@@ -35,6 +37,19 @@ type Recovery struct {
 	// Copies is what the server must receive per call, the warm-up
 	// included: a benchmark whose count differs fails.
 	Copies int
+	// Failing maps the clients that cannot recover from the scenario to
+	// the copies the server must receive per call when their call fails
+	// (the warm-up and the one attempt: 2). The benchmark measures the
+	// other clients only, so that its row has no peer to compare with;
+	// TestRecoveriesCountCopies checks that these clients fail so.
+	Failing map[string]int
+}
+
+// Fails reports whether client cannot recover from r, and the copies the
+// server must then receive per call.
+func (r Recovery) Fails(client string) (int, bool) {
+	copies, ok := r.Failing[client]
+	return copies, ok
 }
 
 // Recoveries are the stale-connection scenarios.
@@ -64,6 +79,57 @@ var Recoveries = []Recovery{
 		Start:    h2Recovery(h2server.GoAwayBelow()),
 		Copies:   3,
 	},
+	{
+		Name:     "h3-request-rejected",
+		Title:    "HTTP/3 GET reset with H3_REQUEST_REJECTED on a kept-alive connection",
+		Protocol: "h3",
+		Start:    h3Recovery(h3server.Reject()),
+		Copies:   3,
+	},
+	{
+		Name:     "h3-goaway",
+		Title:    "HTTP/3 GET met by a GOAWAY carrying its own stream ID, then reset with H3_REQUEST_REJECTED",
+		Protocol: "h3",
+		Start:    h3Recovery(h3server.GoAwayRejecting()),
+		Copies:   3,
+	},
+	{
+		Name:     "h3-goaway-close",
+		Title:    "HTTP/3 GET met by a GOAWAY carrying its own stream ID, then the connection closes (50 ms later)",
+		Protocol: "h3",
+		// h3server waits DefaultGoAwayCloseDelay between the GOAWAY and
+		// the CONNECTION_CLOSE: closing at once would usually discard the
+		// GOAWAY still unsent, and the call would meet a bare close.
+		Start:   h3Recovery(h3server.GoAwayRejecting().WithClose()),
+		Copies:  3,
+		Failing: map[string]int{QuicGoHTTP3: 2}, // the stream fails with the close: no H3_REQUEST_REJECTED, no retry
+	},
+	{
+		Name:     "h3-close-crossing",
+		Title:    "HTTP/3 GET on a kept-alive connection the server closes once the request arrived, unanswered",
+		Protocol: "h3",
+		Start:    h3Recovery(h3server.CloseConnAfterBody()),
+		Copies:   3,
+		Failing:  map[string]int{QuicGoHTTP3: 2},
+	},
+}
+
+// h3RecoveryIdle is the QUIC idle timeout of the HTTP/3 recovery
+// servers. quic-go's http3.Transport drops a connection from its cache
+// after a failed request without closing it; this bounds how long such
+// connections pile up over a benchmark's iterations.
+const h3RecoveryIdle = 2 * time.Second
+
+// h3Recovery starts an h3server whose every connection answers its first
+// request stream and meets its second with defeat.
+func h3Recovery(defeat h3server.Action) func() (RecoveryServer, error) {
+	return func() (RecoveryServer, error) {
+		return h3server.New(h3server.Config{
+			Default:     &h3server.ConnScript{Streams: []h3server.Action{h3server.OK("ok"), defeat}},
+			IdleTimeout: h3RecoveryIdle,
+			Lifetime:    time.Hour,
+		})
+	}
 }
 
 // h2Recovery starts an h2c scripted server whose every connection answers
@@ -133,6 +199,6 @@ func (r *RecoveryRun) Check(copies int) error {
 
 // Close stops the client and the server.
 func (r *RecoveryRun) Close() error {
-	r.rt.CloseIdleConnections()
+	Release(r.rt)
 	return r.srv.Close()
 }

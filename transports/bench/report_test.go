@@ -35,7 +35,8 @@ func TestParseCapturedOutput(t *testing.T) {
 	}
 	want := "Step Exchange RoundTrip/h1/GET/c1/replaysafe RoundTrip/h1/GET/c1/net-http " +
 		"Recovery/h2-refused-stream/replaysafe Recovery/h2-refused-stream/x-net-http2 " +
-		"Memory/h2/idle-conn/replaysafe Memory/h2/idle-conn/x-net-http2"
+		"Memory/h2/idle-conn/replaysafe Memory/h2/idle-conn/x-net-http2 " +
+		"RoundTrip/h3/GET/c1/replaysafe RoundTrip/h3/GET/c1/quic-go-http3 Recovery/h3-close-crossing/replaysafe"
 	if got := strings.Join(names, " "); got != want {
 		t.Fatalf("results\n%s\nwant\n%s", got, want)
 	}
@@ -51,8 +52,8 @@ func TestParseCapturedOutput(t *testing.T) {
 func TestPairsRatios(t *testing.T) {
 	out := parseSample(t)
 	pairs := out.Pairs()
-	if len(pairs) != 3 {
-		t.Fatalf("%d pairs, want 3", len(pairs))
+	if len(pairs) != 4 {
+		t.Fatalf("%d pairs, want 4", len(pairs))
 	}
 	p := pairs[0]
 	if p.Group != "RoundTrip/h1/GET/c1" || p.Peer != "net-http" {
@@ -71,7 +72,11 @@ func TestPairsRatios(t *testing.T) {
 	if r := pairs[2].Ratios["B/idle-conn"]; !near(r, 16819.0/9251) {
 		t.Errorf("memory ratio %v", r)
 	}
-	if s := out.Singles(); len(s) != 2 || s[0].Name != "Step" {
+	if p := pairs[3]; p.Group != "RoundTrip/h3/GET/c1" || p.Peer != "quic-go-http3" || !near(p.Ratios["ns/op"], 269249.0/288349) {
+		t.Errorf("HTTP/3 pair %s vs %s: %v", p.Group, p.Peer, p.Ratios)
+	}
+	// A recovery row whose peer cannot recover has no peer: it is a single.
+	if s := out.Singles(); len(s) != 3 || s[0].Name != "Step" || s[2].Name != "Recovery/h3-close-crossing/replaysafe" {
 		t.Errorf("singles %v", s)
 	}
 }
@@ -82,7 +87,8 @@ func TestTableAndSVG(t *testing.T) {
 	if err := out.WriteTable(&table); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"RoundTrip/h1/GET/c1", "net-http", "0.93", "B/idle-conn", "1.82", "ns/event"} {
+	for _, want := range []string{"RoundTrip/h1/GET/c1", "net-http", "0.93", "B/idle-conn", "1.82", "ns/event",
+		"RoundTrip/h3/GET/c1", "quic-go-http3", "Recovery/h3-close-crossing/replaysafe"} {
 		if !strings.Contains(table.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, table.String())
 		}
@@ -93,7 +99,7 @@ func TestTableAndSVG(t *testing.T) {
 	}
 	s := svg.String()
 	if !strings.HasPrefix(s, "<svg ") || !strings.HasSuffix(s, "</svg>\n") || !strings.Contains(s, "title &lt;&amp;&gt;") ||
-		strings.Count(s, "<rect") != 1+3+3+3+1 {
+		strings.Count(s, "<rect") != 1+3+3+3+1+3 || !strings.Contains(s, "RoundTrip/h3/GET/c1 vs quic-go-http3") {
 		t.Errorf("unexpected SVG:\n%s", s)
 	}
 }

@@ -24,6 +24,9 @@ type Server interface {
 	URL() string
 	// Addr is "127.0.0.1:port".
 	Addr() string
+	// Addrs are the addresses of every origin the server serves: Addr
+	// alone, except for an HTTP/3 server started with several origins.
+	Addrs() []string
 	// ClientTLS returns the client TLS configuration trusting the server,
 	// or nil for cleartext.
 	ClientTLS() *tls.Config
@@ -119,6 +122,7 @@ func listen(serve func(*listener, net.Conn)) (*listener, error) {
 }
 
 func (l *listener) Addr() string           { return l.ln.Addr().String() }
+func (l *listener) Addrs() []string        { return []string{l.Addr()} }
 func (l *listener) URL() string            { return "http://" + l.Addr() }
 func (l *listener) ClientTLS() *tls.Config { return nil }
 func (l *listener) SetGate(g *Gate)        { l.gate.Store(g) }
@@ -340,10 +344,37 @@ func serveH2(l *listener, c net.Conn, maxStreams uint32) {
 	}
 }
 
-// bareConn opens a connection that does nothing more than a client must
-// to be connected: TCP for HTTP/1.1; TCP, the preface and an empty
-// SETTINGS frame for h2c. The memory benchmarks use it to measure what
-// the server holds per connection.
+// bareConns is bare connections, closed together.
+type bareConns []net.Conn
+
+func (b bareConns) Close() error {
+	var errs []error
+	for _, c := range b {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// bareTCP returns the Bare function of proto: it opens n connections to
+// srv that do nothing more than a client must to be connected: TCP for
+// HTTP/1.1; TCP, the preface and an empty SETTINGS frame for h2c. The
+// memory benchmarks use them to measure what the server holds per
+// connection.
+func bareTCP(proto string) func(srv Server, n int) (io.Closer, error) {
+	return func(srv Server, n int) (io.Closer, error) {
+		var conns bareConns
+		for range n {
+			c, err := bareConn(proto, srv.Addr())
+			if err != nil {
+				conns.Close()
+				return nil, err
+			}
+			conns = append(conns, c)
+		}
+		return conns, nil
+	}
+}
+
 func bareConn(proto, addr string) (net.Conn, error) {
 	c, err := net.Dial("tcp", addr)
 	if err != nil || proto != "h2" {

@@ -20,7 +20,7 @@ func TestEveryClientAgainstItsServer(t *testing.T) {
 				}
 				defer srv.Close()
 				rt := c.New(bench.Env{TLS: srv.ClientTLS(), MaxIdle: 4})
-				defer rt.CloseIdleConnections()
+				defer bench.Release(rt)
 				u, err := url.Parse(srv.URL())
 				if err != nil {
 					t.Fatal(err)
@@ -37,7 +37,9 @@ func TestEveryClientAgainstItsServer(t *testing.T) {
 }
 
 // TestRecoveriesCountCopies checks that every client recovers from every
-// scenario and that the server counts the copies the benchmark expects.
+// scenario and that the server counts the copies the benchmark expects;
+// and that a client the scenario lists as failing fails, after exactly
+// the copies listed.
 func TestRecoveriesCountCopies(t *testing.T) {
 	for _, r := range bench.Recoveries {
 		p, ok := bench.ProtocolNamed(r.Protocol)
@@ -51,15 +53,23 @@ func TestRecoveriesCountCopies(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer run.Close()
+				copies, fails := r.Fails(c.Name)
+				if !fails {
+					copies = r.Copies
+				}
 				for range 3 {
 					if err := run.Warm(); err != nil {
 						t.Fatal(err)
 					}
-					if err := run.Call(); err != nil {
+					err := run.Call()
+					if !fails && err != nil {
 						t.Fatal(err)
 					}
+					if fails && err == nil {
+						t.Fatal("the call recovered; the scenario lists this client as failing")
+					}
 				}
-				if err := run.Check(r.Copies); err != nil {
+				if err := run.Check(copies); err != nil {
 					t.Fatal(err)
 				}
 			})
