@@ -269,10 +269,11 @@ func (t *Transport) acquireH3(ctx context.Context, key connKey, pooled bool) (*h
 	return hc, false, nil
 }
 
-// dialH3 makes a new HTTP/3 connection for key: it resolves the host, opens
-// a UDP socket of its own (closed with the connection), and dials QUIC with
-// TLS offering ALPN "h3" under the attempt's acquisition deadline, observed
-// by an adapters/h3 Watch; quic-go's ClientConn runs over that.
+// dialH3 makes a new HTTP/3 connection for key: it resolves the host and
+// dials QUIC, from the Transport's shared UDP socket of the address's
+// family, with TLS offering ALPN "h3" under the attempt's acquisition
+// deadline, observed by an adapters/h3 Watch; quic-go's ClientConn runs
+// over that.
 func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
 	if key.scheme != "https" {
 		return nil, errH3Scheme
@@ -298,14 +299,9 @@ func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
 	if ip.Is6() {
 		network = "udp6"
 	}
-	udp, err := net.ListenUDP(network, nil)
+	tr, release, err := t.udp.acquire(network)
 	if err != nil {
 		return nil, fmt.Errorf("replaysafe: UDP socket for %s: %w", addr, err)
-	}
-	tr := &quic.Transport{Conn: udp}
-	release := func() {
-		tr.Close()
-		udp.Close()
 	}
 	w := h3.NewWatch()
 	qc, err := tr.Dial(ctx, raddr, t.tlsConfig(key.host, []string{http3.NextProtoH3}), t.quicConfig(w))
@@ -331,4 +327,56 @@ func resolveOne(ctx context.Context, host string) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("no address for %s", host)
 	}
 	return ips[0].Unmap(), nil
+}
+
+// udpSockets shares one UDP socket, and the quic.Transport over it, per
+// address family among a Transport's QUIC connections, as quic-go's own
+// Transport does: QUIC tells its connections apart by connection ID. A
+// socket opens with the first connection of its family and closes with
+// the last, so an idle Transport holds none.
+type udpSockets struct {
+	mu    sync.Mutex
+	share map[string]*udpShare // "udp4", "udp6"
+}
+
+type udpShare struct {
+	tr   *quic.Transport
+	conn *net.UDPConn
+	refs int
+}
+
+// acquire returns the quic.Transport of network's socket and a function
+// that gives it back once, when the connection dialed on it is over.
+func (u *udpSockets) acquire(network string) (*quic.Transport, func(), error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	sh := u.share[network]
+	if sh == nil {
+		conn, err := net.ListenUDP(network, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		sh = &udpShare{tr: &quic.Transport{Conn: conn}, conn: conn}
+		if u.share == nil {
+			u.share = map[string]*udpShare{}
+		}
+		u.share[network] = sh
+	}
+	sh.refs++
+	var once sync.Once
+	return sh.tr, func() { once.Do(func() { u.release(network, sh) }) }, nil
+}
+
+func (u *udpSockets) release(network string, sh *udpShare) {
+	u.mu.Lock()
+	sh.refs--
+	last := sh.refs == 0
+	if last {
+		delete(u.share, network)
+	}
+	u.mu.Unlock()
+	if last {
+		sh.tr.Close()
+		sh.conn.Close()
+	}
 }

@@ -654,3 +654,43 @@ func TestDiscoverHTTP3ByAltSvc(t *testing.T) {
 		t.Fatalf("third call's attempts: %+v", as)
 	}
 }
+
+func TestH3IdleConnTimeout(t *testing.T) {
+	s := startH3(t, h3server.Config{})
+	tr, _ := h3Client(t, s, transports.Options{IdleConnTimeout: 100 * time.Millisecond})
+	for _, p := range []string{"/a", "/b"} {
+		if code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+p, "")); err != nil || code != 200 {
+			t.Fatalf("%s: %d %v", p, code, err)
+		}
+	}
+	// Both went over one connection, which then closes after the limit.
+	wantH3Copies(t, s, "/a", 0)
+	wantH3Copies(t, s, "/b", 0)
+	if err := s.WaitConnClosed(t.Context(), 0); err != nil {
+		t.Fatal(err)
+	}
+	if c := s.Conns()[0]; !c.ClosedByClient {
+		t.Errorf("connection closed by the server: %+v", c)
+	}
+	if n := tr.IdleConns(); n != 0 {
+		t.Errorf("%d idle connections after the idle limit", n)
+	}
+}
+
+func TestH3ConnectionsShareOneSocket(t *testing.T) {
+	// Two origins, one Transport: both QUIC connections come from the same
+	// local UDP address.
+	s1, s2 := startH3(t, h3server.Config{}), startH3(t, h3server.Config{})
+	tlsConf := s1.ClientTLSConfig()
+	tlsConf.RootCAs.AddCert(s2.Certificate())
+	tr := transports.New(transports.Options{Protocol: transports.ProtocolHTTP3, TLSClientConfig: tlsConf})
+	t.Cleanup(tr.CloseIdleConnections)
+	for _, s := range []*h3server.Server{s1, s2} {
+		if code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/x", "")); err != nil || code != 200 {
+			t.Fatalf("%d %v", code, err)
+		}
+	}
+	if a, b := s1.Conns()[0].Remote, s2.Conns()[0].Remote; a != b {
+		t.Errorf("connections from %s and %s, want one socket", a, b)
+	}
+}

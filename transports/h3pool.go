@@ -23,8 +23,12 @@ type h3Conn struct {
 	active  int  // attempts running on it
 	retired bool // takes no new attempt; closes when active reaches 0
 	pooled  bool // in h3Pool.conns
-	idle    *time.Timer
-	idleGen uint64 // a timer of an older generation is void
+	// idleTimer, made once and reset, closes the connection after
+	// idleTimeout without a request; idleSince is when the last one
+	// ended. A timer that fires anyway finds the connection busy, or idle
+	// for less than the limit, and does nothing.
+	idleTimer *time.Timer
+	idleSince time.Time
 }
 
 // close closes the QUIC connection with H3_NO_ERROR.
@@ -123,8 +127,12 @@ func (p *h3Pool) done(c *h3Conn, clean bool) {
 	}
 	closeIt := c.retired && c.active == 0
 	if !closeIt && c.active == 0 && p.idleTimeout > 0 {
-		gen := c.idleGen
-		c.idle = time.AfterFunc(p.idleTimeout, func() { p.idleExpired(c, gen) })
+		c.idleSince = time.Now()
+		if c.idleTimer == nil {
+			c.idleTimer = time.AfterFunc(p.idleTimeout, func() { p.idleExpired(c) })
+		} else {
+			c.idleTimer.Reset(p.idleTimeout)
+		}
 	}
 	p.mu.Unlock()
 	if closeIt {
@@ -133,19 +141,17 @@ func (p *h3Pool) done(c *h3Conn, clean bool) {
 }
 
 func (c *h3Conn) stopIdleLocked() {
-	c.idleGen++
-	if c.idle != nil {
-		c.idle.Stop()
-		c.idle = nil
+	if c.idleTimer != nil {
+		c.idleTimer.Stop()
 	}
 }
 
-// idleExpired closes c when it is still idle.
-func (p *h3Pool) idleExpired(c *h3Conn, gen uint64) {
+// idleExpired closes c when it is still idle, and has been for the
+// whole limit.
+func (p *h3Pool) idleExpired(c *h3Conn) {
 	p.mu.Lock()
-	idle := c.active == 0 && c.idle != nil && c.idleGen == gen
+	idle := c.active == 0 && !c.retired && time.Since(c.idleSince) >= p.idleTimeout
 	if idle {
-		c.idle = nil
 		p.retireLocked(c)
 	}
 	p.mu.Unlock()

@@ -155,9 +155,10 @@ type Options struct {
 	// defaults with a KeepAlivePeriod of DefaultKeepAlive. It is cloned for each connection, and its Tracer
 	// and MaxIncomingStreams are replaced (replaysafe observes every
 	// connection through its tracer). TLSClientConfig applies as for
-	// HTTP/1.1, with ALPN "h3" and TLS 1.3. The QUIC connection is dialed
-	// from a UDP socket of its own, not through DialContext; the host is
-	// resolved with net.DefaultResolver. IdleConnTimeout closes a
+	// HTTP/1.1, with ALPN "h3" and TLS 1.3. QUIC connections are dialed
+	// from a UDP socket per address family that they share (open while
+	// any is), not through DialContext; the host is resolved with
+	// net.DefaultResolver. IdleConnTimeout closes a
 	// connection that carried no request for that long.
 	QUICConfig *quic.Config
 }

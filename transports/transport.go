@@ -73,6 +73,7 @@ type Transport struct {
 	h3pool    *h3Pool
 	h3Broken  sync.Map
 	altSvc    altSvcCache // ProtocolDiscoverHTTP3: origin → HTTP/3 port
+	udp       udpSockets  // the QUIC connections' shared UDP sockets
 
 	// Direct routes built once (route.go): directRoute → cachedSnapshot.
 	directRoutes     sync.Map
