@@ -2,16 +2,10 @@ package bench
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"sync"
@@ -22,6 +16,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe/transports"
+	"github.com/replaysafe/replaysafe/transports/internal/selfsigned"
 )
 
 // QuicGoHTTP3 is the name of quic-go's own http3.Transport (its
@@ -48,38 +43,10 @@ const serverLifetime = time.Hour
 
 // testCert is the benchmark servers' certificate and the pool trusting
 // it, made once per process: ECDSA P-256, self-signed, valid for
-// 127.0.0.1 (the same recipe as transports/scripted's, whose package is
-// internal to it).
+// 127.0.0.1 (transports/internal/selfsigned, as for the scripted servers).
 var testCert = sync.OnceValues(func() (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("bench: generating key: %w", err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("bench: generating serial: %w", err)
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "replaysafe bench"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(7 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("bench: creating certificate: %w", err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("bench: parsing certificate: %w", err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+	cert, _, err := selfsigned.New("replaysafe bench")
+	return cert, err
 })
 
 // h3Server is the HTTP/3 benchmark server: quic-go's http3.Server, with a

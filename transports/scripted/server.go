@@ -61,7 +61,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
+	"github.com/replaysafe/replaysafe/transports/internal/selfsigned"
 )
 
 // Defaults for the zero fields of Config.

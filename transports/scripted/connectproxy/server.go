@@ -43,7 +43,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
+	"github.com/replaysafe/replaysafe/transports/internal/selfsigned"
 )
 
 // Point is a moment in a proxy connection where a Script can stall.

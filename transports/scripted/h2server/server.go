@@ -44,7 +44,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
+	"github.com/replaysafe/replaysafe/transports/internal/selfsigned"
 )
 
 // Defaults for the zero fields of Config.

@@ -59,7 +59,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/replaysafe/replaysafe/transports/scripted/internal/selfsigned"
+	"github.com/replaysafe/replaysafe/transports/internal/selfsigned"
 )
 
 // Defaults for the zero fields of Config.

@@ -1,5 +1,5 @@
 // Package selfsigned makes the in-memory certificates of the scripted test
-// servers: ECDSA P-256, valid for 127.0.0.1, ::1 and localhost, signing
+// servers and the benchmark servers: ECDSA P-256, valid for 127.0.0.1, ::1 and localhost, signing
 // themselves, so a client trusts one by making it its only root.
 package selfsigned
 
