@@ -143,43 +143,19 @@ func (s *h2Stream) uploading() bool { return false }
 
 // acquireH2 returns a connection with a stream reserved for one attempt:
 // for an original attempt a pooled one that can take a stream, else a new
-// one; a resend always gets a new one.
-//
-// Original attempts that miss the pool together share one dial: the
-// others wait for it (under their own acquisition deadline), then try the
-// pool again, and dial themselves only when the new connection cannot
-// take their stream either.
+// one; a resend always gets a new one (acquireShared).
 func (t *Transport) acquireH2(ctx context.Context, key connKey, pooled bool) (*h2Conn, bool, error) {
-	var dialed func()
-	for pooled {
+	take := func() (*h2Conn, bool, error) {
 		if hc, reused := t.h2pool.take(key); hc != nil {
 			return hc, reused, nil
 		}
 		if _, h1 := t.h1Only.Load(key); h1 {
 			return nil, false, errFallbackH1
 		}
-		wait, lead := t.h2pool.joinDial(key)
-		if lead != nil {
-			dialed = lead
-			break
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, false, context.Cause(ctx)
-		}
+		return nil, false, nil
 	}
-	hc, err := t.dialH2(ctx, key)
-	if err == nil {
-		t.h2pool.add(hc)
-	}
-	if dialed != nil {
-		dialed()
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	return hc, false, nil
+	dial := func() (*h2Conn, error) { return t.dialH2(ctx, key) }
+	return acquireShared(ctx, &t.h2pool.gate, key, pooled, take, dial, t.h2pool.add)
 }
 
 // dialH2 makes a new HTTP/2 connection for key: connect, as the HTTP/1.1

@@ -37,34 +37,14 @@ type h2Conn struct {
 type h2Pool struct {
 	keep bool // false: every connection closes once its streams are done
 
-	mu      sync.Mutex
-	conns   map[connKey][]*h2Conn
-	dialing map[connKey]chan struct{} // closed when the dial for the key ends
+	gate dialGate // original attempts that missed the pool share a dial
+
+	mu    sync.Mutex
+	conns map[connKey][]*h2Conn
 }
 
 func newH2Pool(keep bool) *h2Pool {
-	return &h2Pool{keep: keep, conns: map[connKey][]*h2Conn{}, dialing: map[connKey]chan struct{}{}}
-}
-
-// joinDial coordinates original attempts that missed the pool for key:
-// when another one is dialing, it returns a channel closed when that dial
-// ends (the caller then tries the pool again); otherwise the caller dials,
-// and calls the returned function once the connection is added or the
-// dial failed.
-func (p *h2Pool) joinDial(key connKey) (<-chan struct{}, func()) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if ch, ok := p.dialing[key]; ok {
-		return ch, nil
-	}
-	ch := make(chan struct{})
-	p.dialing[key] = ch
-	return nil, func() {
-		p.mu.Lock()
-		delete(p.dialing, key)
-		p.mu.Unlock()
-		close(ch)
-	}
+	return &h2Pool{keep: keep, conns: map[connKey][]*h2Conn{}}
 }
 
 // take reserves a stream for one attempt on a pooled connection for key,

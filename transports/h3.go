@@ -237,36 +237,14 @@ func (s *h3Stream) uploaded(error) {
 
 // acquireH3 returns a connection with room for one more request: for an
 // original attempt a pooled one that is open and got no GOAWAY, else a
-// new one; a resend always gets a new one. Original attempts that miss
-// the pool together share one dial.
+// new one; a resend always gets a new one (acquireShared).
 func (t *Transport) acquireH3(ctx context.Context, key connKey, pooled bool) (*h3Conn, bool, error) {
-	var dialed func()
-	for pooled {
-		if hc, reused := t.h3pool.take(key); hc != nil {
-			return hc, reused, nil
-		}
-		wait, lead := t.h3pool.gate.join(key)
-		if lead != nil {
-			dialed = lead
-			break
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, false, context.Cause(ctx)
-		}
+	take := func() (*h3Conn, bool, error) {
+		hc, reused := t.h3pool.take(key)
+		return hc, reused, nil
 	}
-	hc, err := t.dialH3(ctx, key)
-	if err == nil {
-		t.h3pool.add(hc)
-	}
-	if dialed != nil {
-		dialed()
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	return hc, false, nil
+	dial := func() (*h3Conn, error) { return t.dialH3(ctx, key) }
+	return acquireShared(ctx, &t.h3pool.gate, key, pooled, take, dial, t.h3pool.add)
 }
 
 // dialH3 makes a new HTTP/3 connection for key: it resolves the host and

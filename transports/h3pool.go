@@ -1,6 +1,7 @@
 package transports
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -257,4 +258,48 @@ func (g *dialGate) join(key connKey) (<-chan struct{}, func()) {
 		g.mu.Unlock()
 		close(ch)
 	}
+}
+
+// acquireShared is how an attempt gets a multiplexed connection (HTTP/2,
+// HTTP/3): for an original attempt (pooled) a pooled one that take finds,
+// else a new one from dial, which add registers; a resend always dials.
+// Original attempts that miss the pool together share one dial through
+// gate: the others wait for it (under their own acquisition deadline),
+// then try the pool again, and dial themselves only when the new
+// connection cannot take them either. take may end the search with an
+// error (for example ALPN's answer under ProtocolNegotiate).
+func acquireShared[C comparable](ctx context.Context, gate *dialGate, key connKey, pooled bool,
+	take func() (c C, reused bool, err error), dial func() (C, error), add func(C)) (C, bool, error) {
+	var zero C
+	var dialed func()
+	for pooled {
+		c, reused, err := take()
+		if err != nil {
+			return zero, false, err
+		}
+		if c != zero {
+			return c, reused, nil
+		}
+		wait, lead := gate.join(key)
+		if lead != nil {
+			dialed = lead
+			break
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return zero, false, context.Cause(ctx)
+		}
+	}
+	c, err := dial()
+	if err == nil {
+		add(c)
+	}
+	if dialed != nil {
+		dialed()
+	}
+	if err != nil {
+		return zero, false, err
+	}
+	return c, false, nil
 }
