@@ -157,20 +157,7 @@ func (a *streamAttempt) failed(d fsm.Decision, err error) (*http.Response, *rese
 	a.endStream(d, false)
 	a.cancel(nil)
 	a.report(d, err)
-	switch d.Action {
-	case fsm.ActionResend:
-		next, gerr := a.c.nextResend(a.rec.Request(), a.rec.facts(), a.body)
-		if gerr != nil {
-			return nil, nil, &Error{Rule: d.Rule, Attempts: a.n, Err: gerr}
-		}
-		return nil, next, nil
-	case fsm.ActionFail:
-		if a.body != nil {
-			a.body.release(false)
-		}
-		return nil, nil, &Error{Rule: d.Rule, Attempts: a.n, Err: err}
-	}
-	panic("replaysafe: attempt failed with decision " + d.String())
+	return a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.facts(), a.body)
 }
 
 // deliver hands resp to the caller with its body wrapped so that its end

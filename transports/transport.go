@@ -461,25 +461,28 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 	}
 	a.cancel(nil)
 	a.report(d, err)
+	return a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.Facts(), a.body)
+}
+
+// afterFailure acts on decision d, which ended wire attempt n with err:
+// the next attempt's start for a resend (see nextResend), or the call's
+// *Error. req and facts are what the attempt's machine decided on, body
+// the attempt's request body (nil without one).
+func (c *call) afterFailure(n int, d fsm.Decision, err error, req fsm.Request, facts fsm.Facts, body *reqBody) (*http.Response, *resend, error) {
 	switch d.Action {
 	case fsm.ActionResend:
-		next, gerr := a.nextAttempt()
+		next, gerr := c.nextResend(req, facts, body)
 		if gerr != nil {
-			return nil, nil, &Error{Rule: d.Rule, Attempts: a.n, Err: gerr}
+			return nil, nil, &Error{Rule: d.Rule, Attempts: n, Err: gerr}
 		}
 		return nil, next, nil
 	case fsm.ActionFail:
-		if a.body != nil {
-			a.body.release(false)
+		if body != nil {
+			body.release(false)
 		}
-		return nil, nil, &Error{Rule: d.Rule, Attempts: a.n, Err: err}
+		return nil, nil, &Error{Rule: d.Rule, Attempts: n, Err: err}
 	}
 	panic("replaysafe: attempt failed with decision " + d.String())
-}
-
-// nextAttempt prepares the resend of this attempt.
-func (a *attempt) nextAttempt() (*resend, error) {
-	return a.c.nextResend(a.rec.Request(), a.rec.Facts(), a.body)
 }
 
 // nextResend prepares a call's resend after an attempt with request facts
