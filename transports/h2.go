@@ -190,7 +190,7 @@ func (t *Transport) dialH2(ctx context.Context, key connKey) (*h2Conn, error) {
 		c.conn.Close()
 		return nil, err
 	}
-	return &h2Conn{key: key, cc: cc, wire: wire, tls: c.tls, conn: oc}, nil
+	return &h2Conn{cc: cc, wire: wire, tls: c.tls, conn: oc, pool: muxState{key: key}}, nil
 }
 
 // h2Connect is how the HTTP/2 path connects: ALPN offers h2 alone, or h2

@@ -288,7 +288,7 @@ func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
 		return nil, fmt.Errorf("replaysafe: QUIC handshake with %s: %w", addr, err)
 	}
 	context.AfterFunc(qc.Context(), release)
-	return &h3Conn{key: key, qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w}, nil
+	return &h3Conn{qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w, pool: muxState{key: key}}, nil
 }
 
 // resolveOne returns the first address of host, or host itself when it

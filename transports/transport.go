@@ -63,14 +63,14 @@ type Transport struct {
 	// multiplexed pool, and the routes ALPN answered with HTTP/1.1 under
 	// ProtocolNegotiate (connKey → true).
 	h2factory *http2.Transport
-	h2pool    *h2Pool
+	h2pool    *muxPool[*h2Conn]
 	h1Only    sync.Map
 
 	// HTTP/3 (Options.Protocol): quic-go's connection factory, the pool,
 	// and under ProtocolPreferHTTP3 the destinations (host:port) whose
 	// QUIC connection failed, with the time (h3.go).
 	h3factory *http3.Transport
-	h3pool    *h3Pool
+	h3pool    *muxPool[*h3Conn]
 	h3Broken  sync.Map
 	altSvc    altSvcCache // ProtocolDiscoverHTTP3: origin → HTTP/3 port
 	udp       udpSockets  // the QUIC connections' shared UDP sockets
@@ -90,10 +90,10 @@ func New(o Options) *Transport {
 		pool:    newPool(o.MaxIdleConnsPerHost, o.IdleConnTimeout),
 
 		h2factory: newH2Factory(o),
-		h2pool:    newH2Pool(o.MaxIdleConnsPerHost > 0),
+		h2pool:    newMuxPool[*h2Conn](o.MaxIdleConnsPerHost > 0, 0),
 
 		h3factory: newH3Factory(o),
-		h3pool:    newH3Pool(o.MaxIdleConnsPerHost > 0, o.IdleConnTimeout),
+		h3pool:    newMuxPool[*h3Conn](o.MaxIdleConnsPerHost > 0, o.IdleConnTimeout),
 	}
 	if o.AcquireTimeout > 0 {
 		t.limits.Acquire = o.AcquireTimeout
