@@ -6,22 +6,28 @@
 // seen: the server closes a kept-alive connection just as the next request
 // goes out. replaysafe resends such a request once, at once, on a freshly
 // dialed connection, only when the rules allow it: with evidence that the
-// server did not process it (nothing reached the socket), or when the
-// failure is ambiguous but the connection was reused, no response byte
-// arrived, the method is idempotent (RFC 9110 §9.2.2) or the request
-// carries Idempotency-Key, the body can be produced again, and the failure
-// is not a timeout or a cancellation. A resend is never resent.
+// server did not process it (nothing reached the socket, HTTP/2
+// REFUSED_STREAM, a GOAWAY boundary below the request's stream, HTTP/3
+// H3_REQUEST_REJECTED), or when the failure is ambiguous but the
+// connection was reused, no response byte arrived, the method is
+// idempotent (RFC 9110 §9.2.2) or the request carries Idempotency-Key, the
+// body can be produced again, and the failure is not a timeout or a
+// cancellation. A resend is never resent.
 //
 // Use it as a client's transport:
 //
 //	client := &http.Client{Transport: replaysafe.New(replaysafe.Options{})}
 //
-// Every decision names its rule (package fsm, docs/rules.md). A call that
-// fails returns an *Error with the rule, the attempt count and the cause;
-// Options.Observer sees every wire attempt with its trace, which
-// `replaysafe explain` replays. docs/guarantees.md states the HTTP/1.1,
-// HTTP/2 and HTTP/3 guarantees with the conformance tables that show them,
-// and docs/proxies.md covers routes, proxies and the acquisition deadline.
+// Options chooses the protocols (HTTP/1.1, HTTP/2, HTTP/3), the pool
+// bounds, the phase limits and the proxies; every field names its
+// default. Every decision names its rule (package fsm, docs/rules.md). A
+// call that fails returns an *Error with the rule, the attempt count and
+// the cause; Options.Observer sees every wire attempt with its trace,
+// which `replaysafe explain` replays. docs/guarantees.md states the
+// HTTP/1.1, HTTP/2 and HTTP/3 guarantees with the conformance tables that
+// show them, and docs/proxies.md covers routes, proxies and the
+// acquisition deadline.
 //
-// This package is a thin facade over package transports.
+// Package replaysafetest has the receipt-counting scripted servers the
+// tests use, for testing any client's replay behaviour.
 package replaysafe

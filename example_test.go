@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/replaysafe/replaysafe"
-	"github.com/replaysafe/replaysafe/transports/scripted"
-	"github.com/replaysafe/replaysafe/transports/scripted/h3server"
+	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
 
 // A kept-alive connection closes just as the next GET goes out: the
@@ -18,9 +18,9 @@ import (
 // replaysafe resends it once on a new connection (RS20). The loopback
 // server counts the copies it received.
 func Example() {
-	srv, err := scripted.Start(scripted.Config{Conns: []scripted.ConnScript{
-		scripted.Script(scripted.RespondThenCloseOnNext(scripted.CloseFIN)),
-		scripted.Script(scripted.OK()),
+	srv, err := replaysafetest.Start(replaysafetest.Config{Conns: []replaysafetest.ConnScript{
+		replaysafetest.Script(replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN)),
+		replaysafetest.Script(replaysafetest.OK()),
 	}})
 	if err != nil {
 		panic(err)
@@ -45,7 +45,7 @@ func Example() {
 		resp.Body.Close()
 		fmt.Printf("%s: %d %s\n", path, resp.StatusCode, body)
 	}
-	fmt.Println("copies of /second at the server:", copies(srv, "/second"))
+	fmt.Println("copies of /second at the server:", len(copies(srv, "/second")))
 	// Output:
 	// /first attempt 1: deliver RS02 deliver-final-response
 	// /first: 200 ok
@@ -58,9 +58,9 @@ func Example() {
 // The same close under a POST: the server may have processed it, so it is
 // never sent again, and the error names the rule that decided.
 func Example_notIdempotent() {
-	srv, err := scripted.Start(scripted.Config{Conns: []scripted.ConnScript{
-		scripted.Script(scripted.RespondThenCloseOnNext(scripted.CloseFIN)),
-		scripted.Script(scripted.OK()),
+	srv, err := replaysafetest.Start(replaysafetest.Config{Conns: []replaysafetest.ConnScript{
+		replaysafetest.Script(replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN)),
+		replaysafetest.Script(replaysafetest.OK()),
 	}})
 	if err != nil {
 		panic(err)
@@ -84,7 +84,7 @@ func Example_notIdempotent() {
 		fmt.Println("attempts:", rerr.Attempts)
 		fmt.Println("connection closed under it:", errors.Is(err, io.EOF))
 	}
-	fmt.Println("copies of /pay at the server:", copies(srv, "/pay"))
+	fmt.Println("copies of /pay at the server:", len(copies(srv, "/pay")))
 	// Output:
 	// rule: RS18 ambiguous-not-idempotent
 	// attempts: 1
@@ -134,15 +134,4 @@ func Example_http3() {
 	// attempt 2: deliver RS02 deliver-final-response
 	// HTTP/3.0 200 ok
 	// copies of /order at the server: 2 on connections 0 and 1
-}
-
-// copies counts the complete requests for path the server received.
-func copies(srv *scripted.Server, path string) int {
-	n := 0
-	for _, r := range srv.Requests() {
-		if r.Target == path {
-			n++
-		}
-	}
-	return n
 }

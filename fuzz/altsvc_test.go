@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaysafe/replaysafe/transports/altsvc"
+	"github.com/replaysafe/replaysafe/internal/altsvc"
 )
 
 // FuzzAltSvc checks that no Alt-Svc field value makes altsvc.Parse panic,

@@ -1,6 +1,6 @@
 package main
 
-import "github.com/replaysafe/replaysafe/fuzz/campaign"
+import "github.com/replaysafe/replaysafe/internal/campaign"
 
 func init() {
 	extraCommands = append(extraCommands, command{"fuzz", "run every fuzz target as a campaign, with progress and a summary", campaign.Main})

@@ -1,0 +1,214 @@
+package replaysafe
+
+//lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn, GoAwayError) so that x/net's own retry loop never runs; DESIGN.md "Dependencies" chose it, and x/net's deprecation points to net/http, which would bring that loop back.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+
+	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/h2"
+)
+
+// errFallbackH1 means ALPN selected HTTP/1.1 under ProtocolNegotiate: the
+// call goes to the HTTP/1.1 path, nothing of it having been sent.
+var errFallbackH1 = errors.New("replaysafe: ALPN selected HTTP/1.1")
+
+// errH2Proxied means ProtocolHTTP2 met an http (h2c) route through a
+// proxy, which the HTTP/2 path does not dial: HTTP/2 through a proxy is
+// TLS with the origin inside the tunnel, ALPN h2.
+var errH2Proxied = errors.New("replaysafe: h2c (HTTP/2 over cleartext) through a proxy is not supported")
+
+// newH2Factory returns the http2.Transport whose only use is
+// NewClientConn: its RoundTrip, and with it x/net's retry loop and
+// backoff sleeps, never runs.
+func newH2Factory(o Options) *http2.Transport {
+	t := &http2.Transport{
+		DisableCompression: o.DisableCompression,
+		AllowHTTP:          true,
+	}
+	if o.IdleConnTimeout > 0 {
+		t.IdleConnTimeout = o.IdleConnTimeout
+	}
+	if o.MaxResponseHeaderBytes > 0 && o.MaxResponseHeaderBytes <= 1<<32-1 {
+		t.MaxHeaderListSize = uint32(o.MaxResponseHeaderBytes)
+	}
+	return t
+}
+
+// runH2 is call.run for HTTP/2: at most two wire attempts, the resend at
+// once on a new connection.
+func (c *call) runH2() (*http.Response, error) {
+	if err := checkStreamHeader("HTTP/2", c.req.Header); err != nil {
+		return c.refuse(err)
+	}
+	return c.attempts(c.attemptH2)
+}
+
+// checkStreamHeader rejects the connection-specific fields HTTP/2 and
+// HTTP/3 forbid (RFC 9113 §8.2.2, RFC 9114 §4.2) that the stack refuses
+// only once it holds a connection: its refusal comes before anything is
+// written, so it would read as a request handed back, be resent, and fail
+// the same way. proto names the protocol in the error.
+func checkStreamHeader(proto string, h http.Header) error {
+	if v := h.Values("Upgrade"); len(v) > 0 && v[0] != "" {
+		return fmt.Errorf("replaysafe: %s request with an Upgrade header field %q", proto, v)
+	}
+	if v := h.Values("Transfer-Encoding"); len(v) > 1 || len(v) == 1 && v[0] != "" && v[0] != "chunked" {
+		return fmt.Errorf("replaysafe: %s request with Transfer-Encoding %q", proto, v)
+	}
+	if v := h.Values("Connection"); len(v) > 1 || len(v) == 1 && v[0] != "" &&
+		!strings.EqualFold(v[0], "close") && !strings.EqualFold(v[0], "keep-alive") {
+		return fmt.Errorf("replaysafe: %s request with Connection %q", proto, v)
+	}
+	return nil
+}
+
+// attemptH2 runs wire attempt n over HTTP/2. It returns the response, or
+// the final error, or the next attempt's start when fsm decided to
+// resend; or errFallbackH1 (attempt 1 only, nothing sent, nothing
+// reported) when ALPN selected HTTP/1.1.
+func (c *call) attemptH2(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error) {
+	a := c.newStreamAttempt(n, facts, body, false)
+	hc, reused, err := c.t.acquireH2(a.ctx, c.key, n == 1)
+	if err != nil {
+		if n == 1 && errors.Is(err, errFallbackH1) {
+			a.rec.stop()
+			a.cancel(nil)
+			return nil, nil, err
+		}
+		return a.acquireFailed(err)
+	}
+	a.reused = reused
+	a.rec.feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH2})
+	if trace := httptrace.ContextClientTrace(c.ctx); trace != nil && trace.GotConn != nil {
+		// x/net calls it from its Transport's loop only, which never runs.
+		trace.GotConn(httptrace.GotConnInfo{Conn: hc.conn, Reused: reused})
+	}
+
+	// Every request on an observed ClientConn needs its own Attempt, even
+	// one a deadline already decided: RoundTrip also gives back the stream
+	// reservation take made.
+	s := &h2Stream{t: c.t, hc: hc, att: hc.wire.NewAttempt()}
+	a.proto = s
+	out := a.outgoing(body, func(ctx context.Context) context.Context {
+		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.emit))
+	})
+	resp, err := hc.cc.RoundTrip(out)
+	return a.roundTripped(resp, err)
+}
+
+// h2Stream is an HTTP/2 attempt's stream: the streamProto of h2.go.
+type h2Stream struct {
+	t   *Transport
+	hc  *h2Conn
+	att *h2.Attempt
+}
+
+func (s *h2Stream) failure(ctx context.Context, err error) fsm.Event { return s.att.Failure(ctx, err) }
+
+// complete feeds what the wire shows was written of the request when
+// x/net's hooks, which run on its write goroutine, have not reported it
+// yet: a fast server's whole response can be read before them.
+func (s *h2Stream) complete(rec *streamRec) {
+	c := s.att.Claim()
+	if !c.Wrote || c.Stream == 0 {
+		return
+	}
+	rec.emit(fsm.Event{Kind: fsm.EventFirstByteWritten})
+	if f, ok := s.hc.wire.Stream(c.Stream); ok && f.EndStreamWritten {
+		rec.emit(fsm.Event{Kind: fsm.EventRequestWritten})
+	}
+}
+
+// end lets go of the stream; a clean exchange makes the connection count
+// as reused for the next.
+func (s *h2Stream) end(clean bool) {
+	s.att.Done()
+	s.t.h2pool.done(s.hc, clean)
+}
+
+func (s *h2Stream) retire() { s.t.h2pool.retire(s.hc) }
+
+// uploading reports false: x/net ends a stream's upload with its
+// response.
+func (s *h2Stream) uploading() bool { return false }
+
+// acquireH2 returns a connection with a stream reserved for one attempt:
+// for an original attempt a pooled one that can take a stream, else a new
+// one; a resend always gets a new one (acquireShared).
+func (t *Transport) acquireH2(ctx context.Context, key connKey, pooled bool) (*h2Conn, bool, error) {
+	take := func() (*h2Conn, bool, error) {
+		if hc, reused := t.h2pool.take(key); hc != nil {
+			return hc, reused, nil
+		}
+		if _, h1 := t.h1Only.Load(key); h1 {
+			return nil, false, errFallbackH1
+		}
+		return nil, false, nil
+	}
+	dial := func() (*h2Conn, error) { return t.dialH2(ctx, key) }
+	return acquireShared(ctx, &t.h2pool.gate, key, pooled, take, dial, t.h2pool.add)
+}
+
+// dialH2 makes a new HTTP/2 connection for key: connect, as the HTTP/1.1
+// path does (direct, or through the route's proxies under one acquisition
+// deadline), with the ALPN list of the protocol policy for TLS with an
+// https origin (h2c with prior knowledge for a direct http route), the
+// ALPN check, the internal/adapters/h2 observer over the plaintext side, and
+// x/net's ClientConn over that.
+func (t *Transport) dialH2(ctx context.Context, key connKey) (*h2Conn, error) {
+	snap := routeFrom(ctx)
+	if key.scheme != "https" && snap != nil && snap.route.Proxied() {
+		if t.opt.Protocol.negotiates() {
+			return nil, errFallbackH1 // not reached: h2For keeps http on HTTP/1.1
+		}
+		return nil, errH2Proxied
+	}
+	c, err := t.connect(ctx, key, snap, t.h2Connect())
+	if err != nil {
+		return nil, err
+	}
+	if c.tls != nil && c.tls.NegotiatedProtocol != http2.NextProtoTLS {
+		c.conn.Close()
+		if t.opt.Protocol.negotiates() {
+			t.h1Only.Store(key, true)
+			return nil, errFallbackH1
+		}
+		return nil, fmt.Errorf("replaysafe: %s did not select h2 in ALPN (selected %q)", key.addr, c.tls.NegotiatedProtocol)
+	}
+	oc, wire := h2.Observe(c.conn)
+	cc, err := t.h2factory.NewClientConn(oc)
+	if err != nil {
+		c.conn.Close()
+		return nil, err
+	}
+	return &h2Conn{cc: cc, wire: wire, tls: c.tls, conn: oc, pool: muxState{key: key}}, nil
+}
+
+// h2Connect is how the HTTP/2 path connects: ALPN offers h2 alone, or h2
+// then http/1.1 under ProtocolNegotiate; no WireCounter under TLS, the
+// observer watches the plaintext side.
+func (t *Transport) h2Connect() connectOpts {
+	alpn := []string{http2.NextProtoTLS}
+	if t.opt.Protocol.negotiates() {
+		alpn = append(alpn, "http/1.1")
+	}
+	return connectOpts{alpn: alpn}
+}
+
+// usesH2 reports whether a call for key starts on the HTTP/2 path.
+func (t *Transport) usesH2(key connKey) bool {
+	if !t.opt.Protocol.h2For(key) {
+		return false
+	}
+	_, h1 := t.h1Only.Load(key)
+	return !h1
+}

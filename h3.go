@@ -1,0 +1,360 @@
+package replaysafe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"net/netip"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/fsm/route"
+	"github.com/replaysafe/replaysafe/internal/adapters/h3"
+)
+
+// H3RetryAfter is how long, under ProtocolPreferHTTP3, a route whose QUIC
+// connection could not be established keeps using TCP before HTTP/3 is
+// tried again.
+const H3RetryAfter = 5 * time.Minute
+
+// errFallbackTCP means ProtocolPreferHTTP3 could not get a QUIC
+// connection for the call's first attempt: the call goes over TCP,
+// nothing of it having been sent.
+var errFallbackTCP = errors.New("replaysafe: no HTTP/3 connection; falling back to TCP")
+
+// errH3Scheme means an http URL met ProtocolHTTP3: HTTP/3 runs over QUIC,
+// which always has TLS.
+var errH3Scheme = errors.New("replaysafe: HTTP/3 needs an https URL")
+
+// newH3Factory returns the http3.Transport whose only use is
+// NewClientConn: its RoundTrip, and with it quic-go's retry of requests
+// on a connection that could not take them, never runs.
+func newH3Factory(o Options) *http3.Transport {
+	t := &http3.Transport{DisableCompression: o.DisableCompression}
+	if o.MaxResponseHeaderBytes > 0 && o.MaxResponseHeaderBytes <= 1<<31-1 {
+		t.MaxResponseHeaderBytes = int(o.MaxResponseHeaderBytes)
+	}
+	return t
+}
+
+// quicConfig returns the QUIC configuration of a new connection observed
+// by w: a clone of Options.QUICConfig with w as its tracer.
+func (t *Transport) quicConfig(w *h3.Watch) *quic.Config {
+	var cfg *quic.Config
+	if t.opt.QUICConfig != nil {
+		cfg = t.opt.QUICConfig.Clone()
+	} else {
+		cfg = &quic.Config{KeepAlivePeriod: DefaultKeepAlive}
+	}
+	cfg.MaxIncomingStreams = -1 // servers open no request streams (RFC 9114 §6.1)
+	cfg.Tracer = w.Tracer
+	return cfg
+}
+
+// h3Wanted reports whether a call for key, on a direct route, starts on
+// HTTP/3 under ProtocolPreferHTTP3 or ProtocolDiscoverHTTP3: an https URL
+// whose route has not failed to connect over QUIC within H3RetryAfter
+// and, under ProtocolDiscoverHTTP3, whose origin advertised HTTP/3.
+func (t *Transport) h3Wanted(key connKey) bool {
+	if key.scheme != "https" {
+		return false
+	}
+	if v, ok := t.h3Broken.Load(key.addr); ok && time.Since(v.(time.Time)) < H3RetryAfter {
+		return false
+	}
+	if t.opt.Protocol == ProtocolDiscoverHTTP3 {
+		_, ok := t.altSvc.lookup(key.addr, time.Now())
+		return ok
+	}
+	return true
+}
+
+// h3Addr returns the UDP address to dial for key: the advertised
+// alternative's port under ProtocolDiscoverHTTP3, else key's own.
+func (t *Transport) h3Addr(key connKey) (string, error) {
+	if t.opt.Protocol != ProtocolDiscoverHTTP3 {
+		return key.addr, nil
+	}
+	alt, ok := t.altSvc.lookup(key.addr, time.Now())
+	if !ok {
+		return "", errNoAltSvc
+	}
+	return net.JoinHostPort(key.host, strconv.Itoa(int(alt.Port))), nil
+}
+
+// errNoAltSvc means an origin's HTTP/3 advertisement expired between the
+// route's choice and the dial; the call falls back to TCP.
+var errNoAltSvc = errors.New("replaysafe: the origin's Alt-Svc advertisement of HTTP/3 expired")
+
+// learnAltSvc records what a response over TCP from key's origin
+// advertised, under ProtocolDiscoverHTTP3.
+func (t *Transport) learnAltSvc(key connKey, resp *http.Response) {
+	if t.opt.Protocol == ProtocolDiscoverHTTP3 && key.scheme == "https" && resp.ProtoMajor < 3 {
+		t.altSvc.learn(key.addr, key.host, resp.Header, time.Now())
+	}
+}
+
+// usesH3 reports whether a call for key over snap starts on HTTP/3.
+func (t *Transport) usesH3(key connKey, snap *routeSnapshot) bool {
+	switch t.opt.Protocol {
+	case ProtocolHTTP3:
+		return true
+	case ProtocolPreferHTTP3, ProtocolDiscoverHTTP3:
+		if snap != nil {
+			return snap.route.Policy() == route.PolicyH3
+		}
+		return t.h3Wanted(key)
+	}
+	return false
+}
+
+// runH3 is call.run for HTTP/3: at most two wire attempts, the resend at
+// once on a new connection.
+func (c *call) runH3() (*http.Response, error) {
+	err := checkStreamHeader("HTTP/3", c.req.Header)
+	if err == nil && c.key.scheme != "https" {
+		err = errH3Scheme
+	}
+	if err != nil {
+		return c.refuse(err)
+	}
+	return c.attempts(c.attemptH3)
+}
+
+// fallBackToTCP moves a call whose HTTP/3 connection could not be had to
+// the TCP route under the negotiate policy.
+func (c *call) fallBackToTCP() error {
+	c.t.h3Broken.Store(c.key.addr, time.Now())
+	c.t.altSvc.forget(c.key.addr)
+	snap := routeFrom(c.ctx)
+	if snap == nil {
+		return nil
+	}
+	tcp, err := snap.withPolicy(route.PolicyNegotiate)
+	if err != nil {
+		return err
+	}
+	c.key.route = tcp.route.Key()
+	c.ctx = withRoute(c.ctx, tcp)
+	return nil
+}
+
+// attemptH3 runs wire attempt n over HTTP/3. It returns the response, or
+// the final error, or the next attempt's start when fsm decided to
+// resend; or errFallbackTCP (attempt 1 under ProtocolPreferHTTP3 or
+// ProtocolDiscoverHTTP3 only, nothing sent, nothing reported) when no
+// QUIC connection could be had.
+//
+// A request with an untouched one-shot body starts on a new connection:
+// quic-go cannot hand such a request back unsent the way net/http can,
+// and a stale pooled connection would then fail it with no resend.
+func (c *call) attemptH3(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error) {
+	a := c.newStreamAttempt(n, facts, body, true)
+	pooled := n == 1 && facts.Body != fsm.BodyOneShotUntouched
+	hc, reused, err := c.t.acquireH3(a.ctx, c.key, pooled)
+	if err != nil {
+		if n == 1 && c.t.opt.Protocol.fallsBack() && c.ctx.Err() == nil && !a.rec.isDecided() {
+			a.rec.stop()
+			a.cancel(nil)
+			if ferr := c.fallBackToTCP(); ferr != nil {
+				return a.acquireFailed(ferr)
+			}
+			return nil, nil, errFallbackTCP
+		}
+		return a.acquireFailed(err)
+	}
+	a.reused = reused
+	a.rec.feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3})
+
+	s := &h3Stream{t: c.t, hc: hc, att: hc.watch.NewAttempt(), a: a}
+	a.proto = s
+	out := a.outgoing(body, func(ctx context.Context) context.Context {
+		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.emit, s.uploaded))
+	})
+	resp, err := hc.cc.RoundTrip(out)
+	return a.roundTripped(resp, err)
+}
+
+// h3Stream is an HTTP/3 attempt's stream: the streamProto of h3.go.
+type h3Stream struct {
+	t   *Transport
+	hc  *h3Conn
+	att *h3.Attempt
+	a   *streamAttempt
+
+	mu         sync.Mutex
+	ended      bool // the attempt's response ended
+	uploadDone bool // quic-go finished with the request body
+}
+
+func (s *h3Stream) failure(ctx context.Context, err error) fsm.Event { return s.att.Failure(ctx, err) }
+
+// complete feeds nothing: quic-go reports the header fields written on
+// the caller's goroutine, before RoundTrip returns, and the end of the
+// body when it happens, which may be after the response (RFC 9114 §4.1).
+func (s *h3Stream) complete(*streamRec) {}
+
+func (s *h3Stream) end(clean bool) {
+	s.att.Done()
+	s.t.h3pool.done(s.hc, clean)
+}
+
+func (s *h3Stream) retire() { s.t.h3pool.retire(s.hc) }
+
+// uploading marks the response ended and reports whether quic-go is still
+// sending the request body.
+func (s *h3Stream) uploading() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = true
+	return !s.uploadDone
+}
+
+// uploaded is quic-go's end of the upload (its WroteRequest hook, with
+// the error that ended it, or nil): the stall watch stops, and when the
+// response already ended, the attempt's context is released.
+func (s *h3Stream) uploaded(error) {
+	if s.a.body != nil {
+		s.a.body.uploaded()
+	}
+	s.mu.Lock()
+	s.uploadDone = true
+	ended := s.ended
+	s.mu.Unlock()
+	if ended {
+		s.a.cancel(nil)
+	}
+}
+
+// acquireH3 returns a connection with room for one more request: for an
+// original attempt a pooled one that is open and got no GOAWAY, else a
+// new one; a resend always gets a new one (acquireShared).
+func (t *Transport) acquireH3(ctx context.Context, key connKey, pooled bool) (*h3Conn, bool, error) {
+	take := func() (*h3Conn, bool, error) {
+		hc, reused := t.h3pool.take(key)
+		return hc, reused, nil
+	}
+	dial := func() (*h3Conn, error) { return t.dialH3(ctx, key) }
+	return acquireShared(ctx, &t.h3pool.gate, key, pooled, take, dial, t.h3pool.add)
+}
+
+// dialH3 makes a new HTTP/3 connection for key: it resolves the host and
+// dials QUIC, from the Transport's shared UDP socket of the address's
+// family, with TLS offering ALPN "h3" under the attempt's acquisition
+// deadline, observed by an internal/adapters/h3 Watch; quic-go's ClientConn runs
+// over that.
+func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
+	if key.scheme != "https" {
+		return nil, errH3Scheme
+	}
+	addr, err := t.h3Addr(key)
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	ip, err := resolveOne(ctx, host)
+	if err != nil {
+		return nil, fmt.Errorf("replaysafe: resolving %s: %w", host, err)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("replaysafe: port of %s: %w", addr, err)
+	}
+	raddr := net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, uint16(p)))
+	network := "udp4"
+	if ip.Is6() {
+		network = "udp6"
+	}
+	tr, release, err := t.udp.acquire(network)
+	if err != nil {
+		return nil, fmt.Errorf("replaysafe: UDP socket for %s: %w", addr, err)
+	}
+	w := h3.NewWatch()
+	qc, err := tr.Dial(ctx, raddr, t.tlsConfig(key.host, []string{http3.NextProtoH3}), t.quicConfig(w))
+	if err != nil {
+		release()
+		return nil, fmt.Errorf("replaysafe: QUIC handshake with %s: %w", addr, err)
+	}
+	context.AfterFunc(qc.Context(), release)
+	return &h3Conn{qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w, pool: muxState{key: key}}, nil
+}
+
+// resolveOne returns the first address of host, or host itself when it
+// is an IP literal.
+func resolveOne(ctx context.Context, host string) (netip.Addr, error) {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip, nil
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if len(ips) == 0 {
+		return netip.Addr{}, fmt.Errorf("no address for %s", host)
+	}
+	return ips[0].Unmap(), nil
+}
+
+// udpSockets shares one UDP socket, and the quic.Transport over it, per
+// address family among a Transport's QUIC connections, as quic-go's own
+// Transport does: QUIC tells its connections apart by connection ID. A
+// socket opens with the first connection of its family and closes with
+// the last, so an idle Transport holds none.
+type udpSockets struct {
+	mu    sync.Mutex
+	share map[string]*udpShare // "udp4", "udp6"
+}
+
+type udpShare struct {
+	tr   *quic.Transport
+	conn *net.UDPConn
+	refs int
+}
+
+// acquire returns the quic.Transport of network's socket and a function
+// that gives it back once, when the connection dialed on it is over.
+func (u *udpSockets) acquire(network string) (*quic.Transport, func(), error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	sh := u.share[network]
+	if sh == nil {
+		conn, err := net.ListenUDP(network, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		sh = &udpShare{tr: &quic.Transport{Conn: conn}, conn: conn}
+		if u.share == nil {
+			u.share = map[string]*udpShare{}
+		}
+		u.share[network] = sh
+	}
+	sh.refs++
+	var once sync.Once
+	return sh.tr, func() { once.Do(func() { u.release(network, sh) }) }, nil
+}
+
+func (u *udpSockets) release(network string, sh *udpShare) {
+	u.mu.Lock()
+	sh.refs--
+	last := sh.refs == 0
+	if last {
+		delete(u.share, network)
+	}
+	u.mu.Unlock()
+	if last {
+		sh.tr.Close()
+		sh.conn.Close()
+	}
+}

@@ -1,0 +1,40 @@
+package replaysafe
+
+import (
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/replaysafe/replaysafe/internal/adapters/h3"
+)
+
+// h3Conn is one HTTP/3 connection: quic-go's ClientConn over a QUIC
+// connection that an internal/adapters/h3 Watch observes. Its pool is a
+// muxPool[*h3Conn]: QUIC multiplexes requests, and quic-go makes a request
+// wait for stream credit when the server's MAX_STREAMS is reached, so one
+// open connection per route takes every attempt, and the pool closes it
+// after IdleConnTimeout without one.
+type h3Conn struct {
+	qc    *quic.Conn
+	cc    *http3.ClientConn
+	watch *h3.Watch
+	pool  muxState // guarded by the pool's lock
+}
+
+func (c *h3Conn) mux() *muxState { return &c.pool }
+
+// reserve reports whether c can take a new request: the connection is
+// alive and the server sent no GOAWAY (RFC 9114 §5.2: no new requests
+// after one). quic-go needs no reservation.
+func (c *h3Conn) reserve() bool {
+	if c.qc.Context().Err() != nil {
+		return false
+	}
+	_, goAway := c.watch.GoAway()
+	return !goAway
+}
+
+// gone reports true: a connection that cannot take a request never will.
+func (c *h3Conn) gone() bool { return true }
+
+// close closes the QUIC connection with H3_NO_ERROR.
+func (c *h3Conn) close() { c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "") }

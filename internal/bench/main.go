@@ -1,0 +1,141 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+)
+
+// Packages are the packages whose benchmarks `replaysafe bench` runs.
+var Packages = []string{"./fsm/", "./internal/bench/"}
+
+// Main is the `replaysafe bench` command: it runs the benchmarks with go
+// test (or reads a saved run), prints each replaysafe row beside its peer
+// with the ratios, and can write the plot.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	count := fs.Int("count", 1, "run each benchmark `n` times; the table shows the medians")
+	benchtime := fs.String("benchtime", "1s", "go test -benchtime for each benchmark")
+	filter := fs.String("filter", ".", "go test -bench `regexp` selecting the benchmarks")
+	asJSON := fs.Bool("json", false, "print the results and pairs as JSON instead of a table")
+	svg := fs.String("svg", "", "write the ratio plot to `file` (for example docs/performance.svg)")
+	in := fs.String("in", "", "read saved go test -bench output from `file` instead of running the benchmarks")
+	save := fs.String("o", "", "also save the raw go test output to `file`")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, `usage: replaysafe bench [flags]
+
+A development command: run it from the repository root, where it runs
+  go test -run '^$' -bench FILTER -benchmem -count N -benchtime T ./fsm/ ./internal/bench/
+streams that output to stderr, and prints every replaysafe benchmark beside
+its peers (net/http, x/net/http2, quic-go's http3.Transport) with the ratio
+peer ÷ replaysafe, so that 1.0 or more means replaysafe is at least as
+fast, allocates no more, holds no more bytes; rows without a peer (a
+recovery the peer cannot make) follow the pairs. With -in it reads a saved
+run instead.`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+
+	var raw []byte
+	if *in != "" {
+		b, err := os.ReadFile(*in)
+		if err != nil {
+			fmt.Fprintln(stderr, "replaysafe bench:", err)
+			return 1
+		}
+		raw = b
+	} else {
+		if _, err := os.Stat("go.mod"); err != nil {
+			fmt.Fprintln(stderr, "replaysafe bench: run it from the repository root (no go.mod here)")
+			return 1
+		}
+		cmdArgs := append([]string{"test", "-run", "^$", "-bench", *filter, "-benchmem",
+			"-count", strconv.Itoa(*count), "-benchtime", *benchtime}, Packages...)
+		fmt.Fprintf(stderr, "go %s\n", join(cmdArgs))
+		var buf bytes.Buffer
+		cmd := exec.Command("go", cmdArgs...)
+		cmd.Stdout = io.MultiWriter(&buf, stderr)
+		cmd.Stderr = stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(stderr, "replaysafe bench: go test:", err)
+			return 1
+		}
+		raw = buf.Bytes()
+		fmt.Fprintf(stderr, "go version %s, GOMAXPROCS %d\n", runtime.Version(), runtime.GOMAXPROCS(0))
+	}
+	if *save != "" {
+		if err := os.WriteFile(*save, raw, 0o644); err != nil {
+			fmt.Fprintln(stderr, "replaysafe bench:", err)
+			return 1
+		}
+	}
+	out, err := Parse(bytes.NewReader(raw))
+	if err != nil {
+		fmt.Fprintln(stderr, "replaysafe bench:", err)
+		return 1
+	}
+	if len(out.Results) == 0 {
+		fmt.Fprintln(stderr, "replaysafe bench: no benchmark results")
+		return 1
+	}
+	if *svg != "" {
+		f, err := os.Create(*svg)
+		if err == nil {
+			err = out.WriteSVG(f, "replaysafe beside its peers ("+out.Env["cpu"]+")")
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "replaysafe bench:", err)
+			return 1
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(struct {
+			Env     map[string]string
+			Pairs   []Pair
+			Singles []Result
+		}{out.Env, out.Pairs(), out.Singles()}); err != nil {
+			fmt.Fprintln(stderr, "replaysafe bench:", err)
+			return 1
+		}
+		return 0
+	}
+	if err := out.WriteTable(stdout); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func join(args []string) string {
+	var b bytes.Buffer
+	for i, a := range args {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if a == "^$" || a == "" {
+			a = "'" + a + "'"
+		}
+		b.WriteString(a)
+	}
+	return b.String()
+}

@@ -1,0 +1,106 @@
+package bench_test
+
+import (
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/replaysafe/internal/bench"
+)
+
+// TestEveryClientAgainstItsServer checks the harness the benchmarks run:
+// every client completes every workload against its protocol's server.
+func TestEveryClientAgainstItsServer(t *testing.T) {
+	for _, p := range bench.Protocols {
+		for _, c := range p.Clients {
+			t.Run(p.Name+"/"+c.Name, func(t *testing.T) {
+				srv, err := p.Start(0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer srv.Close()
+				rt := c.New(bench.Env{TLS: srv.ClientTLS(), MaxIdle: 4})
+				defer bench.Release(rt)
+				u, err := url.Parse(srv.URL())
+				if err != nil {
+					t.Fatal(err)
+				}
+				lat := make([]time.Duration, 20)
+				for _, w := range bench.Workloads {
+					if err := bench.RoundTrips(rt, u, w, 4, len(lat), lat); err != nil {
+						t.Fatalf("%s: %v", w.Name, err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestRecoveriesCountCopies checks that every client recovers from every
+// scenario and that the server counts the copies the benchmark expects;
+// and that a client the scenario lists as failing fails, after exactly
+// the copies listed.
+func TestRecoveriesCountCopies(t *testing.T) {
+	for _, r := range bench.Recoveries {
+		p, ok := bench.ProtocolNamed(r.Protocol)
+		if !ok {
+			t.Fatalf("%s: no protocol %q", r.Name, r.Protocol)
+		}
+		for _, c := range p.Clients {
+			t.Run(r.Name+"/"+c.Name, func(t *testing.T) {
+				run, err := bench.StartRecovery(r, c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer run.Close()
+				copies, fails := r.Fails(c.Name)
+				if !fails {
+					copies = r.Copies
+				}
+				for range 3 {
+					if err := run.Warm(); err != nil {
+						t.Fatal(err)
+					}
+					err := run.Call()
+					if !fails && err != nil {
+						t.Fatal(err)
+					}
+					if fails && err == nil {
+						t.Fatal("the call recovered; the scenario lists this client as failing")
+					}
+				}
+				if err := run.Check(copies); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	lat := []time.Duration{5, 1, 4, 2, 3, 6, 7, 8, 9, 10}
+	if p := bench.Percentile(lat, 50); p != 5 {
+		t.Errorf("p50 %v", p)
+	}
+	if p := bench.Percentile(lat, 99); p != 10 {
+		t.Errorf("p99 %v", p)
+	}
+}
+
+// TestMemoryMeasurements runs each memory measurement once, small.
+func TestMemoryMeasurements(t *testing.T) {
+	for _, p := range bench.Protocols {
+		share, err := bench.ServerPerConn(p, 4)
+		if err != nil {
+			t.Fatalf("%s: server share: %v", p.Name, err)
+		}
+		for _, c := range p.Clients {
+			if _, n, err := bench.IdleConn(p, c, 4, share); err != nil || n == 0 {
+				t.Errorf("%s/%s: idle: %d conns, %v", p.Name, c.Name, n, err)
+			}
+			if _, err := bench.InFlight(p, c, 4, bench.Workloads[1]); err != nil {
+				t.Errorf("%s/%s: in flight: %v", p.Name, c.Name, err)
+			}
+		}
+	}
+}

@@ -1,0 +1,241 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/connectproxy"
+)
+
+// runTimeout bounds one run of a case end to end.
+const runTimeout = 20 * time.Second
+
+// TargetPath is the path of the request whose copies a case counts.
+const TargetPath = "/target"
+
+// Env is what a scenario's steps drive: one scripted server, one client,
+// and the connections the client dialed. A new Env is made for every run.
+type Env struct {
+	// Network is the case's network and close mode.
+	Network Network
+	// Server is the scripted origin.
+	Server *replaysafetest.Server
+	// Client is the client under test.
+	Client http.RoundTripper
+	// Dialer holds the client's connections.
+	Dialer *Dialer
+	// Signal is closed by IdleCloseSeen and IdleCloseInFlight; scripts
+	// pass it to replaysafetest.IdleCloseOn.
+	Signal chan struct{}
+	// Proxy is the CONNECT proxy of a proxy scenario, or nil.
+	Proxy *connectproxy.Server
+
+	ctx        context.Context
+	signalOnce sync.Once
+}
+
+// CloseMode is the close mode the case's server uses.
+func (e *Env) CloseMode() replaysafetest.CloseMode { return e.Network.Close }
+
+// Result is what a scenario's target request ended with.
+type Result struct {
+	// Status is the final status code, or 0 when the call failed.
+	Status int
+	// Err is the call's error, or nil.
+	Err error
+}
+
+// Body kinds a target request can carry.
+type Body int
+
+// Bodies.
+const (
+	NoBody   Body = iota // no body
+	Buffered             // "hello" from a strings.Reader: GetBody is set
+	OneShot              // "hello" from a reader net/http cannot rewind, ContentLength 5
+)
+
+// oneShot is a reader net/http does not recognise as in memory, so the
+// request has no GetBody.
+type oneShot struct{ r io.Reader }
+
+func (o *oneShot) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+func (e *Env) url(path string) string { return e.Server.URL() + path }
+
+// newRequest builds a request to path.
+func (e *Env) newRequest(ctx context.Context, method, path string, body Body, header ...string) (*http.Request, error) {
+	var r io.Reader
+	switch body {
+	case Buffered:
+		r = strings.NewReader("hello")
+	case OneShot:
+		r = &oneShot{strings.NewReader("hello")}
+	}
+	req, err := http.NewRequestWithContext(ctx, method, e.url(path), r)
+	if err != nil {
+		return nil, err
+	}
+	if body == OneShot {
+		req.ContentLength = 5
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	return req, nil
+}
+
+// Warm sends GET path, expects 200 and reads the whole body, leaving the
+// connection idle in the client's pool.
+func (e *Env) Warm(path string) error {
+	resp, err := e.Hold(path)
+	if err != nil {
+		return err
+	}
+	return finish(resp)
+}
+
+// Hold sends GET path and returns the 200 response with its body unread,
+// so the connection stays busy.
+func (e *Env) Hold(path string) (*http.Response, error) {
+	req, err := e.newRequest(e.ctx, http.MethodGet, path, NoBody)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := e.Client.RoundTrip(req)
+	if err != nil {
+		return nil, fmt.Errorf("conformance: %s: %w", path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("conformance: %s: status %d", path, resp.StatusCode)
+	}
+	return resp, nil
+}
+
+// finish reads resp's body to the end and closes it.
+func finish(resp *http.Response) error {
+	_, err := io.Copy(io.Discard, resp.Body)
+	if cerr := resp.Body.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Target sends the counted request and reads its whole response.
+func (e *Env) Target(method string, body Body, header ...string) Result {
+	return e.TargetContext(e.ctx, method, body, header...)
+}
+
+// TargetContext is Target with the request's context.
+func (e *Env) TargetContext(ctx context.Context, method string, body Body, header ...string) Result {
+	req, err := e.newRequest(ctx, method, TargetPath, body, header...)
+	if err != nil {
+		return Result{Err: err}
+	}
+	resp, err := e.Client.RoundTrip(req)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if err := finish(resp); err != nil {
+		return Result{Err: err}
+	}
+	return Result{Status: resp.StatusCode}
+}
+
+// closeSignal closes Signal once.
+func (e *Env) closeSignal() { e.signalOnce.Do(func() { close(e.Signal) }) }
+
+// IdleCloseSeen has the server close connection 0 (scripted with
+// IdleCloseOn) and waits until the client's stack noticed and closed it.
+func (e *Env) IdleCloseSeen() error {
+	e.closeSignal()
+	if err := e.Server.WaitConnClosed(e.ctx, 0); err != nil {
+		return err
+	}
+	return e.Dialer.WaitClosed(e.ctx, 0)
+}
+
+// IdleCloseInFlight has the server close connection 0 (scripted with
+// IdleCloseOn) while the client cannot learn of it before it writes: the
+// close is on its way when the next request goes out. It returns once the
+// client's kernel has the close (the read that reports it is held back).
+func (e *Env) IdleCloseInFlight() error {
+	c := e.Dialer.Conn(0)
+	if c == nil {
+		return errors.New("conformance: no connection to freeze")
+	}
+	c.Freeze()
+	e.closeSignal()
+	if err := e.Server.WaitConnClosed(e.ctx, 0); err != nil {
+		return err
+	}
+	return e.Dialer.WaitHeld(e.ctx, 0)
+}
+
+// Expire runs the target request with a context whose deadline passes
+// once the server has received it (the server must not answer it), so the
+// client times out waiting for the response header section.
+func (e *Env) Expire(method string, body Body) Result {
+	return e.endAfterReceipt(context.DeadlineExceeded, method, body)
+}
+
+// Cancel runs the target request with a context canceled once the server
+// has received it (the server must not answer it).
+func (e *Env) Cancel(method string, body Body) Result {
+	return e.endAfterReceipt(context.Canceled, method, body)
+}
+
+func (e *Env) endAfterReceipt(reason error, method string, body Body) Result {
+	ctx := newTriggerCtx(e.ctx)
+	n := e.Server.Count()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.Server.WaitRequests(e.ctx, n+1) // on failure, end the request anyway
+		ctx.end(reason)
+	}()
+	res := e.TargetContext(ctx, method, body)
+	ctx.end(reason)
+	<-done
+	return res
+}
+
+// triggerCtx is a context that ends when told to, with the error it is
+// told: a deadline that passes at a point of the exchange chosen by the
+// scenario rather than by a clock.
+type triggerCtx struct {
+	context.Context
+	once sync.Once
+	done chan struct{}
+	mu   sync.Mutex
+	err  error
+}
+
+func newTriggerCtx(parent context.Context) *triggerCtx {
+	return &triggerCtx{Context: parent, done: make(chan struct{})}
+}
+
+func (c *triggerCtx) end(err error) {
+	c.once.Do(func() {
+		c.mu.Lock()
+		c.err = err
+		c.mu.Unlock()
+		close(c.done)
+	})
+}
+
+func (c *triggerCtx) Done() <-chan struct{} { return c.done }
+
+func (c *triggerCtx) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}

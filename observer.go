@@ -1,0 +1,77 @@
+package replaysafe
+
+import (
+	"net/http"
+
+	"github.com/replaysafe/replaysafe/fsm"
+)
+
+// Observer receives what a Transport does, for logging and tests. Every
+// field may be nil. The hooks are called synchronously from the call's
+// goroutine (or the goroutine reading or closing a response body) and must
+// not block for long.
+//
+// User-facing semantics follow the reference client: per call, OnRequest
+// once, then OnResponse once or OnError once, and OnError only for the
+// final failure: a failure that is resent is seen by OnAttempt alone.
+type Observer struct {
+	// OnRequest is called once per call, before its first wire attempt,
+	// with the caller's request.
+	OnRequest func(req *http.Request)
+	// OnAttempt is called once per wire attempt when it is over: at once
+	// when it failed or is resent, and when its response body is finished
+	// (read to the end, failed or closed) when it delivered.
+	OnAttempt func(AttemptReport)
+	// OnResponse is called once when a call delivers a response, before
+	// RoundTrip returns it.
+	OnResponse func(req *http.Request, resp *http.Response)
+	// OnError is called once when a call fails, with the error RoundTrip
+	// returns.
+	OnError func(req *http.Request, err error)
+}
+
+// AttemptReport describes one finished wire attempt.
+type AttemptReport struct {
+	// Request is the caller's request.
+	Request *http.Request
+	// Number is 1 for the original attempt and 2 for the resend.
+	Number int
+	// Facts are the request facts the attempt was decided on.
+	Facts fsm.Request
+	// Reused reports whether the attempt ran on a pooled connection.
+	Reused bool
+	// Decision is the machine's last decision: its action and rule, and
+	// what happened to the connection.
+	Decision fsm.Decision
+	// Events are the events fed to the machine, in order.
+	Events []fsm.Event
+	// Err is the error that ended the attempt, or nil.
+	Err error
+	// Trace is the attempt in the spec trace format; `replaysafe explain`
+	// replays it to Decision.
+	Trace string
+}
+
+func (o *Observer) request(req *http.Request) {
+	if o.OnRequest != nil {
+		o.OnRequest(req)
+	}
+}
+
+func (o *Observer) attempt(r AttemptReport) {
+	if o.OnAttempt != nil {
+		o.OnAttempt(r)
+	}
+}
+
+func (o *Observer) response(req *http.Request, resp *http.Response) {
+	if o.OnResponse != nil {
+		o.OnResponse(req, resp)
+	}
+}
+
+func (o *Observer) fail(req *http.Request, err error) {
+	if o.OnError != nil {
+		o.OnError(req, err)
+	}
+}

@@ -1,0 +1,182 @@
+package replaysafe
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	// DefaultMaxIdleConnsPerHost is the number of idle connections kept
+	// per host, as in net/http.
+	DefaultMaxIdleConnsPerHost = 2
+	// DefaultIdleConnTimeout is how long an idle connection stays in the
+	// pool, as in net/http's DefaultTransport.
+	DefaultIdleConnTimeout = 90 * time.Second
+	// DefaultAcquireTimeout bounds getting a new connection: the dial and
+	// the TLS handshake under one deadline.
+	DefaultAcquireTimeout = 30 * time.Second
+	// DefaultKeepAlive is the TCP keep-alive period of the default dialer.
+	DefaultKeepAlive = 30 * time.Second
+)
+
+// Options configures a Transport. The zero value is ready to use: every
+// field documents its default.
+type Options struct {
+	// DialContext dials the TCP connection for a new HTTP or HTTPS
+	// connection; TLS runs over what it returns. nil means a net.Dialer
+	// with KeepAlive DefaultKeepAlive. Its context carries the
+	// acquisition deadline (AcquireTimeout) and the request's context.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	// TLSClientConfig configures TLS for https URLs; nil means the zero
+	// tls.Config. It is cloned for each connection; an empty ServerName
+	// becomes the URL's host, and NextProtos is always {"http/1.1"}: this
+	// Transport speaks HTTP/1.1 only.
+	TLSClientConfig *tls.Config
+
+	// MaxIdleConnsPerHost bounds the idle connections kept for one
+	// scheme and host:port. Zero means DefaultMaxIdleConnsPerHost; a
+	// negative value keeps none (every connection closes after its
+	// exchange).
+	MaxIdleConnsPerHost int
+
+	// IdleConnTimeout is how long a connection may stay idle in the pool
+	// before it is closed. Zero means DefaultIdleConnTimeout; a negative
+	// value means no limit.
+	IdleConnTimeout time.Duration
+
+	// AcquireTimeout bounds getting a connection for one wire attempt: the
+	// pool lookup, the dial and the TLS handshake under one deadline (fsm
+	// PhaseAcquire). A resend starts a new deadline. Zero means
+	// DefaultAcquireTimeout; a negative value means no limit.
+	AcquireTimeout time.Duration
+
+	// WriteTimeout bounds the upload: from acquiring the connection until
+	// the whole request, body included, is written (fsm PhaseWrite). Zero
+	// means no limit.
+	WriteTimeout time.Duration
+
+	// BodyReadTimeout bounds each Read of the request body, over HTTP/2
+	// and HTTP/3: a producer that gives nothing for this long ends the
+	// upload. Zero means no limit. Before the response the attempt fails
+	// with a *TimeoutError (Stall StallProducer) and is not resent (RS06);
+	// while the response body is being read the exchange is aborted and
+	// that read fails with it; after the response ended (an early HTTP/3
+	// response) the upload alone ends.
+	BodyReadTimeout time.Duration
+
+	// UploadStallTimeout bounds, over HTTP/2 and HTTP/3, how long the
+	// transport may take to accept each piece of the request body, and
+	// over HTTP/3 also its end: flow control or a peer that stopped
+	// reading. Zero means no limit. Before the response the attempt fails
+	// with a *TimeoutError (Stall StallTransport) and is not resent
+	// (RS06); while the response body is being read the exchange is
+	// aborted and that read fails with it; after the response ended the
+	// connection is retired, which ends the upload once the connection's
+	// other streams are done (quic-go cannot reset the sending side of a
+	// stream it drives alone).
+	UploadStallTimeout time.Duration
+
+	// ResponseHeaderTimeout bounds the wait for the final response header
+	// section once the request is written (fsm PhaseHeader). Zero means no
+	// limit. A timeout is never resent (RS06).
+	ResponseHeaderTimeout time.Duration
+
+	// DisableResend switches automatic resending off: every failure goes
+	// to the caller (RS09). Resending is on by default.
+	DisableResend bool
+
+	// RetryPolicy declares that the caller wraps this Transport in a retry
+	// policy of its own. replaysafe then never resends by itself (RS10),
+	// so the policy's attempt count stays true. Off by default.
+	RetryPolicy bool
+
+	// DisableCompression stops the Transport from asking for gzip and
+	// decoding it transparently, as in net/http. Off by default.
+	DisableCompression bool
+
+	// MaxResponseHeaderBytes bounds the response header section; zero
+	// means net/http's default (1 MB).
+	MaxResponseHeaderBytes int64
+
+	// Observer receives every call's request, wire attempts, and final
+	// response or error. The zero Observer observes nothing.
+	Observer Observer
+
+	// Proxies and routes (issue 7; docs/proxies.md). Every call resolves
+	// one route before pool lookup: Proxy (or ProxyChain) and ProxyAuth
+	// are called once per call, and the automatic resend reuses what they
+	// returned. Connections are pooled by route, so they never cross
+	// proxies or credentials. Proxied connections are CONNECT tunnels (or
+	// SOCKS5) through every hop, TLS with the origin inside for https; the
+	// first hop is dialed through DialContext with its resolved address.
+	// AcquireTimeout bounds the whole establishment, and a failure names
+	// the step and hop (*route.DeadlineError, *proxy.ConnectError,
+	// *proxy.StepError, wrapped in *Error).
+	//
+	// Proxy returns the proxy URL (http, https, socks5, socks5h) for a
+	// request, or nil for none, as net/http's Transport.Proxy; nil means
+	// no proxy. ProxyFromEnvironment reads the environment.
+	Proxy func(*http.Request) (*url.URL, error)
+	// ProxyChain, if set, replaces Proxy: the proxies in dial order, the
+	// first one dialed directly; an empty chain means no proxy.
+	ProxyChain func(*http.Request) ([]*url.URL, error)
+	// ProxyAuth, if set, returns the credentials for hop n (from 1) of a
+	// request's chain; nil credentials mean the proxy URL's user
+	// information, if any.
+	ProxyAuth func(req *http.Request, hop int, proxyURL *url.URL) (*ProxyCredentials, error)
+	// ProxyTLSClientConfig configures TLS with https proxies; nil means
+	// the system roots. ALPN always offers "http/1.1" alone.
+	ProxyTLSClientConfig *tls.Config
+
+	// HTTP/2 (issue 5). Protocol chooses the HTTP versions spoken:
+	// ProtocolHTTP1 (the zero value and the default), ProtocolHTTP2 (h2
+	// over TLS, h2c with prior knowledge over http), or ProtocolNegotiate
+	// (ALPN over TLS). HTTP/2 connections are multiplexed: a pooled one
+	// takes a new stream while the server's SETTINGS_MAX_CONCURRENT_STREAMS
+	// allows, and a new connection is dialed when none can take it. ALPN
+	// then offers "h2" (and "http/1.1" when negotiating) instead of what
+	// TLSClientConfig says above. IdleConnTimeout closes an HTTP/2
+	// connection that carried no stream for that long; with a negative
+	// MaxIdleConnsPerHost one closes as soon as its streams are done.
+	Protocol Protocol
+
+	// HTTP/3 (issue 6). Protocol ProtocolHTTP3, ProtocolPreferHTTP3 or
+	// ProtocolDiscoverHTTP3 speaks HTTP/3 over QUIC to https origins on
+	// direct routes, with quic-go's ClientConn driven directly.
+	// QUICConfig configures those connections; nil means quic-go's
+	// defaults with a KeepAlivePeriod of DefaultKeepAlive. It is cloned for each connection, and its Tracer
+	// and MaxIncomingStreams are replaced (replaysafe observes every
+	// connection through its tracer). TLSClientConfig applies as for
+	// HTTP/1.1, with ALPN "h3" and TLS 1.3. QUIC connections are dialed
+	// from a UDP socket per address family that they share (open while
+	// any is), not through DialContext; the host is resolved with
+	// net.DefaultResolver. IdleConnTimeout closes a
+	// connection that carried no request for that long.
+	QUICConfig *quic.Config
+}
+
+// normalized returns o with its defaults filled in.
+func (o Options) normalized() Options {
+	if o.DialContext == nil {
+		d := &net.Dialer{KeepAlive: DefaultKeepAlive}
+		o.DialContext = d.DialContext
+	}
+	if o.MaxIdleConnsPerHost == 0 {
+		o.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+	}
+	if o.IdleConnTimeout == 0 {
+		o.IdleConnTimeout = DefaultIdleConnTimeout
+	}
+	if o.AcquireTimeout == 0 {
+		o.AcquireTimeout = DefaultAcquireTimeout
+	}
+	return o
+}

@@ -1,0 +1,168 @@
+package replaysafe
+
+import (
+	"crypto/tls"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/replaysafe/replaysafe/fsm/route"
+	"github.com/replaysafe/replaysafe/internal/adapters/h1"
+)
+
+// connKey is a route's identity: connections never cross keys. Without
+// proxies a route is the scheme and the destination with its effective
+// port.
+type connKey struct {
+	scheme string // "http" or "https"
+	addr   string // host:port, the port made explicit
+	host   string // the host alone, for TLS ServerName
+
+	// route is the route's identity, proxies and credentials included
+	// (route.go).
+	route route.Key
+}
+
+// persistConn is one HTTP/1.1 connection: net/http's single-connection
+// client over the counting Conn it was given.
+type persistConn struct {
+	key  connKey
+	cc   *http.ClientConn
+	conn *h1.Conn
+	tls  *tls.ConnectionState // nil over plain TCP
+
+	// Guarded by pool.mu while the connection is idle. idleTimer is
+	// made on the first put and reset on later ones; a stopped one that
+	// fired anyway finds the connection idle for less than the limit
+	// (expire), or not idle at all, and does nothing.
+	idleSince time.Time
+	idleTimer *time.Timer
+
+	closeOnce sync.Once
+}
+
+// close closes the connection; net/http's loops exit with it.
+func (pc *persistConn) close() {
+	pc.closeOnce.Do(func() { pc.cc.Close() })
+}
+
+// pool holds idle connections per route, most recently used last.
+type pool struct {
+	max     int           // per key; <= 0 keeps none
+	timeout time.Duration // idle limit; <= 0 none
+
+	mu   sync.Mutex
+	idle map[connKey][]*persistConn
+}
+
+func newPool(max int, timeout time.Duration) *pool {
+	return &pool{max: max, timeout: timeout, idle: map[connKey][]*persistConn{}}
+}
+
+// get removes and returns the most recently pooled connection for key, or
+// nil. The caller checks that it is still usable.
+func (p *pool) get(key connKey) *persistConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	list := p.idle[key]
+	if len(list) == 0 {
+		return nil
+	}
+	pc := list[len(list)-1]
+	list[len(list)-1] = nil
+	if len(list) == 1 {
+		delete(p.idle, key)
+	} else {
+		p.idle[key] = list[:len(list)-1]
+	}
+	if pc.idleTimer != nil {
+		pc.idleTimer.Stop()
+	}
+	return pc
+}
+
+// put pools pc after a clean, complete exchange, or closes it when it is
+// no longer usable or the pool for its key is full.
+func (p *pool) put(pc *persistConn) {
+	pc.conn.Detach()
+	if pc.cc.Err() != nil || pc.cc.Available() != 1 || pc.conn.Stale() {
+		pc.close()
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle[pc.key]) >= p.max {
+		pc.close()
+		return
+	}
+	pc.idleSince = time.Now()
+	if p.timeout > 0 {
+		if pc.idleTimer == nil {
+			pc.idleTimer = time.AfterFunc(p.timeout, func() { p.expire(pc) })
+		} else {
+			pc.idleTimer.Reset(p.timeout)
+		}
+	}
+	p.idle[pc.key] = append(p.idle[pc.key], pc)
+}
+
+// expire closes pc if it is still idle and has been for the whole limit:
+// a timer stopped too late for an earlier idle period finds it pooled
+// again more recently, and leaves it.
+func (p *pool) expire(pc *persistConn) {
+	p.mu.Lock()
+	if time.Since(pc.idleSince) < p.timeout {
+		p.mu.Unlock()
+		return
+	}
+	list := p.idle[pc.key]
+	found := false
+	for i, c := range list {
+		if c == pc {
+			list = append(list[:i], list[i+1:]...)
+			found = true
+			break
+		}
+	}
+	if found {
+		if len(list) == 0 {
+			delete(p.idle, pc.key)
+		} else {
+			p.idle[pc.key] = list
+		}
+	}
+	p.mu.Unlock()
+	if found {
+		pc.close()
+	}
+}
+
+// closeIdle closes every idle connection.
+func (p *pool) closeIdle() {
+	p.mu.Lock()
+	var all []*persistConn
+	for key, list := range p.idle {
+		for _, pc := range list {
+			if pc.idleTimer != nil {
+				pc.idleTimer.Stop()
+			}
+			all = append(all, pc)
+		}
+		delete(p.idle, key)
+	}
+	p.mu.Unlock()
+	for _, pc := range all {
+		pc.close()
+	}
+}
+
+// idleCount returns the number of idle connections.
+func (p *pool) idleCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, list := range p.idle {
+		n += len(list)
+	}
+	return n
+}

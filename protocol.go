@@ -1,0 +1,79 @@
+package replaysafe
+
+import "fmt"
+
+// Protocol is a Transport's protocol policy: which HTTP versions it
+// speaks to an origin. It is part of every route, so connections made
+// under one policy never serve another.
+type Protocol uint8
+
+// Protocol policies.
+const (
+	// ProtocolHTTP1 speaks HTTP/1.1 only: ALPN offers "http/1.1" alone
+	// over TLS. The zero value and the default.
+	ProtocolHTTP1 Protocol = iota
+	// ProtocolHTTP2 speaks HTTP/2 only: over TLS (https) ALPN offers "h2"
+	// alone and a server that does not select it fails the acquisition;
+	// over cleartext (http) it speaks h2c with prior knowledge (RFC 9113
+	// §3.3), with no upgrade.
+	ProtocolHTTP2
+	// ProtocolNegotiate lets ALPN decide over TLS: it offers "h2" and
+	// "http/1.1" and speaks what the server selects. Cleartext (http)
+	// URLs use HTTP/1.1.
+	ProtocolNegotiate
+	// ProtocolHTTP3 speaks HTTP/3 only, over QUIC (RFC 9114): https URLs
+	// on direct routes. An http URL fails, and so does a route through a
+	// proxy (no CONNECT-UDP).
+	ProtocolHTTP3
+	// ProtocolPreferHTTP3 tries HTTP/3 first for https URLs on direct
+	// routes. When no QUIC connection can be had (nothing of the request
+	// was sent then), the call goes over TCP as under ProtocolNegotiate,
+	// and so do the route's calls for the next H3RetryAfter. Proxied
+	// routes and http URLs use TCP as under ProtocolNegotiate.
+	ProtocolPreferHTTP3
+	// ProtocolDiscoverHTTP3 speaks as ProtocolNegotiate until an https
+	// origin advertises HTTP/3 on its own host in an Alt-Svc response
+	// header field (RFC 7838); its direct routes then use HTTP/3 at the
+	// advertised port while the advertisement lasts ("ma", 24 hours by
+	// default), falling back to TCP as under ProtocolPreferHTTP3 when no
+	// QUIC connection can be had, which also drops the advertisement.
+	// "Alt-Svc: clear" drops it too. Alternatives on other hosts are
+	// ignored.
+	ProtocolDiscoverHTTP3
+
+	protocolCount // number of policies; keep last
+)
+
+var protocolNames = [protocolCount]string{"http1", "http2", "negotiate", "http3", "prefer-http3", "discover-http3"}
+
+// String returns the policy's name: http1, http2, negotiate, http3,
+// prefer-http3 or discover-http3.
+func (p Protocol) String() string {
+	if p < protocolCount {
+		return protocolNames[p]
+	}
+	return fmt.Sprintf("Protocol(%d)", uint8(p))
+}
+
+// h2For reports whether a new connection for key starts as HTTP/2 under
+// policy p: always under ProtocolHTTP2, over TLS under ProtocolNegotiate
+// (where ALPN may still select HTTP/1.1).
+func (p Protocol) h2For(key connKey) bool {
+	switch p {
+	case ProtocolHTTP2:
+		return true
+	case ProtocolNegotiate, ProtocolPreferHTTP3, ProtocolDiscoverHTTP3:
+		return key.scheme == "https"
+	}
+	return false
+}
+
+// negotiates reports whether ALPN over TLS may select HTTP/1.1 or HTTP/2
+// under policy p.
+func (p Protocol) negotiates() bool {
+	return p == ProtocolNegotiate || p == ProtocolPreferHTTP3 || p == ProtocolDiscoverHTTP3
+}
+
+// fallsBack reports whether policy p moves a call to TCP when no QUIC
+// connection can be had.
+func (p Protocol) fallsBack() bool { return p == ProtocolPreferHTTP3 || p == ProtocolDiscoverHTTP3 }

@@ -1,0 +1,482 @@
+// Package connectproxy is a scripted CONNECT proxy, plain or over TLS,
+// and a minimal SOCKS5 proxy, for tests and the conformance command.
+//
+// Both listen on 127.0.0.1 with a kernel-chosen port and only ever dial
+// loopback addresses. Each records every request it reads before acting
+// on it and counts the tunnels it opens, so a test can assert exactly how
+// many tunnels each hop of a chain carried and which credentials reached
+// which hop.
+//
+// The CONNECT proxy (Start) is scripted per connection, in accept order:
+// Config.Conns[i] drives connection i. A Script can answer any status (1xx,
+// 2xx such as 204 or 299, 3xx, 407, 5xx; any 2xx opens the tunnel),
+// append bytes after the response header section, send raw bytes instead
+// of a response, or stall at a Point: before or after the TLS handshake,
+// before or after reading the CONNECT request, or in the middle of the
+// status line. With Config.RequireAuth it answers 407 unless the request
+// carries the right Basic Proxy-Authorization. It tunnels by dialing the
+// target itself, or, with Config.Upstream, by sending its own CONNECT to
+// an upstream proxy and relaying that proxy's answer. Config.IdleCut
+// closes a tunnel a set time after the last byte relayed to the client,
+// as commercial proxies cut idle CONNECT tunnels.
+//
+// The SOCKS5 proxy (StartSOCKS5) speaks RFC 1928 CONNECT with optional
+// RFC 1929 username/password authentication.
+//
+// Close ends every connection and goroutine at once. Without Close,
+// everything still ends by itself: reads, writes and dials have timeouts,
+// stalls last DefaultStall at most and an idle tunnel closes after
+// DefaultTunnelIdle.
+package connectproxy
+
+import (
+	"bufio"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"io"
+	"maps"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/replaysafe/replaysafe/internal/selfsigned"
+)
+
+// Point is a moment in a proxy connection where a Script can stall.
+type Point uint8
+
+// Stall points, in the order a connection reaches them.
+const (
+	StallNone            Point = iota // zero value: never stall
+	StallBeforeHandshake              // before the TLS handshake (TLS proxies only); the client is in tls-to-proxy
+	StallAfterHandshake               // after the TLS handshake, before reading (TLS proxies only)
+	StallBeforeRequest                // before reading the CONNECT (or SOCKS greeting); the client is in connect (or socks)
+	StallAfterRequest                 // after reading the request, before answering
+	StallMidResponse                  // after the first bytes of the status line (CONNECT only)
+	pointCount
+)
+
+var pointNames = []string{"none", "before-handshake", "after-handshake", "before-request", "after-request", "mid-response"}
+
+// String returns the point's name, or Point(n) for an invalid value.
+func (p Point) String() string {
+	if int(p) < len(pointNames) {
+		return pointNames[p]
+	}
+	return "Point(" + strconv.Itoa(int(p)) + ")"
+}
+
+// Credentials are a user name and password.
+type Credentials struct {
+	Username string
+	Password string
+}
+
+// basic returns the Basic authorization value for c.
+func (c *Credentials) basic() string {
+	return "Basic " + base64.StdEncoding.EncodeToString([]byte(c.Username+":"+c.Password))
+}
+
+// Script drives one connection of the CONNECT proxy. The zero Script
+// answers "200 Connection established" and tunnels.
+type Script struct {
+	// Stall, if set, makes the proxy wait at that point for StallFor
+	// (DefaultStall if zero), or until Close, and then go on.
+	Stall    Point
+	StallFor time.Duration
+	// Status is the status to answer once credentials pass; zero means
+	// 200. Any 2xx opens the tunnel; anything else is written and the
+	// connection closed.
+	Status int
+	// Reason is the reason phrase; empty means "Connection established"
+	// for 200 and http.StatusText (or "Status") otherwise.
+	Reason string
+	// Header holds extra response header fields.
+	Header http.Header
+	// Extra is written right after the response header section, in the
+	// same write: bytes the client must hand to the tunneled protocol.
+	Extra []byte
+	// Raw, if set, is written instead of a response, and the connection
+	// is then closed.
+	Raw []byte
+}
+
+// Upstream is a proxy the CONNECT proxy forwards to instead of dialing
+// targets itself. The upstream's response reaches the client as it is,
+// so a Script's Status (when 2xx), Reason, Header, Extra and
+// StallMidResponse do not apply to forwarded tunnels.
+type Upstream struct {
+	// Addr is the upstream proxy's "host:port" (a loopback address).
+	Addr string
+	// TLS, if set, is the client configuration for an upstream that
+	// speaks TLS.
+	TLS *tls.Config
+	// Auth, if set, is sent to the upstream as Basic Proxy-Authorization.
+	// The client's own Proxy-Authorization is never forwarded.
+	Auth *Credentials
+}
+
+// Config configures a CONNECT proxy. The zero Config is a plain proxy
+// that tunnels every CONNECT to its target.
+type Config struct {
+	// TLS makes the proxy speak TLS with a fresh self-signed certificate
+	// (see Server.ClientTLSConfig).
+	TLS bool
+	// ALPN is the list of protocols the TLS proxy accepts; nil means
+	// "http/1.1" only.
+	ALPN []string
+	// RequireAuth, if set, makes the proxy answer 407 with a Basic
+	// challenge unless the request carries these credentials.
+	RequireAuth *Credentials
+	// Upstream, if set, makes the proxy forward each CONNECT to an
+	// upstream proxy and relay its answer, instead of dialing the target.
+	Upstream *Upstream
+	// Conns scripts connections in accept order; connections beyond it
+	// use Default, or else the zero Script.
+	Conns   []Script
+	Default *Script
+	// IdleCut, if set, closes a tunnel this long after the last byte
+	// relayed to the client.
+	IdleCut time.Duration
+	// ReadTimeout, WriteTimeout and DialTimeout default to
+	// DefaultReadTimeout, DefaultWriteTimeout and DefaultDialTimeout.
+	ReadTimeout  time.Duration
+	WriteTimeout time.Duration
+	DialTimeout  time.Duration
+	// Logf, if set, receives a line per notable event (for t.Logf).
+	Logf func(format string, args ...any)
+}
+
+// Request is one CONNECT request as the proxy read it.
+type Request struct {
+	// Conn is the connection's index in accept order, from 0.
+	Conn int
+	// Method, Target and Proto are the request line's parts.
+	Method, Target, Proto string
+	// Host is the Host header field.
+	Host string
+	// Header holds the other header fields, Proxy-Authorization included.
+	Header http.Header
+	// ALPN is the client's ALPN offer on a TLS proxy; nil otherwise.
+	ALPN []string
+	// Status is the status the proxy answered; 0 if it never answered
+	// itself (stalled, sent Raw, or relayed an upstream's answer).
+	Status int
+}
+
+func (r Request) clone() Request {
+	r.Header = r.Header.Clone()
+	r.ALPN = slices.Clone(r.ALPN)
+	return r
+}
+
+// Server is a running CONNECT proxy. Its methods are safe for concurrent
+// use.
+type Server struct {
+	base
+	cfg    Config
+	tlsCfg *tls.Config
+	cert   *x509.Certificate
+	reqs   []Request // guarded by base.mu
+}
+
+// maxRequestBytes bounds a CONNECT request's header section.
+const maxRequestBytes = 64 << 10
+
+// Start starts a CONNECT proxy on 127.0.0.1.
+func Start(cfg Config) (*Server, error) {
+	s := &Server{cfg: cfg}
+	s.cfg.Conns = slices.Clone(cfg.Conns)
+	for i, sc := range s.cfg.Conns {
+		if err := s.validate(sc); err != nil {
+			return nil, errors.New("connectproxy: Conns[" + strconv.Itoa(i) + "]: " + err.Error())
+		}
+	}
+	if cfg.Default != nil {
+		if err := s.validate(*cfg.Default); err != nil {
+			return nil, errors.New("connectproxy: Default: " + err.Error())
+		}
+		d := *cfg.Default
+		s.cfg.Default = &d
+	}
+	if cfg.TLS {
+		cert, leaf, err := selfsigned.New("replaysafe connectproxy test proxy")
+		if err != nil {
+			return nil, err
+		}
+		alpn := cfg.ALPN
+		if alpn == nil {
+			alpn = []string{"http/1.1"}
+		}
+		s.cert = leaf
+		s.tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: slices.Clone(alpn), MinVersion: tls.VersionTLS12}
+	}
+	if err := s.init("connectproxy", cfg.ReadTimeout, cfg.WriteTimeout, cfg.DialTimeout, cfg.IdleCut, cfg.Logf); err != nil {
+		return nil, err
+	}
+	s.serve(s.handle)
+	return s, nil
+}
+
+func (s *Server) validate(sc Script) error {
+	switch {
+	case sc.Stall >= pointCount:
+		return errors.New("unknown stall point " + sc.Stall.String())
+	case !s.cfg.TLS && (sc.Stall == StallBeforeHandshake || sc.Stall == StallAfterHandshake):
+		return errors.New("stall point " + sc.Stall.String() + " needs TLS")
+	case sc.Status != 0 && (sc.Status < 100 || sc.Status > 999):
+		return errors.New("status " + strconv.Itoa(sc.Status) + " is not three digits")
+	case sc.StallFor < 0:
+		return errors.New("negative StallFor")
+	}
+	return nil
+}
+
+func (s *Server) script(i int) Script {
+	switch {
+	case i < len(s.cfg.Conns):
+		return s.cfg.Conns[i]
+	case s.cfg.Default != nil:
+		return *s.cfg.Default
+	}
+	return Script{}
+}
+
+// Close stops the proxy: it closes the listener and every connection and
+// waits for every goroutine. It is safe to call more than once.
+func (s *Server) Close() error { return s.close() }
+
+// URL returns "http://127.0.0.1:port", or "https://..." with TLS.
+func (s *Server) URL() string {
+	if s.cfg.TLS {
+		return "https://" + s.Addr()
+	}
+	return "http://" + s.Addr()
+}
+
+// Certificate returns the proxy's self-signed certificate, or nil without
+// TLS.
+func (s *Server) Certificate() *x509.Certificate { return s.cert }
+
+// CertPool returns a new pool holding only the proxy's certificate, or nil
+// without TLS.
+func (s *Server) CertPool() *x509.CertPool {
+	if s.cert == nil {
+		return nil
+	}
+	p := x509.NewCertPool()
+	p.AddCert(s.cert)
+	return p
+}
+
+// ClientTLSConfig returns a new client configuration that trusts only the
+// proxy's certificate, with ServerName "127.0.0.1" and ALPN "http/1.1";
+// nil without TLS.
+func (s *Server) ClientTLSConfig() *tls.Config {
+	if s.cert == nil {
+		return nil
+	}
+	return &tls.Config{RootCAs: s.CertPool(), ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
+}
+
+// Requests returns copies of the CONNECT requests read so far, in order.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Request, len(s.reqs))
+	for i, r := range s.reqs {
+		out[i] = r.clone()
+	}
+	return out
+}
+
+func (s *Server) record(r Request) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.reqs = append(s.reqs, r)
+	return len(s.reqs) - 1
+}
+
+func (s *Server) answered(i, status int) {
+	s.mu.Lock()
+	s.reqs[i].Status = status
+	s.mu.Unlock()
+}
+
+// handle runs one proxy connection.
+func (s *Server) handle(raw net.Conn, index int) {
+	sc := s.script(index)
+	conn := raw
+	var offer []string
+	if s.tlsCfg != nil {
+		if sc.Stall == StallBeforeHandshake && !s.stall(sc.StallFor) {
+			return
+		}
+		cfg := s.tlsCfg.Clone()
+		cfg.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+			offer = slices.Clone(h.SupportedProtos)
+			return nil, nil
+		}
+		tc := tls.Server(raw, cfg)
+		raw.SetDeadline(time.Now().Add(s.readTimeout))
+		if err := tc.Handshake(); err != nil {
+			s.log("conn %d: TLS handshake: %v", index, err)
+			return
+		}
+		raw.SetDeadline(time.Time{})
+		conn = tc
+		if sc.Stall == StallAfterHandshake && !s.stall(sc.StallFor) {
+			return
+		}
+	}
+	if sc.Stall == StallBeforeRequest && !s.stall(sc.StallFor) {
+		return
+	}
+	conn.SetReadDeadline(time.Now().Add(s.readTimeout))
+	br := bufio.NewReader(&io.LimitedReader{R: conn, N: maxRequestBytes})
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		s.log("conn %d: reading CONNECT: %v", index, err)
+		return
+	}
+	conn.SetReadDeadline(time.Time{})
+	pending, _ := br.Peek(br.Buffered())
+	pending = slices.Clone(pending)
+	i := s.record(Request{
+		Conn: index, Method: req.Method, Target: req.RequestURI, Proto: req.Proto,
+		Host: req.Host, Header: req.Header.Clone(), ALPN: offer,
+	})
+	if sc.Stall == StallAfterRequest && !s.stall(sc.StallFor) {
+		return
+	}
+	if sc.Raw != nil {
+		s.write(conn, sc.Raw)
+		return
+	}
+	status := sc.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	var challenge bool
+	switch {
+	case req.Method != http.MethodConnect:
+		status = http.StatusMethodNotAllowed
+	case s.cfg.RequireAuth != nil && req.Header.Get("Proxy-Authorization") != s.cfg.RequireAuth.basic():
+		status, challenge = http.StatusProxyAuthRequired, true
+	}
+	if status < 200 || status > 299 {
+		s.respond(conn, i, sc, status, challenge)
+		return
+	}
+	if s.cfg.Upstream != nil {
+		up, err := s.forward(req.RequestURI)
+		if err != nil {
+			s.log("conn %d: upstream: %v", index, err)
+			s.respond(conn, i, Script{}, http.StatusBadGateway, false)
+			return
+		}
+		s.tunnelOpened()
+		s.relay(conn, pending, up)
+		return
+	}
+	target, err := s.dial(req.RequestURI)
+	if err != nil {
+		s.log("conn %d: dial %s: %v", index, req.RequestURI, err)
+		code := http.StatusBadGateway
+		if errors.Is(err, errNotLoopback) {
+			code = http.StatusForbidden
+		}
+		s.respond(conn, i, Script{}, code, false)
+		return
+	}
+	s.tunnelOpened()
+	if !s.respond(conn, i, sc, status, false) {
+		s.release(target)
+		return
+	}
+	s.relay(conn, pending, target)
+}
+
+// respond writes the response header section (and sc.Extra), stalling
+// mid-status-line if the script says so; it reports whether it all went
+// out.
+func (s *Server) respond(conn net.Conn, i int, sc Script, status int, challenge bool) bool {
+	msg := formatResponse(sc, status, challenge || status == http.StatusProxyAuthRequired && sc.Header.Get("Proxy-Authenticate") == "")
+	s.answered(i, status)
+	if sc.Stall == StallMidResponse {
+		const head = len("HTTP/1.1 2")
+		if s.write(conn, msg[:head]) != nil || !s.stall(sc.StallFor) {
+			return false
+		}
+		msg = msg[head:]
+	}
+	return s.write(conn, msg) == nil
+}
+
+// formatResponse builds the status line, header fields and sc.Extra.
+func formatResponse(sc Script, status int, challenge bool) []byte {
+	reason := sc.Reason
+	if reason == "" {
+		reason = http.StatusText(status)
+		if status == http.StatusOK {
+			reason = "Connection established"
+		}
+		if reason == "" {
+			reason = "Status"
+		}
+	}
+	h := sc.Header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	if challenge {
+		h.Set("Proxy-Authenticate", `Basic realm="connectproxy"`)
+	}
+	if status >= 300 && h.Get("Content-Length") == "" {
+		h.Set("Content-Length", "0")
+	}
+	b := []byte("HTTP/1.1 " + strconv.Itoa(status) + " " + reason + "\r\n")
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		for _, v := range h[k] {
+			b = append(b, k+": "+v+"\r\n"...)
+		}
+	}
+	b = append(b, "\r\n"...)
+	return append(b, sc.Extra...)
+}
+
+// forward opens a connection to the upstream proxy and sends it a CONNECT
+// for target with the upstream's credentials; the upstream's answer
+// reaches the client through the relay.
+func (s *Server) forward(target string) (net.Conn, error) {
+	up := s.cfg.Upstream
+	c, err := s.dial(up.Addr)
+	if err != nil {
+		return nil, err
+	}
+	conn := c
+	if up.TLS != nil {
+		tc := tls.Client(c, up.TLS)
+		c.SetDeadline(time.Now().Add(s.readTimeout))
+		if err := tc.Handshake(); err != nil {
+			s.release(c)
+			return nil, err
+		}
+		c.SetDeadline(time.Time{})
+		s.swap(c, tc)
+		conn = tc
+	}
+	msg := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n"
+	if up.Auth != nil {
+		msg += "Proxy-Authorization: " + up.Auth.basic() + "\r\n"
+	}
+	if err := s.write(conn, []byte(msg+"\r\n")); err != nil {
+		s.release(c)
+		return nil, err
+	}
+	return conn, nil
+}

@@ -1,0 +1,562 @@
+// Package h2server is a scripted HTTP/2 test origin that records every
+// stream it receives and misbehaves on cue.
+//
+// It speaks HTTP/2 frame by frame with golang.org/x/net/http2's Framer and
+// hpack — not http2.Server — so that it can do what a well-behaved server
+// never does: refuse a stream, reset it with a chosen error code, send a
+// GOAWAY with a chosen last stream ID, cut a response off inside its
+// header block, close the connection in the middle of a request, or never
+// answer. It listens on 127.0.0.1 only, over TLS with ALPN "h2" and a
+// self-signed certificate made in memory (Server.ClientTLSConfig), or over
+// cleartext TCP with prior knowledge (h2c, RFC 9113 §3.3).
+//
+// Every stream is recorded as a Received — connection index, stream ID,
+// decoded header fields, body bytes, whether END_STREAM arrived — from the
+// moment its HEADERS arrive, so a test can count how many copies of a
+// request the origin saw even when the server then refuses or drops it.
+// Conns reports each connection's raw byte counts.
+//
+// Behaviour is scripted per connection and per stream: Config.Conns[i]
+// drives the i-th accepted connection, and within it ConnScript.Streams[j]
+// handles the j-th stream the client opens. Actions run either when the
+// request's HEADERS arrive (OnHeaders) or once the whole request has been
+// read (AfterBody). The server acknowledges SETTINGS, answers PING,
+// honours the client's flow-control windows and grants the client window
+// for every DATA frame it reads.
+//
+// Every read and write has a deadline, idle and hanging connections close
+// themselves, the whole server closes itself after Config.Lifetime, and
+// Close ends every goroutine it started.
+package h2server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+
+	"github.com/replaysafe/replaysafe/internal/selfsigned"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	// DefaultHandshakeTimeout bounds the TLS handshake and the arrival of
+	// the client connection preface.
+	DefaultHandshakeTimeout = 5 * time.Second
+	// DefaultIdleTimeout is how long a connection may go without a frame
+	// from the client before the server closes it.
+	DefaultIdleTimeout = 30 * time.Second
+	// DefaultWriteTimeout bounds each frame write.
+	DefaultWriteTimeout = 5 * time.Second
+	// DefaultHangTimeout bounds Hang actions that set no duration.
+	DefaultHangTimeout = 30 * time.Second
+	// DefaultDrainTimeout bounds how long a FIN close keeps discarding
+	// what the client still sends.
+	DefaultDrainTimeout = time.Second
+	// DefaultWaitTimeout bounds the Wait methods when their context has no
+	// deadline.
+	DefaultWaitTimeout = 10 * time.Second
+	// DefaultLifetime is how long a server runs before it closes itself.
+	DefaultLifetime = 2 * time.Minute
+	// DefaultMaxBodyBytes bounds the body recorded for one stream.
+	DefaultMaxBodyBytes = 1 << 20
+)
+
+// ErrClosed is returned by the Wait methods when the server has been
+// closed and the awaited condition can no longer become true.
+var ErrClosed = errors.New("h2server: server closed")
+
+// Config configures a Server. The zero Config is an h2c server that
+// answers every stream with 200 "ok".
+type Config struct {
+	// TLS makes the server speak TLS with ALPN "h2" and a fresh
+	// self-signed certificate (see Server.ClientTLSConfig). Otherwise it
+	// expects HTTP/2 with prior knowledge over cleartext TCP.
+	TLS bool
+	// MaxConcurrentStreams, when non-zero, is advertised as
+	// SETTINGS_MAX_CONCURRENT_STREAMS. The server does not enforce it.
+	MaxConcurrentStreams uint32
+	// Settings are sent in the server's SETTINGS frame after
+	// MaxConcurrentStreams (for example to advertise zero streams).
+	Settings []http2.Setting
+	// Conns scripts connections in accept order: Conns[i] drives
+	// connection i. Connections beyond the list use Default.
+	Conns []ConnScript
+	// Default scripts the connections beyond Conns; nil means every
+	// stream gets OK("ok").
+	Default *ConnScript
+	// HandshakeTimeout bounds the TLS handshake and the client preface;
+	// zero means DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// IdleTimeout closes a connection that sent no frame for this long;
+	// zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds each frame write; zero means DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// HangTimeout bounds Hang actions without a duration; zero means
+	// DefaultHangTimeout.
+	HangTimeout time.Duration
+	// DrainTimeout bounds the discarding of client bytes after a FIN
+	// close; zero means DefaultDrainTimeout.
+	DrainTimeout time.Duration
+	// WaitTimeout bounds the Wait methods when their context has no
+	// deadline; zero means DefaultWaitTimeout.
+	WaitTimeout time.Duration
+	// Lifetime is how long the server runs before closing itself; zero
+	// means DefaultLifetime.
+	Lifetime time.Duration
+	// MaxBodyBytes bounds the body recorded for one stream; the rest is
+	// counted in Received.BodyDropped. Zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int
+	// Logf, if set, receives a line per connection and stream event (for
+	// t.Logf).
+	Logf func(format string, args ...any)
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.HandshakeTimeout, DefaultHandshakeTimeout)
+	def(&c.IdleTimeout, DefaultIdleTimeout)
+	def(&c.WriteTimeout, DefaultWriteTimeout)
+	def(&c.HangTimeout, DefaultHangTimeout)
+	def(&c.DrainTimeout, DefaultDrainTimeout)
+	def(&c.WaitTimeout, DefaultWaitTimeout)
+	def(&c.Lifetime, DefaultLifetime)
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+}
+
+// Received is one stream as the server received it.
+type Received struct {
+	// Conn is the connection's index in accept order, from 0.
+	Conn int
+	// Seq is the stream's position on its connection, from 0: the j of
+	// ConnScript.Streams[j].
+	Seq int
+	// StreamID is the stream's HTTP/2 identifier.
+	StreamID uint32
+	// At is when the stream's HEADERS arrived.
+	At time.Time
+	// Method, Scheme, Authority and Path are the request pseudo-header
+	// fields; Protocol is :protocol (extended CONNECT), usually empty.
+	Method, Scheme, Authority, Path, Protocol string
+	// Fields is the request's decoded header block as it arrived,
+	// pseudo-header fields first.
+	Fields []hpack.HeaderField
+	// Header holds the regular header fields, with canonical keys.
+	Header http.Header
+	// Trailer holds the request trailer fields, or nil.
+	Trailer http.Header
+	// Body is the request body as received (DATA payloads, padding
+	// removed), up to Config.MaxBodyBytes.
+	Body []byte
+	// BodyDropped counts body bytes beyond Config.MaxBodyBytes.
+	BodyDropped int64
+	// EndStream reports that the client ended the stream (END_STREAM on
+	// HEADERS, DATA or trailers) while the server was still reading it.
+	EndStream bool
+	// ClientReset reports that the client reset the stream, with
+	// ClientResetCode.
+	ClientReset     bool
+	ClientResetCode http2.ErrCode
+	// Ignored reports that the stream arrived above the last stream ID
+	// of a GOAWAY the server had already sent; it was recorded but not
+	// handled (RFC 9113 §6.8).
+	Ignored bool
+	// Action is the kind of action the server took (meaningless when
+	// Ignored).
+	Action Kind
+	// Done reports that the server will record nothing more for the
+	// stream: END_STREAM arrived, the stream was reset by either side, or
+	// the server stopped reading it or its connection.
+	Done bool
+}
+
+func (r *Received) clone() Received {
+	c := *r
+	c.Fields = append([]hpack.HeaderField(nil), r.Fields...)
+	c.Header = r.Header.Clone()
+	c.Trailer = r.Trailer.Clone()
+	c.Body = append([]byte(nil), r.Body...)
+	return c
+}
+
+// ConnInfo describes one accepted connection.
+type ConnInfo struct {
+	// Index is the connection's position in accept order, from 0.
+	Index int
+	// Remote is the client's address.
+	Remote string
+	// NegotiatedProtocol is the ALPN result over TLS ("h2"), empty for h2c.
+	NegotiatedProtocol string
+	// Preface reports that the client connection preface arrived intact.
+	Preface bool
+	// Settings are the parameters of the client's first SETTINGS frame.
+	Settings []http2.Setting
+	// Streams counts the streams the client opened.
+	Streams int
+	// BytesRead and BytesWritten count the HTTP/2 bytes exchanged, preface
+	// included, inside TLS when TLS is on.
+	BytesRead, BytesWritten int64
+	// TCPBytesRead and TCPBytesWritten count the bytes that crossed the
+	// TCP connection: TLS handshake and records included; for h2c the same
+	// as BytesRead and BytesWritten.
+	TCPBytesRead, TCPBytesWritten int64
+	// GoAwaySent reports that the server sent a GOAWAY, with GoAwayLast
+	// and GoAwayCode as the last one carried.
+	GoAwaySent bool
+	GoAwayLast uint32
+	GoAwayCode http2.ErrCode
+	// ClientGoAway reports that the client sent a GOAWAY.
+	ClientGoAway bool
+	// Closed reports that the connection is over.
+	Closed bool
+	// Err says why the connection ended, when the server ended it on an
+	// error or a timeout; empty otherwise.
+	Err string
+}
+
+// connRecord is the server's bookkeeping for one connection: info is
+// guarded by Server.mu, the byte counters are atomic.
+type connRecord struct {
+	info                ConnInfo
+	read, written       atomic.Int64 // HTTP/2 bytes
+	tcpRead, tcpWritten atomic.Int64 // TCP bytes
+}
+
+// Server is a running scripted HTTP/2 origin. Its methods are safe for
+// concurrent use.
+type Server struct {
+	cfg    Config
+	ln     net.Listener
+	tlsCfg *tls.Config
+	cert   *x509.Certificate
+	done   chan struct{} // closed when Close starts
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+
+	mu       sync.Mutex
+	life     *time.Timer   // closes the server after Config.Lifetime
+	changed  chan struct{} // closed and replaced whenever a record changes
+	closing  bool          // Close has started: accept no more connections
+	finished bool          // Close has finished: nothing changes any more
+	conns    []*connRecord
+	reqs     []*Received
+	live     map[*conn]struct{}
+}
+
+// New starts a server on 127.0.0.1 with an ephemeral port.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	s := &Server{
+		cfg:     cfg,
+		done:    make(chan struct{}),
+		changed: make(chan struct{}),
+		live:    make(map[*conn]struct{}),
+	}
+	if cfg.TLS {
+		cert, leaf, err := selfsigned.New("replaysafe h2server")
+		if err != nil {
+			return nil, err
+		}
+		s.cert = leaf
+		s.tlsCfg = &tls.Config{
+			Certificates: []tls.Certificate{cert},
+			NextProtos:   []string{http2.NextProtoTLS},
+			MinVersion:   tls.VersionTLS12,
+		}
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("h2server: listen: %w", err)
+	}
+	s.ln = ln
+	s.wg.Add(1)
+	go s.acceptLoop()
+	s.mu.Lock()
+	s.life = time.AfterFunc(cfg.Lifetime, func() {
+		s.logf("lifetime %v over: closing", cfg.Lifetime)
+		s.Close()
+	})
+	s.mu.Unlock()
+	return s, nil
+}
+
+// Addr returns the listening address, host:port.
+func (s *Server) Addr() string { return s.ln.Addr().String() }
+
+// URL returns the server's base URL: https:// over TLS, http:// for h2c.
+func (s *Server) URL() string {
+	if s.cfg.TLS {
+		return "https://" + s.Addr()
+	}
+	return "http://" + s.Addr()
+}
+
+// TLS reports whether the server speaks TLS.
+func (s *Server) TLS() bool { return s.cfg.TLS }
+
+// Certificate returns the server's self-signed certificate, or nil for
+// h2c.
+func (s *Server) Certificate() *x509.Certificate { return s.cert }
+
+// CertPool returns a new pool holding only the server's certificate, or
+// nil for h2c.
+func (s *Server) CertPool() *x509.CertPool {
+	if s.cert == nil {
+		return nil
+	}
+	p := x509.NewCertPool()
+	p.AddCert(s.cert)
+	return p
+}
+
+// ClientTLSConfig returns a new client configuration that trusts only
+// the server's certificate and offers ALPN "h2", or nil for h2c.
+func (s *Server) ClientTLSConfig() *tls.Config {
+	if s.cert == nil {
+		return nil
+	}
+	return &tls.Config{
+		RootCAs:    s.CertPool(),
+		ServerName: "127.0.0.1",
+		NextProtos: []string{http2.NextProtoTLS},
+		MinVersion: tls.VersionTLS12,
+	}
+}
+
+// Dial opens a client connection to the server: a TCP connection for h2c,
+// or a TLS connection whose handshake (ALPN "h2") is complete.
+func (s *Server) Dial(ctx context.Context) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", s.Addr())
+	if err != nil {
+		return nil, err
+	}
+	if !s.cfg.TLS {
+		return c, nil
+	}
+	tc := tls.Client(c, s.ClientTLSConfig())
+	if err := tc.HandshakeContext(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if p := tc.ConnectionState().NegotiatedProtocol; p != http2.NextProtoTLS {
+		tc.Close()
+		return nil, fmt.Errorf("h2server: negotiated protocol %q, want %q", p, http2.NextProtoTLS)
+	}
+	return tc, nil
+}
+
+// Requests returns a copy of every stream received, in the order their
+// HEADERS arrived.
+func (s *Server) Requests() []Received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Received, len(s.reqs))
+	for i, r := range s.reqs {
+		out[i] = r.clone()
+	}
+	return out
+}
+
+// RequestsOn returns a copy of the streams received on connection i.
+func (s *Server) RequestsOn(i int) []Received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Received
+	for _, r := range s.reqs {
+		if r.Conn == i {
+			out = append(out, r.clone())
+		}
+	}
+	return out
+}
+
+// Count returns the number of streams received so far, on every
+// connection, ignored ones included.
+func (s *Server) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reqs)
+}
+
+// Conns returns a snapshot of every accepted connection.
+func (s *Server) Conns() []ConnInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ConnInfo, len(s.conns))
+	for i, c := range s.conns {
+		out[i] = c.snapshot()
+	}
+	return out
+}
+
+// snapshot copies the record; the caller holds Server.mu.
+func (c *connRecord) snapshot() ConnInfo {
+	info := c.info
+	info.Settings = append([]http2.Setting(nil), c.info.Settings...)
+	info.BytesRead = c.read.Load()
+	info.BytesWritten = c.written.Load()
+	info.TCPBytesRead = c.tcpRead.Load()
+	info.TCPBytesWritten = c.tcpWritten.Load()
+	return info
+}
+
+// WaitRequests waits until at least n streams are Done (fully received,
+// or never to be read further).
+func (s *Server) WaitRequests(ctx context.Context, n int) error {
+	return s.wait(ctx, func() bool {
+		done := 0
+		for _, r := range s.reqs {
+			if r.Done {
+				done++
+			}
+		}
+		return done >= n
+	})
+}
+
+// WaitConns waits until at least n connections have been accepted.
+func (s *Server) WaitConns(ctx context.Context, n int) error {
+	return s.wait(ctx, func() bool { return len(s.conns) >= n })
+}
+
+// WaitConnClosed waits until connection i has been accepted and is over.
+func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
+	return s.wait(ctx, func() bool { return i < len(s.conns) && s.conns[i].info.Closed })
+}
+
+// wait blocks until cond (called with s.mu held) holds, the context ends,
+// or the server has finished closing with cond still false. A context
+// without a deadline gets Config.WaitTimeout.
+func (s *Server) wait(ctx context.Context, cond func() bool) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.WaitTimeout)
+		defer cancel()
+	}
+	for {
+		s.mu.Lock()
+		ok, ch, finished := cond(), s.changed, s.finished
+		s.mu.Unlock()
+		switch {
+		case ok:
+			return nil
+		case finished:
+			return ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("h2server: wait: %w", ctx.Err())
+		}
+	}
+}
+
+// Close stops the server: it stops accepting, closes every connection and
+// waits until every goroutine it started has returned. The records stay
+// readable. Close is idempotent; every call returns after the first has
+// finished.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		if s.life != nil {
+			s.life.Stop()
+		}
+		s.closing = true
+		close(s.done)
+		live := make([]*conn, 0, len(s.live))
+		for c := range s.live {
+			live = append(live, c)
+		}
+		s.mu.Unlock()
+		s.ln.Close()
+		for _, c := range live {
+			c.tcp.Close() // unblocks the connection's read; it then cleans up
+		}
+		s.wg.Wait()
+		s.mu.Lock()
+		s.finished = true
+		s.notifyLocked()
+		s.mu.Unlock()
+	})
+	return nil
+}
+
+// notifyLocked wakes every waiter; the caller holds s.mu.
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// update runs f with s.mu held and wakes the waiters.
+func (s *Server) update(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f()
+	s.notifyLocked()
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.cfg.Logf != nil {
+		s.cfg.Logf("h2server: "+format, args...)
+	}
+}
+
+// script returns the script for connection i.
+func (s *Server) script(i int) *ConnScript {
+	if i < len(s.cfg.Conns) {
+		return &s.cfg.Conns[i]
+	}
+	return s.cfg.Default
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+			default:
+				s.logf("accept: %v; no longer accepting", err)
+			}
+			return
+		}
+		tcp, ok := nc.(*net.TCPConn)
+		if !ok { // cannot happen with a TCP listener
+			nc.Close()
+			continue
+		}
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			tcp.Close()
+			return
+		}
+		rec := &connRecord{info: ConnInfo{Index: len(s.conns), Remote: tcp.RemoteAddr().String()}}
+		s.conns = append(s.conns, rec)
+		c := newConn(s, rec, tcp)
+		s.live[c] = struct{}{}
+		s.wg.Add(1)
+		s.notifyLocked()
+		s.mu.Unlock()
+		go c.serve()
+	}
+}

@@ -1,0 +1,606 @@
+// Package h3server is a scripted HTTP/3 test origin that records every
+// request stream it receives and misbehaves on cue.
+//
+// It speaks HTTP/3 (RFC 9114) itself over raw quic-go streams — frame by
+// frame, with QPACK from github.com/quic-go/qpack using the static table
+// only — not through http3.Server, so that it can do what a well-behaved
+// server never does, at a chosen moment of a chosen stream: reject a
+// request with H3_REQUEST_REJECTED, reset it with another code, send a
+// GOAWAY carrying a chosen stream ID, close the connection while a request
+// is in flight, answer early while the upload goes on, stop the upload
+// with STOP_SENDING, stall reading so that the upload blocks on QUIC flow
+// control, or never answer. It listens on UDP 127.0.0.1 only, with TLS
+// 1.3, ALPN "h3" and a self-signed certificate made in memory
+// (Server.ClientTLSConfig). Its SETTINGS advertise a QPACK dynamic table
+// of zero bytes and zero blocked streams, so neither side needs QPACK
+// encoder or decoder streams.
+//
+// Every request stream is recorded as a Received — connection index, QUIC
+// stream ID, decoded header fields, body bytes, request trailers, whether
+// the FIN arrived and when — from the moment its HEADERS frame arrives,
+// so a test can count how many copies of a request the origin saw and
+// compare them byte for byte, even when the server then rejects or drops
+// them. (A stream whose HEADERS never arrive, and a connection whose
+// handshake fails, leave no record.) Conns reports each connection: the
+// client's SETTINGS, the GOAWAY frames either side sent, and how the
+// connection ended.
+//
+// Behaviour is scripted per connection and per stream: Config.Conns[i]
+// drives the i-th accepted QUIC connection, and within it
+// ConnScript.Streams[j] handles the j-th request stream the client opens.
+// Actions run either when the request's HEADERS arrive (OnHeaders) or once
+// the whole request has been read (AfterBody).
+//
+// QUIC discards what a reset or a close overtakes: a RESET_STREAM lets the
+// client drop response bytes it has not read yet (an interim response
+// sent just before a Reset, say), and a CONNECTION_CLOSE drops stream data
+// the server has not sent yet. That is why a GOAWAY with Close waits
+// DefaultGoAwayCloseDelay before closing.
+//
+// Every wait is bounded: the QUIC handshake by Config.HandshakeTimeout, a
+// silent connection by the QUIC idle timeout, each request stream read by
+// Config.IdleTimeout and each write by Config.WriteTimeout; hanging
+// streams close their connection, the whole server closes itself after
+// Config.Lifetime, and Close ends every goroutine it started.
+package h3server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/quic-go/qpack"
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/replaysafe/replaysafe/internal/selfsigned"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	// DefaultHandshakeTimeout bounds the QUIC handshake.
+	DefaultHandshakeTimeout = 5 * time.Second
+	// DefaultIdleTimeout is the QUIC idle timeout, and how long a request
+	// stream may go without a byte from the client while the server reads
+	// it.
+	DefaultIdleTimeout = 30 * time.Second
+	// DefaultWriteTimeout bounds each write on a stream.
+	DefaultWriteTimeout = 5 * time.Second
+	// DefaultHangTimeout bounds Hang actions that set no duration.
+	DefaultHangTimeout = 30 * time.Second
+	// DefaultGoAwayCloseDelay is how long a GOAWAY with Close waits before
+	// closing the connection, so that the GOAWAY reaches the client first.
+	DefaultGoAwayCloseDelay = 50 * time.Millisecond
+	// DefaultWaitTimeout bounds the Wait methods when their context has no
+	// deadline.
+	DefaultWaitTimeout = 10 * time.Second
+	// DefaultLifetime is how long a server runs before it closes itself.
+	DefaultLifetime = 2 * time.Minute
+	// DefaultMaxBodyBytes bounds the body recorded for one stream.
+	DefaultMaxBodyBytes = 1 << 20
+)
+
+// ErrClosed is returned by the Wait methods when the server has been
+// closed and the awaited condition can no longer become true.
+var ErrClosed = errors.New("h3server: server closed")
+
+// Setting is one HTTP/3 SETTINGS parameter (RFC 9114 §7.2.4.1).
+type Setting struct {
+	ID, Value uint64
+}
+
+// Config configures a Server. The zero Config answers every request with
+// 200 "ok".
+type Config struct {
+	// Settings are sent in the server's SETTINGS frame after
+	// QPACK_MAX_TABLE_CAPACITY and QPACK_BLOCKED_STREAMS, both 0.
+	Settings []Setting
+	// Conns scripts connections in accept order: Conns[i] drives
+	// connection i. Connections beyond the list use Default.
+	Conns []ConnScript
+	// Default scripts the connections beyond Conns; nil means every
+	// stream gets OK("ok").
+	Default *ConnScript
+	// MaxIncomingStreams is how many request streams the client may have
+	// open at once (QUIC MAX_STREAMS); zero means quic-go's default, 100.
+	MaxIncomingStreams int64
+	// StreamReceiveWindow, when non-zero, fixes each stream's QUIC receive
+	// window (initial and maximum, so it never grows): the client cannot
+	// send more than this many bytes of a request stream, framing
+	// included, beyond what the server has read. Small values make a
+	// Stall block the upload. Zero means quic-go's auto-tuned window.
+	StreamReceiveWindow uint64
+	// ConnReceiveWindow, when non-zero, fixes the connection's QUIC
+	// receive window in the same way; zero means quic-go's.
+	ConnReceiveWindow uint64
+	// HandshakeTimeout bounds the QUIC handshake (quic-go aborts a
+	// handshake silent this long, or unfinished after twice this long);
+	// zero means DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+	// IdleTimeout is the QUIC idle timeout and bounds each read on a
+	// request stream; zero means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds each stream write; zero means
+	// DefaultWriteTimeout.
+	WriteTimeout time.Duration
+	// HangTimeout bounds Hang actions without a duration; zero means
+	// DefaultHangTimeout.
+	HangTimeout time.Duration
+	// WaitTimeout bounds the Wait methods when their context has no
+	// deadline; zero means DefaultWaitTimeout.
+	WaitTimeout time.Duration
+	// Lifetime is how long the server runs before closing itself; zero
+	// means DefaultLifetime.
+	Lifetime time.Duration
+	// MaxBodyBytes bounds the body recorded for one stream; the rest is
+	// counted in Received.BodyDropped. Zero means DefaultMaxBodyBytes.
+	MaxBodyBytes int
+	// Logf, if set, receives a line per connection and stream event (for
+	// t.Logf).
+	Logf func(format string, args ...any)
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&c.HandshakeTimeout, DefaultHandshakeTimeout)
+	def(&c.IdleTimeout, DefaultIdleTimeout)
+	def(&c.WriteTimeout, DefaultWriteTimeout)
+	def(&c.HangTimeout, DefaultHangTimeout)
+	def(&c.WaitTimeout, DefaultWaitTimeout)
+	def(&c.Lifetime, DefaultLifetime)
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+}
+
+func (c *Config) quicConfig() *quic.Config {
+	return &quic.Config{
+		HandshakeIdleTimeout:           c.HandshakeTimeout,
+		MaxIdleTimeout:                 c.IdleTimeout,
+		MaxIncomingStreams:             c.MaxIncomingStreams,
+		InitialStreamReceiveWindow:     c.StreamReceiveWindow,
+		MaxStreamReceiveWindow:         c.StreamReceiveWindow,
+		InitialConnectionReceiveWindow: c.ConnReceiveWindow,
+		MaxConnectionReceiveWindow:     c.ConnReceiveWindow,
+	}
+}
+
+// Received is one request stream as the server received it.
+type Received struct {
+	// Conn is the connection's index in accept order, from 0.
+	Conn int
+	// Seq is the stream's position on its connection, from 0: the j of
+	// ConnScript.Streams[j].
+	Seq int
+	// Stream is the QUIC stream ID (0, 4, 8, ... for client requests).
+	Stream uint64
+	// At is when the stream's HEADERS frame arrived.
+	At time.Time
+	// Method, Scheme, Authority and Path are the request pseudo-header
+	// fields; Protocol is :protocol (extended CONNECT), usually empty.
+	Method, Scheme, Authority, Path, Protocol string
+	// Fields is the request's decoded field section as it arrived,
+	// pseudo-header fields first.
+	Fields []qpack.HeaderField
+	// Header holds the regular header fields, with canonical keys.
+	Header http.Header
+	// Trailer holds the request trailer fields (a HEADERS frame after the
+	// body), or nil.
+	Trailer http.Header
+	// Body is the request body as received (DATA payloads), up to
+	// Config.MaxBodyBytes.
+	Body []byte
+	// BodyDropped counts body bytes beyond Config.MaxBodyBytes.
+	BodyDropped int64
+	// FIN reports that the client ended the stream while the server was
+	// still reading it, and FINAt when.
+	FIN   bool
+	FINAt time.Time
+	// ClientReset reports that the client reset the stream
+	// (RESET_STREAM), with ClientResetCode.
+	ClientReset     bool
+	ClientResetCode http3.ErrCode
+	// ServerReset reports that the server reset the stream, with
+	// ServerResetCode: a Reject, a Reset, a GOAWAY carrying an ID at or
+	// below the stream's, or a malformed or idle request.
+	ServerReset     bool
+	ServerResetCode http3.ErrCode
+	// Ignored reports that the stream arrived at or above the ID of a
+	// GOAWAY the server had already sent; it was recorded, then rejected
+	// (or, after a GOAWAY with Drop, left alone) unread (RFC 9114 §5.2).
+	Ignored bool
+	// Action is the kind of action the server took (meaningless when
+	// Ignored).
+	Action Kind
+	// Err says why the server stopped reading the request early when no
+	// action of the script made it stop: a malformed frame, an idle
+	// timeout, the connection ending. Empty otherwise.
+	Err string
+	// Done reports that the server will record nothing more for the
+	// stream: the request ended (its FIN arrived, either side reset the
+	// stream, the server stopped reading it, or its connection ended) and
+	// the action due at that point has run.
+	Done bool
+}
+
+func (r *Received) clone() Received {
+	c := *r
+	c.Fields = append([]qpack.HeaderField(nil), r.Fields...)
+	c.Header = r.Header.Clone()
+	c.Trailer = r.Trailer.Clone()
+	c.Body = append([]byte(nil), r.Body...)
+	return c
+}
+
+// ConnInfo describes one accepted QUIC connection.
+type ConnInfo struct {
+	// Index is the connection's position in accept order, from 0.
+	Index int
+	// Remote is the client's address.
+	Remote string
+	// NegotiatedProtocol is the ALPN result, "h3".
+	NegotiatedProtocol string
+	// SettingsReceived reports that the client's control stream carried
+	// its SETTINGS frame, whose parameters are Settings.
+	SettingsReceived bool
+	Settings         []Setting
+	// Streams counts the request streams whose HEADERS arrived.
+	Streams int
+	// GoAwaySent reports that the server sent a GOAWAY, with GoAwayID as
+	// the last ID carried.
+	GoAwaySent bool
+	GoAwayID   uint64
+	// ClientGoAway reports that the client sent a GOAWAY, with
+	// ClientGoAwayID as the last ID carried.
+	ClientGoAway   bool
+	ClientGoAwayID uint64
+	// Closed reports that the connection is over.
+	Closed bool
+	// ClosedByClient reports that the client closed it, and CloseCode is
+	// the application error code of the CONNECTION_CLOSE either side sent
+	// (zero when none was, as after an idle timeout).
+	ClosedByClient bool
+	CloseCode      http3.ErrCode
+	// Err says why the connection ended, as quic-go reports it.
+	Err string
+	// BytesSent and BytesReceived count the QUIC bytes exchanged,
+	// retransmissions and packet headers included (quic-go's
+	// ConnectionStats), as of the snapshot or the close.
+	BytesSent, BytesReceived uint64
+}
+
+// connRecord is the server's bookkeeping for one connection, guarded by
+// Server.mu; conn is nil once the connection is over.
+type connRecord struct {
+	info ConnInfo
+	conn *conn
+}
+
+// Server is a running scripted HTTP/3 origin. Its methods are safe for
+// concurrent use.
+type Server struct {
+	cfg    Config
+	udp    *net.UDPConn
+	tr     *quic.Transport
+	ln     *quic.Listener
+	cert   *x509.Certificate
+	ctx    context.Context // canceled when Close starts
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+
+	mu       sync.Mutex
+	life     *time.Timer   // closes the server after Config.Lifetime
+	changed  chan struct{} // closed and replaced whenever a record changes
+	closing  bool          // Close has started: accept no more connections
+	finished bool          // Close has finished: nothing changes any more
+	conns    []*connRecord
+	reqs     []*Received
+}
+
+// New starts a server on UDP 127.0.0.1 with an ephemeral port.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	cert, leaf, err := selfsigned.New("replaysafe h3server")
+	if err != nil {
+		return nil, err
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, fmt.Errorf("h3server: listen: %w", err)
+	}
+	tr := &quic.Transport{Conn: udp}
+	tlsCfg := &tls.Config{
+		Certificates: []tls.Certificate{cert},
+		NextProtos:   []string{http3.NextProtoH3},
+		MinVersion:   tls.VersionTLS13,
+	}
+	ln, err := tr.Listen(tlsCfg, cfg.quicConfig())
+	if err != nil {
+		tr.Close()
+		udp.Close()
+		return nil, fmt.Errorf("h3server: listen: %w", err)
+	}
+	s := &Server{
+		cfg:     cfg,
+		udp:     udp,
+		tr:      tr,
+		ln:      ln,
+		cert:    leaf,
+		changed: make(chan struct{}),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Add(1)
+	go s.acceptLoop()
+	s.mu.Lock()
+	s.life = time.AfterFunc(cfg.Lifetime, func() {
+		s.logf("lifetime %v over: closing", cfg.Lifetime)
+		s.Close()
+	})
+	s.mu.Unlock()
+	return s, nil
+}
+
+// Addr returns the listening UDP address, "127.0.0.1:port".
+func (s *Server) Addr() string { return s.udp.LocalAddr().String() }
+
+// URL returns the server's base URL, "https://127.0.0.1:port".
+func (s *Server) URL() string { return "https://" + s.Addr() }
+
+// Certificate returns the server's self-signed certificate.
+func (s *Server) Certificate() *x509.Certificate { return s.cert }
+
+// CertPool returns a new pool holding only the server's certificate.
+func (s *Server) CertPool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(s.cert)
+	return p
+}
+
+// ClientTLSConfig returns a new client configuration that trusts only the
+// server's certificate, names it 127.0.0.1 and offers ALPN "h3" over TLS
+// 1.3.
+func (s *Server) ClientTLSConfig() *tls.Config {
+	return &tls.Config{
+		RootCAs:    s.CertPool(),
+		ServerName: "127.0.0.1",
+		NextProtos: []string{http3.NextProtoH3},
+		MinVersion: tls.VersionTLS13,
+	}
+}
+
+// Dial opens a QUIC connection to the server from a fresh UDP socket on
+// 127.0.0.1, with ClientTLSConfig and conf (nil: quic-go's defaults), and
+// returns once the handshake is complete. The socket is closed when the
+// connection ends; the caller closes the connection, for example with
+// CloseWithError(0, "").
+func (s *Server) Dial(ctx context.Context, conf *quic.Config) (*quic.Conn, error) {
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, fmt.Errorf("h3server: dial: %w", err)
+	}
+	qc, err := quic.Dial(ctx, udp, s.udp.LocalAddr(), s.ClientTLSConfig(), conf)
+	if err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("h3server: dial: %w", err)
+	}
+	context.AfterFunc(qc.Context(), func() { udp.Close() })
+	return qc, nil
+}
+
+// Requests returns a copy of every request stream received, in the order
+// their HEADERS arrived.
+func (s *Server) Requests() []Received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Received, len(s.reqs))
+	for i, r := range s.reqs {
+		out[i] = r.clone()
+	}
+	return out
+}
+
+// RequestsOn returns a copy of the request streams received on connection
+// i.
+func (s *Server) RequestsOn(i int) []Received {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []Received
+	for _, r := range s.reqs {
+		if r.Conn == i {
+			out = append(out, r.clone())
+		}
+	}
+	return out
+}
+
+// Count returns the number of request streams received so far, on every
+// connection, ignored ones included.
+func (s *Server) Count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.reqs)
+}
+
+// Conns returns a snapshot of every accepted connection.
+func (s *Server) Conns() []ConnInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]ConnInfo, len(s.conns))
+	for i, c := range s.conns {
+		out[i] = c.info
+		out[i].Settings = append([]Setting(nil), c.info.Settings...)
+		if c.conn != nil {
+			st := c.conn.qc.ConnectionStats()
+			out[i].BytesSent, out[i].BytesReceived = st.BytesSent, st.BytesReceived
+		}
+	}
+	return out
+}
+
+// WaitRequests waits until at least n request streams are Done (fully
+// received, or never to be read further), then returns Requests.
+func (s *Server) WaitRequests(ctx context.Context, n int) ([]Received, error) {
+	err := s.wait(ctx, func() bool {
+		done := 0
+		for _, r := range s.reqs {
+			if r.Done {
+				done++
+			}
+		}
+		return done >= n
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s.Requests(), nil
+}
+
+// WaitCount waits until the HEADERS of at least n request streams have
+// arrived, whether or not the server is done with them.
+func (s *Server) WaitCount(ctx context.Context, n int) error {
+	return s.wait(ctx, func() bool { return len(s.reqs) >= n })
+}
+
+// WaitConns waits until at least n connections have been accepted.
+func (s *Server) WaitConns(ctx context.Context, n int) error {
+	return s.wait(ctx, func() bool { return len(s.conns) >= n })
+}
+
+// WaitConnClosed waits until connection i has been accepted and is over.
+func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
+	return s.wait(ctx, func() bool { return i < len(s.conns) && s.conns[i].info.Closed })
+}
+
+// wait blocks until cond (called with s.mu held) holds, the context ends,
+// or the server has finished closing with cond still false. A context
+// without a deadline gets Config.WaitTimeout.
+func (s *Server) wait(ctx context.Context, cond func() bool) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.cfg.WaitTimeout)
+		defer cancel()
+	}
+	for {
+		s.mu.Lock()
+		ok, ch, finished := cond(), s.changed, s.finished
+		s.mu.Unlock()
+		switch {
+		case ok:
+			return nil
+		case finished:
+			return ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("h3server: wait: %w", ctx.Err())
+		}
+	}
+}
+
+// Close stops the server: it stops accepting, closes every connection
+// with CONNECTION_CLOSE(H3_NO_ERROR), releases the UDP socket and waits
+// until every goroutine it started has returned. The records stay
+// readable. Close is idempotent; every call returns after the first has
+// finished.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		if s.life != nil {
+			s.life.Stop()
+		}
+		s.closing = true
+		var live []*conn
+		for _, r := range s.conns {
+			if r.conn != nil {
+				live = append(live, r.conn)
+			}
+		}
+		s.mu.Unlock()
+		s.cancel()
+		s.ln.Close()
+		for _, c := range live {
+			// Unblocks the connection's goroutines; each then cleans up.
+			c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "h3server: server closed")
+		}
+		s.wg.Wait()
+		s.tr.Close()
+		s.udp.Close()
+		s.mu.Lock()
+		s.finished = true
+		s.notifyLocked()
+		s.mu.Unlock()
+	})
+	return nil
+}
+
+// notifyLocked wakes every waiter; the caller holds s.mu.
+func (s *Server) notifyLocked() {
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// update runs f with s.mu held and wakes the waiters.
+func (s *Server) update(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f()
+	s.notifyLocked()
+}
+
+func (s *Server) logf(format string, args ...any) {
+	if s.cfg.Logf != nil {
+		s.cfg.Logf("h3server: "+format, args...)
+	}
+}
+
+// script returns the script for connection i.
+func (s *Server) script(i int) *ConnScript {
+	if i < len(s.cfg.Conns) {
+		return &s.cfg.Conns[i]
+	}
+	return s.cfg.Default
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		qc, err := s.ln.Accept(s.ctx)
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.logf("accept: %v; no longer accepting", err)
+			}
+			return
+		}
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "h3server: server closed")
+			return
+		}
+		rec := &connRecord{info: ConnInfo{
+			Index:              len(s.conns),
+			Remote:             qc.RemoteAddr().String(),
+			NegotiatedProtocol: qc.ConnectionState().TLS.NegotiatedProtocol,
+		}}
+		c := newConn(s, rec, qc)
+		rec.conn = c
+		s.conns = append(s.conns, rec)
+		s.wg.Add(1)
+		s.notifyLocked()
+		s.mu.Unlock()
+		go c.serve()
+	}
+}

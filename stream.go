@@ -1,0 +1,209 @@
+package replaysafe
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/replaysafe/replaysafe/fsm"
+)
+
+// streamProto is what a multiplexed protocol adds to a streamAttempt once
+// the attempt holds a stream on a connection: HTTP/2 (h2.go) or HTTP/3
+// (h3.go).
+type streamProto interface {
+	// failure returns the failure event for err, an error from the
+	// stack's RoundTrip or from a response body read.
+	failure(ctx context.Context, err error) fsm.Event
+	// complete feeds, before EventResponseComplete, what the stack's own
+	// hooks may not have reported yet.
+	complete(rec *streamRec)
+	// end lets go of the stream, once; clean reports a complete exchange.
+	end(clean bool)
+	// retire takes the connection out of the pool: it takes no new stream
+	// and closes once its streams are done.
+	retire()
+	// uploading reports whether the stack is still sending the request
+	// body after the response ended; the attempt then leaves its context
+	// to the upload (see streamAttempt.finishBody).
+	uploading() bool
+}
+
+// streamAttempt is one wire attempt on a multiplexed connection: one
+// HTTP/2 or HTTP/3 stream.
+type streamAttempt struct {
+	c      *call
+	n      int
+	rec    *streamRec
+	ctx    context.Context // the call's context, canceled on a deadline or at the end
+	cancel context.CancelCauseFunc
+	reused bool
+	body   *reqBody    // nil without a body
+	proto  streamProto // nil until a stream was had
+}
+
+// newStreamAttempt starts wire attempt n with the given facts and body.
+// finish says whether the stack reports the end of the upload (see
+// reqBody.watchStalls).
+func (c *call) newStreamAttempt(n int, facts fsm.Request, body io.ReadCloser, finish bool) *streamAttempt {
+	ctx, cancel := context.WithCancelCause(c.ctx)
+	a := &streamAttempt{c: c, n: n, ctx: ctx, cancel: cancel}
+	a.rec = newStreamRec(facts, c.t.limits, c.t.clock, a.deadlinePassed)
+	if body != nil && body != http.NoBody {
+		a.body = newReqBody(body, a.rec.bodyRead, true)
+		a.body.watchStalls(c.t.clock, c.t.opt.BodyReadTimeout, c.t.opt.UploadStallTimeout, a.stalled, finish)
+	}
+	return a
+}
+
+// outgoing returns the request to hand the stack: the caller's, on the
+// attempt's context with trace installed, the route's header and the
+// attempt's body.
+func (a *streamAttempt) outgoing(body io.ReadCloser, trace func(context.Context) context.Context) *http.Request {
+	out := a.c.req.WithContext(trace(a.ctx))
+	out.Header = routeFrom(a.c.ctx).header(out.Header)
+	if a.body != nil {
+		out.Body = a.body
+	} else {
+		out.Body = body
+	}
+	return out
+}
+
+// acquireFailed ends an attempt that got no stream.
+func (a *streamAttempt) acquireFailed(err error) (*http.Response, *resend, error) {
+	if a.body != nil {
+		a.body.stackFinished() // the stack never saw it
+	}
+	ev := fsm.Event{Kind: fsm.EventAcquireFailed}
+	if e, ok := contextEvent(a.c.ctx); ok {
+		ev = e
+	}
+	return a.failed(a.rec.feed(ev), a.cause(err))
+}
+
+// roundTripped ends the stack's RoundTrip: it fails the attempt on err,
+// else feeds the final headers and delivers resp.
+func (a *streamAttempt) roundTripped(resp *http.Response, err error) (*http.Response, *resend, error) {
+	if err != nil {
+		if a.body != nil && a.rec.facts()&fsm.FactBodyRead == 0 {
+			a.body.stackFinished() // the stack closes it too; without a read it is not reading
+		}
+		ev := a.proto.failure(a.ctx, err)
+		if local := a.localErr(); local != nil && errors.Is(err, local) {
+			ev = fsm.Event{Kind: fsm.EventCanceled} // the caller's body failed: a local failure
+		}
+		return a.failed(a.rec.feed(ev), a.cause(err))
+	}
+	d := a.rec.finalHeaders()
+	if d.Action != fsm.ActionDeliver {
+		resp.Body.Close()
+		return a.failed(d, a.cause(context.Cause(a.ctx)))
+	}
+	return a.deliver(resp), nil, nil
+}
+
+// deadlinePassed is the recorder's deadline hook: abort the exchange.
+func (a *streamAttempt) deadlinePassed(p fsm.Phase) {
+	a.cancel(&TimeoutError{Phase: p, Limit: a.c.t.limits.For(p)})
+}
+
+// stalled is the request body's stall hook: the upload made no progress
+// for its limit. The machine decides the timeout first (RS06), then the
+// exchange is aborted with the stall as its cause. After the response
+// ended the attempt is over: a stalled transport then retires the
+// connection, which closes once its other streams are done and so ends
+// the stack's blocked write; a stalled producer gets its error from the
+// request body's next read.
+func (a *streamAttempt) stalled(e *TimeoutError) {
+	if a.rec.isStopped() {
+		if e.Stall == StallTransport && a.proto != nil {
+			a.proto.retire()
+		}
+		return
+	}
+	a.rec.feed(fsm.Event{Kind: fsm.EventTimeout, Phase: fsm.PhaseWrite})
+	a.cancel(e)
+}
+
+// cause returns the TimeoutError when a phase limit aborted the attempt
+// (the AcquireDeadlineError naming the step on a proxied route), else
+// err.
+func (a *streamAttempt) cause(err error) error { return abortCause(a.ctx, err) }
+
+func (a *streamAttempt) localErr() error {
+	if a.body == nil {
+		return nil
+	}
+	return a.body.readErr()
+}
+
+// endStream stops the recorder and lets go of the attempt's stream.
+func (a *streamAttempt) endStream(d fsm.Decision, clean bool) {
+	a.rec.stop()
+	if a.proto == nil {
+		return
+	}
+	if d.Action == fsm.ActionResend {
+		a.proto.retire()
+	}
+	a.proto.end(clean)
+}
+
+// failed ends an attempt that did not deliver: it fails the call or
+// hands the next attempt its start, at once.
+func (a *streamAttempt) failed(d fsm.Decision, err error) (*http.Response, *resend, error) {
+	a.endStream(d, false)
+	a.cancel(nil)
+	a.report(d, err)
+	return a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.facts(), a.body)
+}
+
+// deliver hands resp to the caller with its body wrapped so that its end
+// ends the attempt.
+func (a *streamAttempt) deliver(resp *http.Response) *http.Response {
+	resp.Request = a.c.req
+	if resp.Body == nil || resp.Body == http.NoBody {
+		a.finishBody(io.EOF)
+		return resp
+	}
+	resp.Body = &respBody{rc: resp.Body, a: a}
+	return resp
+}
+
+// finishBody ends a delivered attempt when its response body ends.
+//
+// An HTTP/3 server may answer before the request body is all sent
+// (RFC 9114 §4.1): the upload then goes on after the response ended,
+// driven by the stack, until the body ends, the server stops it
+// (STOP_SENDING), it stalls, or the caller cancels the request. The
+// attempt's context stays alive for it, and is released by the stack's
+// end of the upload (see h3Stream).
+func (a *streamAttempt) finishBody(err error) {
+	var d fsm.Decision
+	clean := false
+	switch {
+	case errors.Is(err, io.EOF):
+		a.proto.complete(a.rec)
+		d = a.rec.feed(fsm.Event{Kind: fsm.EventResponseComplete})
+		err, clean = nil, true
+	case errors.Is(err, errAbandoned):
+		d = a.rec.feed(fsm.Event{Kind: fsm.EventCanceled})
+	default:
+		d = a.rec.feed(a.proto.failure(a.ctx, err))
+	}
+	a.endStream(d, clean)
+	if err != nil || !a.proto.uploading() {
+		a.cancel(nil)
+	}
+	if a.body != nil {
+		a.body.release(false)
+	}
+	a.report(d, err)
+}
+
+// report tells the Observer how the attempt ended.
+func (a *streamAttempt) report(d fsm.Decision, err error) {
+	a.c.report(a.n, a.reused, d, err, a.rec)
+}

@@ -1,0 +1,595 @@
+package replaysafe
+
+//lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn, GoAwayError) so that x/net's own retry loop never runs; DESIGN.md "Dependencies" chose it, and x/net's deprecation points to net/http, which would bring that loop back.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/h1"
+)
+
+// Transport is an http.RoundTripper for HTTP/1.1 over TCP and TLS (and
+// HTTP/2 and HTTP/3 by Options.Protocol) whose replay behaviour is decided
+// by fsm: each wire attempt's observations go through internal/adapters/h1 into an
+// fsm.Machine, and the Transport delivers, fails naming the rule, or
+// resends once, at once, on a freshly dialed connection.
+//
+// Connections come from its own idle pool (per-host limit, idle timeout)
+// and carry one request at a time, each through net/http's
+// single-connection client (http.Transport.NewClientConn), so net/http's
+// own retry loop never runs. A connection goes back to the pool only when
+// the machine says ConnReuse: the response body was read to its end and
+// the request fully written; any interrupted exchange closes it.
+//
+// With Options.Protocol set to ProtocolHTTP2 or ProtocolNegotiate it
+// speaks HTTP/2 too (h2.go): x/net's ClientConn used directly, so x/net's
+// own retry loop and backoff never run, evidence read by internal/adapters/h2 from
+// the errors and the frames, and connections multiplexed up to the
+// server's concurrency limit. A resend then runs at once on a newly
+// dialed connection, as for HTTP/1.1.
+//
+// With Options.Protocol set to ProtocolHTTP3 or ProtocolPreferHTTP3 it
+// speaks HTTP/3 over QUIC (h3.go): quic-go's ClientConn used directly, so
+// its Transport's retry never runs, evidence (H3_REQUEST_REJECTED, the
+// GOAWAY boundary, a request never sent) read by internal/adapters/h3 from the
+// errors and quic-go's qlog events, and one multiplexed connection per
+// route.
+//
+// A Transport is safe for concurrent use. Close idle connections with
+// CloseIdleConnections when done with it.
+type Transport struct {
+	opt     Options
+	limits  fsm.Limits
+	clock   h1.Clock
+	factory *http.Transport
+	pool    *pool
+
+	// HTTP/2 (Options.Protocol): x/net's connection factory, the
+	// multiplexed pool, and the routes ALPN answered with HTTP/1.1 under
+	// ProtocolNegotiate (connKey → true).
+	h2factory *http2.Transport
+	h2pool    *muxPool[*h2Conn]
+	h1Only    sync.Map
+
+	// HTTP/3 (Options.Protocol): quic-go's connection factory, the pool,
+	// and under ProtocolPreferHTTP3 the destinations (host:port) whose
+	// QUIC connection failed, with the time (h3.go).
+	h3factory *http3.Transport
+	h3pool    *muxPool[*h3Conn]
+	h3Broken  sync.Map
+	altSvc    altSvcCache // ProtocolDiscoverHTTP3: origin → HTTP/3 port
+	udp       udpSockets  // the QUIC connections' shared UDP sockets
+
+	// Direct routes built once (route.go): directRoute → cachedSnapshot.
+	directRoutes     sync.Map
+	directRouteCount atomic.Int64
+}
+
+// New returns a Transport configured by o.
+func New(o Options) *Transport {
+	o = o.normalized()
+	t := &Transport{
+		opt:     o,
+		clock:   h1.NewClock(),
+		factory: newFactory(o),
+		pool:    newPool(o.MaxIdleConnsPerHost, o.IdleConnTimeout),
+
+		h2factory: newH2Factory(o),
+		h2pool:    newMuxPool[*h2Conn](o.MaxIdleConnsPerHost > 0, 0),
+
+		h3factory: newH3Factory(o),
+		h3pool:    newMuxPool[*h3Conn](o.MaxIdleConnsPerHost > 0, o.IdleConnTimeout),
+	}
+	if o.AcquireTimeout > 0 {
+		t.limits.Acquire = o.AcquireTimeout
+	}
+	t.limits.Write = max(o.WriteTimeout, 0)
+	t.limits.Header = max(o.ResponseHeaderTimeout, 0)
+	return t
+}
+
+// CloseIdleConnections closes the connections sitting idle in the pool.
+// Connections in use close when their exchange ends.
+func (t *Transport) CloseIdleConnections() {
+	t.pool.closeIdle()
+	t.h2pool.closeIdle()
+	t.h3pool.closeIdle()
+}
+
+// IdleConns returns the number of idle pooled connections: HTTP/1.1
+// connections in the pool, and pooled HTTP/2 and HTTP/3 connections
+// carrying no request.
+func (t *Transport) IdleConns() int {
+	return t.pool.idleCount() + t.h2pool.idleCount() + t.h3pool.idleCount()
+}
+
+// RoundTrip sends req and returns its response, resending it at most once
+// when fsm allows. A failure is an *Error naming the rule that decided.
+// Like every RoundTripper it closes req.Body, also on error (perhaps after
+// it returns).
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	key, err := validate(req)
+	if err != nil {
+		if req != nil && req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	key, snap, err := t.snapshot(req, key) // route.go: once per call, the resend included
+	if err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	c := &call{t: t, req: req, ctx: withRoute(req.Context(), snap), key: key, facts: factsOf(req, t.opt)}
+	t.opt.Observer.request(req)
+	var resp *http.Response
+	if t.usesH3(key, snap) {
+		resp, err = c.runH3()
+		if errors.Is(err, errFallbackTCP) {
+			resp, err = c.runTCP() // no QUIC connection; nothing was sent
+		}
+	} else {
+		resp, err = c.runTCP()
+	}
+	if err != nil {
+		t.opt.Observer.fail(req, err)
+		return nil, err
+	}
+	t.learnAltSvc(key, resp)
+	t.opt.Observer.response(req, resp)
+	return resp, nil
+}
+
+// runTCP runs a call over TCP: HTTP/2 when the policy and ALPN say so,
+// else HTTP/1.1.
+func (c *call) runTCP() (*http.Response, error) {
+	if !c.t.usesH2(c.key) {
+		return c.run()
+	}
+	resp, err := c.runH2()
+	if errors.Is(err, errFallbackH1) {
+		return c.run() // ALPN chose HTTP/1.1; nothing was sent
+	}
+	return resp, err
+}
+
+// validate checks what net/http's ClientConn would reject only after a
+// connection was acquired, and returns the request's route.
+func validate(req *http.Request) (connKey, error) {
+	switch {
+	case req == nil:
+		return connKey{}, errors.New("replaysafe: nil Request")
+	case req.URL == nil:
+		return connKey{}, errors.New("replaysafe: nil Request.URL")
+	case req.Header == nil:
+		return connKey{}, errors.New("replaysafe: nil Request.Header")
+	case req.Method != "" && !validMethod(req.Method):
+		return connKey{}, fmt.Errorf("replaysafe: invalid method %q", req.Method)
+	}
+	for _, h := range []http.Header{req.Header, req.Trailer} {
+		for k, vv := range h {
+			if !httpguts.ValidHeaderFieldName(k) {
+				return connKey{}, fmt.Errorf("replaysafe: invalid header field name %q", k)
+			}
+			for _, v := range vv {
+				if !httpguts.ValidHeaderFieldValue(v) {
+					return connKey{}, fmt.Errorf("replaysafe: invalid header field value for %q", k)
+				}
+			}
+		}
+	}
+	scheme := req.URL.Scheme
+	var port string
+	switch scheme {
+	case "http":
+		port = "80"
+	case "https":
+		port = "443"
+	default:
+		return connKey{}, fmt.Errorf("replaysafe: unsupported protocol scheme %q", scheme)
+	}
+	host := req.URL.Hostname()
+	if host == "" {
+		return connKey{}, errors.New("replaysafe: no Host in request URL")
+	}
+	if req.URL.Port() != "" {
+		// URL.Host is already host:port, as JoinHostPort would write it.
+		return connKey{scheme: scheme, addr: req.URL.Host, host: host}, nil
+	}
+	return connKey{scheme: scheme, addr: net.JoinHostPort(host, port), host: host}, nil
+}
+
+func validMethod(m string) bool {
+	return len(m) > 0 && strings.IndexFunc(m, func(r rune) bool { return !httpguts.IsTokenRune(r) }) < 0
+}
+
+// factsOf returns the fsm facts of req's original attempt.
+func factsOf(req *http.Request, o Options) fsm.Request {
+	f := fsm.Request{
+		Method:      fsm.ParseMethod(req.Method),
+		RetryPolicy: o.RetryPolicy,
+		ResendOff:   o.DisableResend,
+	}
+	// Presence counts, as in net/http: a nil value marks the request
+	// idempotent without sending the field.
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	f.IdempotencyKey = key || xkey
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		f.Body = fsm.BodyNone
+	case req.GetBody != nil:
+		f.Body = fsm.BodyBuffered
+	default:
+		f.Body = fsm.BodyOneShotUntouched
+	}
+	return f
+}
+
+// call is one RoundTrip: at most two wire attempts.
+type call struct {
+	t     *Transport
+	req   *http.Request
+	ctx   context.Context
+	key   connKey
+	facts fsm.Request
+}
+
+// maxAttempts is the most wire attempts a call makes: the original and
+// one resend (RS08).
+const maxAttempts = 2
+
+// attemptFunc runs wire attempt n of a call with the given facts and
+// body; it returns the response, or the final error, or the next
+// attempt's start when fsm decided to resend.
+type attemptFunc func(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error)
+
+// attempts runs a call's wire attempts: the original and, when fsm
+// decides so, the resend, at once.
+func (c *call) attempts(attempt attemptFunc) (*http.Response, error) {
+	facts := c.facts
+	var body io.ReadCloser = c.req.Body
+	for n := 1; n <= maxAttempts; n++ {
+		resp, next, err := attempt(n, facts, body)
+		if next == nil {
+			return resp, err
+		}
+		facts, body = next.facts, next.body
+	}
+	panic("replaysafe: fsm decided a second resend") // RS08 forbids it
+}
+
+// run runs the call over HTTP/1.1.
+func (c *call) run() (*http.Response, error) { return c.attempts(c.attempt) }
+
+// refuse fails a call before any attempt: it closes the request body, as
+// a RoundTripper must, and returns err.
+func (c *call) refuse(err error) (*http.Response, error) {
+	if c.req.Body != nil {
+		c.req.Body.Close()
+	}
+	return nil, err
+}
+
+// resend is what the next attempt starts from.
+type resend struct {
+	facts fsm.Request
+	body  io.ReadCloser
+}
+
+// attempt is one wire attempt of a call.
+type attempt struct {
+	c      *call
+	n      int
+	rec    *h1.Recorder
+	ctx    context.Context // the call's context, canceled on a deadline or at the end
+	cancel context.CancelCauseFunc
+	pc     *persistConn
+	reused bool
+	body   *reqBody // nil without a body
+	resp   *http.Response
+}
+
+// attempt runs wire attempt n with the given facts and body (the caller's
+// reader, or GetBody's for a buffered resend). It returns the response, or
+// the final error, or the next attempt's start when fsm decided to resend.
+func (c *call) attempt(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error) {
+	ctx, cancel := context.WithCancelCause(c.ctx)
+	a := &attempt{c: c, n: n, ctx: ctx, cancel: cancel}
+	a.rec = h1.NewRecorder(facts, c.t.limits, c.t.clock, a.deadlinePassed)
+	if body != nil && body != http.NoBody {
+		a.body = newReqBody(body, a.rec.BodyRead, false)
+	}
+
+	pc, reused, err := c.t.acquire(ctx, c.key, n == 1, a.rec)
+	if err != nil {
+		if a.body != nil {
+			a.body.stackFinished() // net/http never saw it
+		}
+		return a.failed(a.rec.AcquireFailed(c.ctx), a.cause(err))
+	}
+	a.pc, a.reused = pc, reused
+	if d := a.rec.Decision(); d.Action.Final() {
+		// A deadline or a cancellation decided while the dial succeeded.
+		if a.body != nil {
+			a.body.stackFinished()
+		}
+		return a.failed(d, a.cause(context.Cause(ctx)))
+	}
+	c.t.gotConn(c.ctx, pc, reused)
+
+	out := c.req.WithContext(httptrace.WithClientTrace(ctx, a.rec.ClientTrace()))
+	out.Header = routeFrom(c.ctx).header(out.Header) // no Proxy-Authorization to the origin
+	if a.body != nil {
+		out.Body = a.body
+	} else {
+		out.Body = body
+	}
+	resp, err := pc.cc.RoundTrip(out)
+	if err != nil {
+		if a.body != nil {
+			a.body.stackFinished()
+		}
+		return a.failed(a.rec.Fail(err, c.ctx, a.localErr()), a.cause(err))
+	}
+	d := a.rec.FinalHeaders()
+	if d.Action != fsm.ActionDeliver {
+		// A deadline decided first; the response came too late.
+		resp.Body.Close()
+		return a.failed(d, a.cause(context.Cause(ctx)))
+	}
+	return a.deliver(resp), nil, nil
+}
+
+// acquire returns a connection for key: for an original attempt the most
+// recently pooled one that is still usable, else a new one. A resend
+// always gets a new one. The connection is attached to rec and reserved
+// for one request.
+func (t *Transport) acquire(ctx context.Context, key connKey, pooled bool, rec *h1.Recorder) (*persistConn, bool, error) {
+	if pooled {
+		for range t.opt.MaxIdleConnsPerHost {
+			pc := t.pool.get(key)
+			if pc == nil {
+				break
+			}
+			if usable(pc, rec) {
+				rec.Acquired(true)
+				return pc, true, nil
+			}
+			pc.close()
+		}
+	}
+	pc, err := t.dial(ctx, key)
+	if err != nil {
+		return nil, false, err
+	}
+	if !usable(pc, rec) {
+		pc.close()
+		return nil, false, errors.New("replaysafe: new connection unusable at once")
+	}
+	rec.Acquired(false)
+	return pc, false, nil
+}
+
+// usable attaches rec to pc and reserves pc's one request slot, unless pc
+// is closed or a read returned while it sat idle (the peer closed or
+// reset it, or sent unsolicited bytes).
+func usable(pc *persistConn, rec *h1.Recorder) bool {
+	if pc.cc.Err() != nil {
+		return false
+	}
+	if err := pc.conn.Attach(rec); err != nil {
+		return false
+	}
+	if err := pc.cc.Reserve(); err != nil {
+		pc.conn.Detach()
+		return false
+	}
+	return true
+}
+
+// gotConn calls the caller's httptrace GotConn hook, if any: net/http's
+// single-connection client does not, since it does not acquire.
+func (t *Transport) gotConn(ctx context.Context, pc *persistConn, reused bool) {
+	trace := httptrace.ContextClientTrace(ctx)
+	if trace == nil || trace.GotConn == nil {
+		return
+	}
+	info := httptrace.GotConnInfo{Conn: pc.conn, Reused: reused, WasIdle: reused}
+	if reused && !pc.idleSince.IsZero() {
+		info.IdleTime = time.Since(pc.idleSince)
+	}
+	trace.GotConn(info)
+}
+
+// deadlinePassed is the Recorder's deadline hook: abort the exchange.
+func (a *attempt) deadlinePassed(p fsm.Phase) {
+	a.cancel(&TimeoutError{Phase: p, Limit: a.c.t.limits.For(p)})
+}
+
+// cause returns the error to report for err: the TimeoutError when a
+// phase limit aborted the attempt, else err.
+func (a *attempt) cause(err error) error { return abortCause(a.ctx, err) }
+
+// abortCause returns the error to report for err: the AcquireDeadlineError
+// naming the step on a proxied route, the TimeoutError when a phase limit
+// aborted the attempt (the cause of ctx), else err.
+func abortCause(ctx context.Context, err error) error {
+	var ad *AcquireDeadlineError
+	if errors.As(err, &ad) {
+		return ad // the acquire TimeoutError, naming the step (proxy_dial.go)
+	}
+	var te *TimeoutError
+	if errors.As(context.Cause(ctx), &te) {
+		return te
+	}
+	return err
+}
+
+// localErr returns the caller's request body's own read error, if any.
+func (a *attempt) localErr() error {
+	if a.body == nil {
+		return nil
+	}
+	return a.body.readErr()
+}
+
+// failed ends an attempt that did not deliver: it discards the connection
+// and either fails the call or hands the next attempt its start.
+func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, error) {
+	a.rec.Stop()
+	if a.pc != nil {
+		a.pc.conn.Detach()
+		a.pc.close()
+	}
+	a.cancel(nil)
+	a.report(d, err)
+	return a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.Facts(), a.body)
+}
+
+// afterFailure acts on decision d, which ended wire attempt n with err:
+// the next attempt's start for a resend (see nextResend), or the call's
+// *Error. req and facts are what the attempt's machine decided on, body
+// the attempt's request body (nil without one).
+func (c *call) afterFailure(n int, d fsm.Decision, err error, req fsm.Request, facts fsm.Facts, body *reqBody) (*http.Response, *resend, error) {
+	switch d.Action {
+	case fsm.ActionResend:
+		next, gerr := c.nextResend(req, facts, body)
+		if gerr != nil {
+			return nil, nil, &Error{Rule: d.Rule, Attempts: n, Err: gerr}
+		}
+		return nil, next, nil
+	case fsm.ActionFail:
+		if body != nil {
+			body.release(false)
+		}
+		return nil, nil, &Error{Rule: d.Rule, Attempts: n, Err: err}
+	}
+	panic("replaysafe: attempt failed with decision " + d.String())
+}
+
+// nextResend prepares a call's resend after an attempt with request facts
+// req that established facts: the same request marked as the resend, and
+// the body again (GetBody's copy, or the untouched one-shot reader).
+func (c *call) nextResend(req fsm.Request, facts fsm.Facts, body *reqBody) (*resend, error) {
+	next := req.Resend()
+	if facts&fsm.FactBodyRead != 0 && next.Body == fsm.BodyOneShotUntouched {
+		next.Body = fsm.BodyOneShotConsumed // fsm.Request.Resend leaves Body as it was
+	}
+	switch next.Body {
+	case fsm.BodyNone:
+		return &resend{facts: next, body: c.req.Body}, nil
+	case fsm.BodyBuffered:
+		body.release(false)
+		b, err := c.req.GetBody()
+		if err != nil {
+			return nil, fmt.Errorf("replaysafe: GetBody for the resend: %w", err)
+		}
+		return &resend{facts: next, body: b}, nil
+	}
+	if next.Body != fsm.BodyOneShotUntouched {
+		panic("replaysafe: fsm decided to resend a consumed one-shot body") // RS11 forbids it
+	}
+	body.release(true)
+	return &resend{facts: next, body: c.req.Body}, nil
+}
+
+// deliver hands resp to the caller with its body wrapped so that its end
+// decides the connection.
+func (a *attempt) deliver(resp *http.Response) *http.Response {
+	resp.Request = a.c.req
+	if a.pc.tls != nil {
+		resp.TLS = a.pc.tls
+	}
+	a.resp = resp
+	switch {
+	case resp.StatusCode == http.StatusSwitchingProtocols:
+		// The caller owns the connection now (its body is writable).
+		a.rec.Stop()
+		a.pc.conn.Detach()
+		a.cancel(nil)
+		a.report(a.rec.Decision(), nil)
+		if a.body != nil {
+			a.body.release(false)
+		}
+	case resp.Body == http.NoBody:
+		a.finishBody(io.EOF)
+	default:
+		resp.Body = &respBody{rc: resp.Body, a: a}
+	}
+	return resp
+}
+
+// finishBody ends a delivered attempt when its body ends: io.EOF completes
+// the exchange, errAbandoned means the caller closed it early, anything
+// else is a read failure.
+func (a *attempt) finishBody(err error) {
+	var d fsm.Decision
+	switch {
+	case errors.Is(err, io.EOF):
+		d = a.rec.Complete()
+		err = nil
+	case errors.Is(err, errAbandoned):
+		d = a.rec.Abandon()
+	default:
+		d = a.rec.Fail(err, a.c.ctx, a.localErr())
+	}
+	a.rec.Stop()
+	if d.Conn == fsm.ConnReuse && !a.resp.Close && !a.c.req.Close && a.c.t.opt.MaxIdleConnsPerHost > 0 {
+		a.c.t.pool.put(a.pc)
+	} else {
+		a.pc.conn.Detach()
+		a.pc.close()
+	}
+	a.cancel(nil)
+	if a.body != nil {
+		a.body.release(false)
+	}
+	a.report(d, err)
+}
+
+// report tells the Observer how the attempt ended.
+func (a *attempt) report(d fsm.Decision, err error) {
+	a.c.report(a.n, a.reused, d, err, a.rec)
+}
+
+// attemptRecord is what an attempt's recorder tells the Observer.
+type attemptRecord interface {
+	Request() fsm.Request
+	Events() []fsm.Event
+	Trace() string
+}
+
+// report tells the Observer how wire attempt n of the call ended.
+func (c *call) report(n int, reused bool, d fsm.Decision, err error, rec attemptRecord) {
+	if c.t.opt.Observer.OnAttempt == nil {
+		return
+	}
+	c.t.opt.Observer.attempt(AttemptReport{
+		Request:  c.req,
+		Number:   n,
+		Facts:    rec.Request(),
+		Reused:   reused,
+		Decision: d,
+		Events:   rec.Events(),
+		Err:      err,
+		Trace:    rec.Trace(),
+	})
+}
