@@ -1,0 +1,174 @@
+// Package tracecheck replays what a Transport actually fed its machines
+// through package fsm and through the independent model of package
+// modeltest, and checks that the transport acted on the decision the
+// rules require.
+//
+// Every wire attempt reaches an Observer as a replaysafe.AttemptReport
+// carrying its trace in the spec format. A Checker parses that text (so
+// the trace `replaysafe explain` would replay is the one checked), feeds
+// its events to a new fsm.Machine and to the model after every event, and
+// reports:
+//
+//   - a disagreement between fsm and the model (a *modeltest.Mismatch);
+//   - an event the transition table forbids (RS03 invalid-order: a correct
+//     adapter never feeds one);
+//   - a replayed decision that differs from the one the transport reported;
+//   - a trace whose text does not hold the events the report lists;
+//   - a call that went on the wire more often than its decisions allow:
+//     attempt n+1 exists only when attempt n decided to resend.
+//
+// Use Observe as (or inside) Options.Observer.OnAttempt; it is safe for
+// concurrent use.
+package tracecheck
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/fsm"
+	modeltest "github.com/replaysafe/replaysafe/model_test"
+	"github.com/replaysafe/replaysafe/spec"
+)
+
+// MaxFailures bounds the failures a Checker keeps; later ones are
+// counted only.
+const MaxFailures = 20
+
+// Checker checks attempt reports as they arrive. The zero Checker is
+// ready to use.
+type Checker struct {
+	mu       sync.Mutex
+	checked  int
+	failed   int
+	failures []string
+	// resends maps a call's request to the number of its last attempt
+	// and whether that attempt decided to resend.
+	calls map[*http.Request]lastAttempt
+}
+
+type lastAttempt struct {
+	number int
+	resend bool
+}
+
+// maxCalls bounds the calls a Checker remembers for the attempt-order
+// check; past it the map starts over (an order check lost, never a false
+// failure: attempt 2 of a forgotten call is not judged).
+const maxCalls = 1 << 16
+
+// Observe checks one attempt report; its signature fits
+// Observer.OnAttempt.
+func (c *Checker) Observe(r replaysafe.AttemptReport) {
+	err := Check(r)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.checked++
+	if err == nil {
+		err = c.orderLocked(r)
+	}
+	if err != nil {
+		c.failed++
+		if len(c.failures) < MaxFailures {
+			c.failures = append(c.failures, err.Error())
+		}
+	}
+}
+
+// orderLocked checks that attempt r follows a resend decision of the
+// same call, and records it.
+func (c *Checker) orderLocked(r replaysafe.AttemptReport) error {
+	if c.calls == nil || len(c.calls) >= maxCalls {
+		c.calls = map[*http.Request]lastAttempt{}
+	}
+	prev, seen := c.calls[r.Request]
+	c.calls[r.Request] = lastAttempt{number: r.Number, resend: r.Decision.Action == fsm.ActionResend}
+	switch {
+	case r.Number < 1:
+		return fmt.Errorf("attempt number %d", r.Number)
+	case r.Number == 1 && seen:
+		// A new call may reuse a request value (a retry loop above the
+		// Transport): it starts over.
+		return nil
+	case r.Number > 1 && seen && (prev.number != r.Number-1 || !prev.resend):
+		return fmt.Errorf("attempt %d of %s %s followed attempt %d, which decided %v, not a resend",
+			r.Number, r.Request.Method, r.Request.URL, prev.number, map[bool]string{true: "resend", false: "no resend"}[prev.resend])
+	}
+	return nil
+}
+
+// Checked returns the number of attempt reports checked.
+func (c *Checker) Checked() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.checked
+}
+
+// Err returns nil when every report checked out, else an error listing
+// the first MaxFailures failures and the count of all.
+func (c *Checker) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.failed == 0 {
+		return nil
+	}
+	return fmt.Errorf("tracecheck: %d of %d attempt traces failed:\n%s", c.failed, c.checked, strings.Join(c.failures, "\n"))
+}
+
+// Check checks one attempt report on its own: its trace parses to the
+// events it lists, fsm and the model agree after every event, no event
+// is out of order, and the replayed decision is the reported one.
+func Check(r replaysafe.AttemptReport) error {
+	tr, err := spec.ParseTrace(strings.NewReader(r.Trace))
+	if err != nil {
+		return fail(r, fmt.Errorf("the trace does not parse: %w", err))
+	}
+	if tr.Request != r.Facts {
+		return fail(r, fmt.Errorf("the trace's request %v is not the report's %v", tr.Request, r.Facts))
+	}
+	if len(tr.Steps) != len(r.Events) {
+		return fail(r, fmt.Errorf("the trace has %d events, the report %d", len(tr.Steps), len(r.Events)))
+	}
+	mt := modeltest.Trace{Request: tr.Request, Limits: tr.Limits, Start: tr.Start}
+	for i, s := range tr.Steps {
+		if s.Event.Kind != r.Events[i].Kind {
+			return fail(r, fmt.Errorf("event %d is %v in the trace, %v in the report", i+1, s.Event.Kind, r.Events[i].Kind))
+		}
+		mt.Events = append(mt.Events, s.Event)
+	}
+	decisions, _, err := modeltest.Run(mt)
+	if err != nil {
+		var mm *modeltest.Mismatch
+		if errors.As(err, &mm) {
+			return fail(r, fmt.Errorf("fsm and the model disagree: %w", err))
+		}
+		return fail(r, err)
+	}
+	if len(decisions) == 0 {
+		if r.Decision != (fsm.Decision{}) {
+			return fail(r, fmt.Errorf("no event, but the report decided %v", r.Decision))
+		}
+		return nil
+	}
+	final := decisions[len(decisions)-1]
+	for i, d := range decisions {
+		if d.Rule == fsm.RuleInvalidOrder {
+			return fail(r, fmt.Errorf("event %d (%v) is one the transition table forbids", i+1, mt.Events[i]))
+		}
+	}
+	if final != r.Decision {
+		return fail(r, fmt.Errorf("the replayed decision is %v, the transport reported %v", final, r.Decision))
+	}
+	return nil
+}
+
+func fail(r replaysafe.AttemptReport, err error) error {
+	return fmt.Errorf("attempt %d of %s %s: %w\n%s", r.Number, r.Request.Method, r.Request.URL, err, indent(r.Trace))
+}
+
+func indent(s string) string {
+	return "    " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n    ")
+}
