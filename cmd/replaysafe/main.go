@@ -8,6 +8,7 @@
 //	replaysafe conformance [flags]    fault scenarios over loopback, counted at the server
 //	replaysafe fuzz [flags]           run the fuzz targets as a campaign
 //	replaysafe bench [flags]          run the benchmarks, replaysafe beside its peers (from the repository root)
+//	replaysafe soak [flags]           many concurrent requests against an in-process faulty server, bounds checked
 //
 // Run "replaysafe COMMAND -h" for a command's flags.
 package main

@@ -1,0 +1,7 @@
+package main
+
+import "github.com/replaysafe/replaysafe/internal/soak"
+
+func init() {
+	extraCommands = append(extraCommands, command{"soak", "run many concurrent requests against an in-process faulty server and check the bounds", soak.Main})
+}

@@ -1,0 +1,257 @@
+package soak
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"reflect"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/internal/tracecheck"
+)
+
+// client is the Transport under soak with its counters.
+type client struct {
+	name      string
+	rt        http.RoundTripper
+	dialCount *atomic.Int64 // nil: no dial hook
+	checker   *tracecheck.Checker
+	attempts  atomic.Int64
+	idle      func() int
+	closeIdle func()
+	close     func()
+}
+
+func (c *client) dials() int {
+	if c.dialCount == nil {
+		return -1
+	}
+	return int(c.dialCount.Load())
+}
+
+func (c *client) traces() (int, error, int) {
+	if c.checker == nil {
+		return 0, nil, int(c.attempts.Load())
+	}
+	return c.checker.Checked(), c.checker.Err(), int(c.attempts.Load())
+}
+
+func countingDialer(n *atomic.Int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{KeepAlive: 30 * time.Second}
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		n.Add(1)
+		return d.DialContext(ctx, network, addr)
+	}
+}
+
+func newClient(cfg Config, srv *server) (*client, error) {
+	var tlsConf *tls.Config
+	if srv.roots != nil {
+		tlsConf = &tls.Config{RootCAs: srv.roots}
+	}
+	if cfg.Peer {
+		return newPeer(cfg, tlsConf)
+	}
+	c := &client{name: "replaysafe", dialCount: new(atomic.Int64), checker: &tracecheck.Checker{}}
+	o := replaysafe.Options{
+		DialContext:     countingDialer(c.dialCount),
+		TLSClientConfig: tlsConf,
+		Observer: replaysafe.Observer{OnAttempt: func(r replaysafe.AttemptReport) {
+			c.attempts.Add(1)
+			c.checker.Observe(r)
+		}},
+	}
+	switch cfg.Proto {
+	case "h2", "h2c":
+		o.Protocol = replaysafe.ProtocolHTTP2
+	case "h3":
+		o.Protocol = replaysafe.ProtocolHTTP3
+		c.dialCount = nil // QUIC does not dial through DialContext
+	}
+	if cfg.MaxConns > 0 {
+		// Options gains MaxConnsPerHost with the bounded pools; until
+		// then a soak asking for it cannot run.
+		f := reflect.ValueOf(&o).Elem().FieldByName("MaxConnsPerHost")
+		if !f.IsValid() || !f.CanSet() || f.Kind() != reflect.Int {
+			return nil, errors.New("soak: -maxconns: replaysafe.Options has no MaxConnsPerHost in this build")
+		}
+		f.SetInt(int64(cfg.MaxConns))
+	}
+	t := replaysafe.New(o)
+	c.rt = t
+	c.idle = t.IdleConns
+	c.closeIdle = t.CloseIdleConnections
+	c.close = t.CloseIdleConnections
+	return c, nil
+}
+
+// newPeer returns the reference client for cfg.Proto.
+func newPeer(cfg Config, tlsConf *tls.Config) (*client, error) {
+	n := new(atomic.Int64)
+	c := &client{dialCount: n, idle: func() int { return -1 }}
+	dial := countingDialer(n)
+	switch cfg.Proto {
+	case "h1", "h1tls":
+		t := &http.Transport{
+			DialContext:     dial,
+			TLSClientConfig: tlsConf,
+			MaxConnsPerHost: cfg.MaxConns,
+			IdleConnTimeout: 90 * time.Second,
+			// A non-nil empty map switches HTTP/2 off.
+			TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{},
+		}
+		c.name, c.rt, c.closeIdle, c.close = "net/http", t, t.CloseIdleConnections, t.CloseIdleConnections
+	case "h2":
+		t := &http2.Transport{
+			TLSClientConfig: tlsConf,
+			DialTLSContext: func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
+				raw, err := dial(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				tc := tls.Client(raw, cfg)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					raw.Close()
+					return nil, err
+				}
+				return tc, nil
+			},
+		}
+		c.name, c.rt, c.closeIdle, c.close = "x/net/http2", t, t.CloseIdleConnections, t.CloseIdleConnections
+	case "h2c":
+		t := &http2.Transport{
+			AllowHTTP: true,
+			DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+				return dial(ctx, network, addr)
+			},
+		}
+		c.name, c.rt, c.closeIdle, c.close = "x/net/http2", t, t.CloseIdleConnections, t.CloseIdleConnections
+	case "h3":
+		t := &http3.Transport{
+			TLSClientConfig: tlsConf,
+			QUICConfig:      &quic.Config{KeepAlivePeriod: 30 * time.Second},
+		}
+		c.dialCount = nil
+		// quic-go keeps its UDP socket and its goroutines until Close,
+		// which the settle wait therefore calls too.
+		closeAll := func() { t.CloseIdleConnections(); _ = t.Close() }
+		c.name, c.rt, c.closeIdle, c.close = "quic-go/http3", t, closeAll, closeAll
+	default:
+		return nil, fmt.Errorf("soak: unknown protocol %q", cfg.Proto)
+	}
+	return c, nil
+}
+
+// request returns request i's method and body, drawn from the seed.
+func request(seed uint64, i int64) (string, []byte) {
+	r := rand.New(rand.NewPCG(seed, uint64(i)))
+	m := Methods[r.IntN(len(Methods))]
+	if m == http.MethodGet || m == http.MethodDelete {
+		return m, nil
+	}
+	b := make([]byte, r.IntN(8<<10))
+	for j := range b {
+		b[j] = byte('a' + r.IntN(26))
+	}
+	return m, b
+}
+
+// call makes request i and reports its method, whether it succeeded
+// (200 with the body's digest) and the class of its failure.
+func call(ctx context.Context, rt http.RoundTripper, base string, cfg Config, i int64) (method string, ok bool, class string, forceClosed bool) {
+	method, body := request(cfg.Seed, i)
+	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
+	defer cancel()
+	id := strconv.FormatInt(i, 10)
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body) // NewRequest sets GetBody for it
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+"/soak/"+id, rd)
+	if err != nil {
+		return method, false, "request: " + err.Error(), false
+	}
+	req.Header.Set(IDHeader, id)
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return method, false, classify(err), strings.Contains(err.Error(), "force closed")
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return method, false, "body: " + classify(err), strings.Contains(err.Error(), "force closed")
+	}
+	if resp.StatusCode != http.StatusOK {
+		return method, false, "status " + strconv.Itoa(resp.StatusCode), false
+	}
+	sum := sha256.Sum256(body)
+	if string(got) != hex.EncodeToString(sum[:]) {
+		return method, false, "wrong response body", false
+	}
+	return method, true, "", false
+}
+
+var noise = regexp.MustCompile(`(127\.0\.0\.1|\[::1\]):\d+|0x[0-9a-f]+|\b\d{2,}\b`)
+
+// classify names an error's class: the rule of a *replaysafe.Error and
+// its cause, or a short description with addresses and numbers blanked.
+func classify(err error) string {
+	var re *replaysafe.Error
+	if errors.As(err, &re) {
+		return fmt.Sprintf("%s %s: %s", re.Rule.ID(), re.Rule, shortCause(re.Err))
+	}
+	return shortCause(err)
+}
+
+func shortCause(err error) string {
+	switch {
+	case err == nil:
+		return "nil"
+	case errors.Is(err, syscall.EMFILE):
+		return "too many open files"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "deadline exceeded: " + trim(err.Error())
+	}
+	return trim(err.Error())
+}
+
+func trim(s string) string {
+	s = noise.ReplaceAllString(s, "N")
+	if len(s) > 160 {
+		s = s[:160] + "…"
+	}
+	return s
+}
+
+func sortedKeys(m map[string]int) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if m[keys[i]] != m[keys[j]] {
+			return m[keys[i]] > m[keys[j]]
+		}
+		return keys[i] < keys[j]
+	})
+	return keys
+}
