@@ -191,6 +191,47 @@ type Action struct {
 	// Delay is how long KindHang keeps the connection open; zero means
 	// Config.HangTimeout.
 	Delay time.Duration
+	// Informational lists interim responses sent, in order, as soon as
+	// the request's HEADERS arrive, before the action runs, whatever the
+	// kind.
+	Informational []Informational
+	// Endless1xx, when non-zero, is a 1xx status the server sends as
+	// interim responses on the stream, with Header, without end, as
+	// soon as its HEADERS arrive (after Informational), instead of the
+	// action: until a write fails (the client went away), the server is
+	// closed, or EndlessMaxResponses or EndlessMaxDuration is reached;
+	// then the server closes the connection.
+	Endless1xx int
+}
+
+// Informational is an interim (1xx) response.
+type Informational struct {
+	// Status is the 1xx status code, such as 103.
+	Status int
+	// Header holds its header fields, written lower-cased in sorted key
+	// order.
+	Header http.Header
+}
+
+// Bounds of an Endless1xx flood, so that a test always ends.
+const (
+	// EndlessMaxResponses is the most interim responses one flood sends.
+	EndlessMaxResponses = 1 << 20
+	// EndlessMaxDuration is the longest one flood lasts.
+	EndlessMaxDuration = 10 * time.Second
+)
+
+// Endless1xx sends interim responses with status (100 or 103) forever
+// (see Action.Endless1xx).
+func Endless1xx(status int) Action { return Action{Endless1xx: status} }
+
+// WithInformational returns a copy of a that sends an interim response
+// with status (1xx) and header as soon as the request's HEADERS arrive,
+// after those already listed.
+func (a Action) WithInformational(status int, header http.Header) Action {
+	a.Informational = append(a.Informational[:len(a.Informational):len(a.Informational)],
+		Informational{Status: status, Header: header})
+	return a
 }
 
 // OK answers 200 with body.
@@ -287,7 +328,13 @@ func (a Action) WithHeader(key, value string) Action {
 
 // String describes the action briefly, for logs.
 func (a Action) String() string {
+	if a.Endless1xx != 0 {
+		return "endless-" + strconv.Itoa(a.Endless1xx)
+	}
 	s := a.Kind.String() + "@" + a.At.String()
+	for _, inf := range a.Informational {
+		s = strconv.Itoa(inf.Status) + "," + s
+	}
 	switch a.Kind {
 	case KindRespond:
 		s += " status=" + strconv.Itoa(a.status())

@@ -53,6 +53,9 @@ type conn struct {
 	hangUntil   time.Time          // when a hanging stream ends the connection
 	hangMode    CloseMode          // how it does
 	gotSettings bool               // the client's first SETTINGS arrived
+	settingsAck bool               // the client acknowledged the server's SETTINGS
+	served      int                // streams handled (not refused, not ignored)
+	closeIdle   bool               // close the connection once no stream is left
 }
 
 // stream is the server's state for one stream it has not finished with.
@@ -176,6 +179,11 @@ func (c *conn) serve() {
 			return
 		}
 		if closed {
+			return
+		}
+		if c.closeIdle && len(c.streams) == 0 {
+			c.logf("every stream up to the GOAWAY is answered: closing")
+			c.closeWith(CloseFIN)
 			return
 		}
 	}
@@ -325,6 +333,10 @@ func (c *conn) handle(f http2.Frame) (closed bool, err error) {
 	switch f := f.(type) {
 	case *http2.SettingsFrame:
 		if f.IsAck() {
+			if !c.settingsAck {
+				c.settingsAck = true
+				c.s.update(func() { c.rec.info.SettingsAcked = true })
+			}
 			return false, nil
 		}
 		if err := c.applySettings(f); err != nil {
@@ -421,9 +433,18 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) (bool, error) {
 	c.nextSeq++
 	rec := newReceived(c.idx, seq, f)
 	ignored := c.goAway && id > c.goAwayLast
-	a := c.script.action(seq)
+	refused := !ignored && c.s.cfg.RefuseBodyBeforeSettingsAck && !c.settingsAck && !rec.EndStream
+	var a Action
+	switch {
+	case refused:
+		a = Refuse()
+	case !ignored:
+		a = c.script.action(c.served)
+		c.served++
+	}
 	c.s.update(func() {
 		rec.Ignored = ignored
+		rec.PrereadRefused = refused
 		rec.Action = a.Kind
 		rec.Done = ignored || rec.EndStream
 		c.s.reqs = append(c.s.reqs, rec)
@@ -433,13 +454,62 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) (bool, error) {
 		c.logf("stream %d (seq %d): ignored, above GOAWAY last stream %d", id, seq, c.goAwayLast)
 		return false, nil
 	}
-	c.logf("stream %d (seq %d): %s %s -> %v", id, seq, rec.Method, rec.Path, a)
 	st := &stream{id: id, rec: rec, action: a, reading: !rec.EndStream, window: c.initWindow}
 	c.streams[id] = st
+	if refused {
+		c.logf("stream %d (seq %d): %s %s with a body before the SETTINGS ACK: refused", id, seq, rec.Method, rec.Path)
+		return false, c.resetStream(st, http2.ErrCodeRefusedStream)
+	}
+	c.logf("stream %d (seq %d): %s %s -> %v", id, seq, rec.Method, rec.Path, a)
+	if n := c.s.cfg.MaxRequestsPerConn; n > 0 && c.served == n {
+		if _, err := c.writeGoAway(id, http2.ErrCodeNo, nil); err != nil {
+			return false, err
+		}
+		c.closeIdle = true
+	}
+	for _, inf := range a.Informational {
+		if err := c.writeBlock(id, c.encodeInformational(inf), false); err != nil {
+			return false, err
+		}
+	}
+	if a.Endless1xx != 0 {
+		return true, c.flood(st)
+	}
 	if a.At == OnHeaders || !st.reading {
 		return c.act(st)
 	}
 	return false, nil
+}
+
+// flood sends interim responses with status a.Endless1xx on the stream
+// until a write fails (the client went away), the server closes, or
+// EndlessMaxResponses or EndlessMaxDuration is reached; then it closes
+// the connection.
+func (c *conn) flood(st *stream) error {
+	a := st.action
+	block := c.encodeInformational(Informational{Status: a.Endless1xx, Header: a.Header})
+	deadline := time.Now().Add(EndlessMaxDuration)
+	n := 0
+	defer func() { c.logf("stream %d: sent %d interim %d responses; closing", st.id, n, a.Endless1xx) }()
+	for ; n < EndlessMaxResponses; n++ {
+		if n%1024 == 0 {
+			select {
+			case <-c.s.done:
+				return nil
+			default:
+			}
+			if time.Now().After(deadline) {
+				break
+			}
+		}
+		if err := c.writeBlock(st.id, block, false); err != nil {
+			c.logf("stream %d: interim flood ends: %v", st.id, err)
+			c.tcp.Close()
+			return nil
+		}
+	}
+	c.closeWith(CloseFIN)
+	return nil
 }
 
 func newReceived(connIdx, seq int, f *http2.MetaHeadersFrame) *Received {
@@ -609,20 +679,10 @@ func (c *conn) release(st *stream) {
 
 func (c *conn) goAwayFor(st *stream) (bool, error) {
 	a := st.action
-	last := a.LastStream.resolve(st.id)
-	if c.goAway && last > c.goAwayLast {
-		last = c.goAwayLast // a later GOAWAY must not raise the last stream ID (RFC 9113 §6.8)
-	}
-	if err := c.fr.WriteGoAway(last, a.Code, a.DebugData); err != nil {
+	last, err := c.writeGoAway(a.LastStream.resolve(st.id), a.Code, a.DebugData)
+	if err != nil {
 		return false, err
 	}
-	c.goAway, c.goAwayLast = true, last
-	c.s.update(func() {
-		c.rec.info.GoAwaySent = true
-		c.rec.info.GoAwayLast = last
-		c.rec.info.GoAwayCode = a.Code
-	})
-	c.logf("stream %d: sent GOAWAY last=%d code=%v", st.id, last, a.Code)
 	if a.Close {
 		c.closeWith(a.CloseMode)
 		return true, nil
@@ -642,6 +702,25 @@ func (c *conn) goAwayFor(st *stream) (bool, error) {
 		return false, nil
 	}
 	return false, c.respond(st)
+}
+
+// writeGoAway sends GOAWAY(last, code), lowered to an earlier GOAWAY's
+// last stream ID, records it and returns the ID sent.
+func (c *conn) writeGoAway(last uint32, code http2.ErrCode, debug []byte) (uint32, error) {
+	if c.goAway && last > c.goAwayLast {
+		last = c.goAwayLast // a later GOAWAY must not raise the last stream ID (RFC 9113 §6.8)
+	}
+	if err := c.fr.WriteGoAway(last, code, debug); err != nil {
+		return last, err
+	}
+	c.goAway, c.goAwayLast = true, last
+	c.s.update(func() {
+		c.rec.info.GoAwaySent = true
+		c.rec.info.GoAwayLast = last
+		c.rec.info.GoAwayCode = code
+	})
+	c.logf("sent GOAWAY last=%d code=%v", last, code)
+	return last, nil
 }
 
 // respond sends the response of the stream's action: HEADERS, then the
@@ -740,6 +819,14 @@ func (c *conn) encodeResponse(a Action) []byte {
 	if a.Header.Get("Content-Length") == "" {
 		c.writeField("content-length", strconv.Itoa(len(a.Body)))
 	}
+	return bytes.Clone(c.hbuf.Bytes())
+}
+
+// encodeInformational returns the HPACK block of an interim response.
+func (c *conn) encodeInformational(inf Informational) []byte {
+	c.hbuf.Reset()
+	c.writeField(":status", strconv.Itoa(inf.Status))
+	c.writeHeader(inf.Header)
 	return bytes.Clone(c.hbuf.Bytes())
 }
 

@@ -34,6 +34,13 @@ type rawClient struct {
 // decoded into MetaHeadersFrames; without, HEADERS frames arrive raw.
 func dialRaw(t *testing.T, s *h2server.Server, meta bool, settings ...http2.Setting) *rawClient {
 	t.Helper()
+	return dialRawAck(t, s, meta, true, settings...)
+}
+
+// dialRawAck is dialRaw that acknowledges the server's SETTINGS only with
+// ack (a test without it sends the ACK itself, later).
+func dialRawAck(t *testing.T, s *h2server.Server, meta, ack bool, settings ...http2.Setting) *rawClient {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	c, err := s.Dial(ctx)
@@ -60,10 +67,18 @@ func dialRaw(t *testing.T, s *h2server.Server, meta bool, settings ...http2.Sett
 		t.Fatalf("first server frame: %v, want SETTINGS", fi)
 	}
 	rc.serverSettings = fi.Settings
-	if err := rc.fr.WriteSettingsAck(); err != nil {
-		t.Fatalf("settings ack: %v", err)
+	if ack {
+		rc.ack()
 	}
 	return rc
+}
+
+// ack acknowledges the server's SETTINGS.
+func (rc *rawClient) ack() {
+	rc.t.Helper()
+	if err := rc.fr.WriteSettingsAck(); err != nil {
+		rc.t.Fatalf("settings ack: %v", err)
+	}
 }
 
 // headers sends a request header block on stream id.

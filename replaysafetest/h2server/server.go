@@ -117,6 +117,22 @@ type Config struct {
 	// MaxBodyBytes bounds the body recorded for one stream; the rest is
 	// counted in Received.BodyDropped. Zero means DefaultMaxBodyBytes.
 	MaxBodyBytes int
+	// RefuseBodyBeforeSettingsAck emulates nginx with a small
+	// http2_body_preread_size: a stream whose HEADERS do not end it (a
+	// request with a body) that arrives before the client acknowledged
+	// the server's SETTINGS is reset with RST_STREAM(REFUSED_STREAM), its
+	// body discarded, without running its action. Once the SETTINGS ACK
+	// has arrived, bodies are accepted. A refused stream is recorded with
+	// PrereadRefused set and Action KindRefuse; it takes a Seq, but not a
+	// script position.
+	RefuseBodyBeforeSettingsAck bool
+	// MaxRequestsPerConn, when positive, emulates nginx
+	// keepalive_requests: as the HEADERS of a connection's N-th served
+	// stream arrive, the server sends GOAWAY(NO_ERROR) with that stream
+	// as last stream ID, serves it, and closes the connection (FIN) once
+	// no stream is left to answer. Streams above it are recorded as
+	// Ignored and never processed.
+	MaxRequestsPerConn int
 	// Logf, if set, receives a line per connection and stream event (for
 	// t.Logf).
 	Logf func(format string, args ...any)
@@ -173,6 +189,10 @@ type Received struct {
 	// ClientResetCode.
 	ClientReset     bool
 	ClientResetCode http2.ErrCode
+	// PrereadRefused reports that the stream was refused because its
+	// body arrived before the client acknowledged the server's SETTINGS
+	// (Config.RefuseBodyBeforeSettingsAck).
+	PrereadRefused bool
 	// Ignored reports that the stream arrived above the last stream ID
 	// of a GOAWAY the server had already sent; it was recorded but not
 	// handled (RFC 9113 §6.8).
@@ -207,6 +227,9 @@ type ConnInfo struct {
 	Preface bool
 	// Settings are the parameters of the client's first SETTINGS frame.
 	Settings []http2.Setting
+	// SettingsAcked reports that the client acknowledged the server's
+	// SETTINGS.
+	SettingsAcked bool
 	// Streams counts the streams the client opened.
 	Streams int
 	// BytesRead and BytesWritten count the HTTP/2 bytes exchanged, preface
@@ -394,6 +417,13 @@ func (s *Server) Count() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.reqs)
+}
+
+// Accepted returns the number of connections accepted so far.
+func (s *Server) Accepted() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
 }
 
 // Conns returns a snapshot of every accepted connection.
