@@ -6,89 +6,78 @@ import "strconv"
 type EventKind uint8
 
 // Event kinds. Progress events come first, then failures. Each stack's
-// adapter maps what it can observe onto this one vocabulary.
+// adapter maps what it can observe onto this one vocabulary. The line
+// comment after each constant is its name in the trace format (stringer
+// -linecomment).
 const (
-	EventInvalid EventKind = iota // zero value: never valid
+	// EventInvalid is the zero value: never valid.
+	EventInvalid EventKind = iota // invalid
 
 	// EventConnAcquired: the attempt has a connection. Event.Reused and
 	// Event.Proto describe it.
-	EventConnAcquired
+	EventConnAcquired // conn-acquired
 	// EventHandedBack: the stack returned the request untouched, before
 	// serialising any of it.
-	EventHandedBack
+	EventHandedBack // handed-back
 	// EventFirstByteWritten: the first request byte reached the socket.
-	EventFirstByteWritten
+	EventFirstByteWritten // first-byte-written
 	// EventBodyRead: the request body was read from for the first time.
-	EventBodyRead
+	EventBodyRead // body-read
 	// EventRequestWritten: the whole request was written.
-	EventRequestWritten
+	EventRequestWritten // request-written
 	// EventFirstResponseByte: a response byte arrived, of any kind.
-	EventFirstResponseByte
+	EventFirstResponseByte // first-response-byte
 	// EventInformational: a 1xx response arrived.
-	EventInformational
+	EventInformational // informational
 	// EventFinalHeaders: the final response's header section arrived.
-	EventFinalHeaders
+	EventFinalHeaders // final-headers
 	// EventResponseComplete: the whole response arrived cleanly.
-	EventResponseComplete
+	EventResponseComplete // response-complete
 	// EventTick: the caller's clock reached Event.At; sent when a deadline
 	// reported by Machine.Deadline passes.
-	EventTick
+	EventTick // tick
 
 	// EventClosed: the connection closed (EOF) under the attempt.
-	EventClosed
+	EventClosed // closed
 	// EventReset: the connection or stream was reset (ECONNRESET, an HTTP/2
 	// RST_STREAM other than REFUSED_STREAM, an HTTP/3 stream reset other than
 	// H3_REQUEST_REJECTED, a protocol error).
-	EventReset
+	EventReset // reset
 	// EventTLSFailure: TLS failed on an established connection.
-	EventTLSFailure
+	EventTLSFailure // tls-failure
 	// EventMalformed: the response could not be parsed; bytes arrived.
-	EventMalformed
+	EventMalformed // malformed
 	// EventTimeout: a phase ran out of time; Event.Phase names it.
-	EventTimeout
+	EventTimeout // timeout
 	// EventCanceled: the caller canceled the request.
-	EventCanceled
+	EventCanceled // canceled
 	// EventRefusedStream: an HTTP/2 RST_STREAM with REFUSED_STREAM for our
 	// stream (RFC 9113 §8.7).
-	EventRefusedStream
+	EventRefusedStream // refused-stream
 	// EventH2GoAway: an HTTP/2 GOAWAY ended the connection; Event.Boundary
 	// carries its last stream ID and Event.Stream ours (RFC 9113 §6.8).
-	EventH2GoAway
+	EventH2GoAway // h2-goaway
 	// EventRequestRejected: an HTTP/3 stream error H3_REQUEST_REJECTED for
 	// our request (RFC 9114 §4.1.1).
-	EventRequestRejected
+	EventRequestRejected // request-rejected
 	// EventH3GoAway: an HTTP/3 GOAWAY ended the connection. Event.Boundary is
 	// its stream ID when the adapter saw it, Event.Stream ours (RFC 9114
 	// §5.2); Event.BoundaryKnown says whether the boundary was observed.
-	EventH3GoAway
+	EventH3GoAway // h3-goaway
 	// EventAcquireFailed: no connection could be had (dial, TLS handshake,
 	// proxy).
-	EventAcquireFailed
-
-	eventKindCount // not an event; the size of the alphabet
+	EventAcquireFailed // acquire-failed
 )
+
+// eventKindCount is not an event; it is the size of the alphabet.
+const eventKindCount = EventAcquireFailed + 1
 
 // EventKinds is the number of valid event kinds plus one (the invalid zero).
 const EventKinds = int(eventKindCount)
 
-var eventNames = []string{
-	"invalid",
-	"conn-acquired", "handed-back", "first-byte-written", "body-read",
-	"request-written", "first-response-byte", "informational",
-	"final-headers", "response-complete", "tick",
-	"closed", "reset", "tls-failure", "malformed", "timeout", "canceled",
-	"refused-stream", "h2-goaway", "request-rejected", "h3-goaway",
-	"acquire-failed",
-}
-
-// String returns the value's name, or EventKind(n) for a value outside the enum.
-func (k EventKind) String() string { return enumString("EventKind", eventNames, uint8(k)) }
-
-// ParseEventKind is the inverse of EventKind.String.
-func ParseEventKind(s string) (EventKind, bool) {
-	v, ok := enumParse(eventNames, s)
-	return EventKind(v), ok
-}
+// ParseEventKind is the inverse of EventKind.String; "invalid" does not
+// parse.
+func ParseEventKind(s string) (EventKind, bool) { return parseEnum(s, eventKindCount, false) }
 
 // Failure reports whether the event kind is a failure.
 func (k EventKind) Failure() bool { return k >= EventClosed && k < eventKindCount }

@@ -1,7 +1,8 @@
 package fsm
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -linecomment -type EventKind,Method,BodyKind,Attempt,Proto,Phase,Action,ConnVerdict -output enum_string.go
+
 import (
-	"strconv"
 	"strings"
 	"time"
 )
@@ -16,27 +17,15 @@ func (i Instant) Add(d time.Duration) Instant { return i + Instant(d) }
 // String prints the instant as a duration since the clock's origin.
 func (i Instant) String() string { return time.Duration(i).String() }
 
-// enumString prints names[v], or Type(v) for a value outside the enum.
-func enumString(typ string, names []string, v uint8) string {
-	if int(v) < len(names) && names[v] != "" {
-		return names[v]
-	}
-	return typ + "(" + strconv.Itoa(int(v)) + ")"
-}
-
-// enumParse finds s in names; the zero index is never a valid parse result.
-func enumParse(names []string, s string) (uint8, bool) {
-	if v, ok := enumParseAll(names, s); ok && v != 0 {
-		return v, true
-	}
-	return 0, false
-}
-
-// enumParseAll finds s in names, the zero value included.
-func enumParseAll(names []string, s string) (uint8, bool) {
-	for i, n := range names {
-		if n == s {
-			return uint8(i), true
+// parseEnum finds the value of an enum below n whose String is s. The zero
+// value is a valid result only when zero is set.
+func parseEnum[T interface {
+	~uint8
+	String() string
+}](s string, n T, zero bool) (T, bool) {
+	for v := T(0); v < n; v++ {
+		if (zero || v != 0) && v.String() == s {
+			return v, true
 		}
 	}
 	return 0, false
@@ -47,24 +36,31 @@ type Method uint8
 
 // Methods. RFC 9110 §9.2.2 makes GET, HEAD, OPTIONS, TRACE, PUT and DELETE
 // idempotent; every other method is treated as not idempotent.
+// The line comment after each constant is its String (stringer -linecomment).
 const (
-	MethodUnknown Method = iota // zero value: not set; treated as not idempotent
-	MethodGET                   // GET
-	MethodHEAD                  // HEAD
-	MethodOPTIONS               // OPTIONS
-	MethodTRACE                 // TRACE
-	MethodPUT                   // PUT
-	MethodDELETE                // DELETE
-	MethodPOST                  // POST
-	MethodPATCH                 // PATCH
-	MethodCONNECT               // CONNECT
-	MethodOther                 // any other token
+	// MethodUnknown is the zero value: not set; treated as not idempotent.
+	MethodUnknown Method = iota // unknown
+	// MethodGET is GET.
+	MethodGET // GET
+	// MethodHEAD is HEAD.
+	MethodHEAD // HEAD
+	// MethodOPTIONS is OPTIONS.
+	MethodOPTIONS // OPTIONS
+	// MethodTRACE is TRACE.
+	MethodTRACE // TRACE
+	// MethodPUT is PUT.
+	MethodPUT // PUT
+	// MethodDELETE is DELETE.
+	MethodDELETE // DELETE
+	// MethodPOST is POST.
+	MethodPOST // POST
+	// MethodPATCH is PATCH.
+	MethodPATCH // PATCH
+	// MethodCONNECT is CONNECT.
+	MethodCONNECT // CONNECT
+	// MethodOther is any other token.
+	MethodOther // other
 )
-
-var methodNames = []string{"unknown", "GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", "POST", "PATCH", "CONNECT", "other"}
-
-// String returns the value's name, or Method(n) for a value outside the enum.
-func (m Method) String() string { return enumString("Method", methodNames, uint8(m)) }
 
 // ParseMethod maps an HTTP method token to a Method. Methods are case
 // sensitive (RFC 9110 §9.1); an unrecognised token is MethodOther and the
@@ -73,8 +69,8 @@ func ParseMethod(s string) Method {
 	if s == "" {
 		return MethodGET
 	}
-	if v, ok := enumParse(methodNames[:MethodOther], s); ok {
-		return Method(v)
+	if v, ok := parseEnum(s, MethodOther, false); ok {
+		return v
 	}
 	return MethodOther
 }
@@ -93,22 +89,20 @@ type BodyKind uint8
 
 // Body kinds.
 const (
-	BodyNone             BodyKind = iota // zero value: no body (nil or http.NoBody)
-	BodyBuffered                         // a body that can be produced again (GetBody)
-	BodyOneShotUntouched                 // a one-shot reader nobody has read yet
-	BodyOneShotConsumed                  // a one-shot reader that has been read
+	// BodyNone is the zero value: no body (nil or http.NoBody).
+	BodyNone BodyKind = iota // none
+	// BodyBuffered is a body that can be produced again (GetBody).
+	BodyBuffered // buffered
+	// BodyOneShotUntouched is a one-shot reader nobody has read yet.
+	BodyOneShotUntouched // oneshot
+	// BodyOneShotConsumed is a one-shot reader that has been read.
+	BodyOneShotConsumed // consumed
 )
 
-var bodyNames = []string{"none", "buffered", "oneshot", "consumed"}
-
-// String returns the value's name, or BodyKind(n) for a value outside the enum.
-func (b BodyKind) String() string { return enumString("BodyKind", bodyNames, uint8(b)) }
+const bodyKindCount = BodyOneShotConsumed + 1
 
 // ParseBodyKind is the inverse of BodyKind.String.
-func ParseBodyKind(s string) (BodyKind, bool) {
-	v, ok := enumParseAll(bodyNames, s)
-	return BodyKind(v), ok
-}
+func ParseBodyKind(s string) (BodyKind, bool) { return parseEnum(s, bodyKindCount, true) }
 
 // Reproducible reports whether the body can be sent again after it was read.
 func (b BodyKind) Reproducible() bool { return b == BodyNone || b == BodyBuffered }
@@ -119,20 +113,16 @@ type Attempt uint8
 
 // Attempts.
 const (
-	AttemptOriginal Attempt = iota // zero value: the first wire attempt of a call
-	AttemptResend                  // the automatic resend; it is never resent
+	// AttemptOriginal is the zero value: the first wire attempt of a call.
+	AttemptOriginal Attempt = iota // original
+	// AttemptResend is the automatic resend; it is never resent.
+	AttemptResend // resend
 )
 
-var attemptNames = []string{"original", "resend"}
-
-// String returns the value's name, or Attempt(n) for a value outside the enum.
-func (a Attempt) String() string { return enumString("Attempt", attemptNames, uint8(a)) }
+const attemptCount = AttemptResend + 1
 
 // ParseAttempt is the inverse of Attempt.String.
-func ParseAttempt(s string) (Attempt, bool) {
-	v, ok := enumParseAll(attemptNames, s)
-	return Attempt(v), ok
-}
+func ParseAttempt(s string) (Attempt, bool) { return parseEnum(s, attemptCount, true) }
 
 // Request holds the facts about a request that the rules read. They are
 // fixed for the whole attempt; what happens on the wire arrives as events.
@@ -192,45 +182,42 @@ type Proto uint8
 
 // Protocols.
 const (
-	ProtoUnknown Proto = iota // zero value: not reported
-	ProtoH1                   // HTTP/1.1
-	ProtoH2                   // HTTP/2
-	ProtoH3                   // HTTP/3
+	// ProtoUnknown is the zero value: not reported.
+	ProtoUnknown Proto = iota // unknown
+	// ProtoH1 is HTTP/1.1.
+	ProtoH1 // h1
+	// ProtoH2 is HTTP/2.
+	ProtoH2 // h2
+	// ProtoH3 is HTTP/3.
+	ProtoH3 // h3
 )
 
-var protoNames = []string{"unknown", "h1", "h2", "h3"}
+const protoCount = ProtoH3 + 1
 
-// String returns the value's name, or Proto(n) for a value outside the enum.
-func (p Proto) String() string { return enumString("Proto", protoNames, uint8(p)) }
-
-// ParseProto is the inverse of Proto.String.
-func ParseProto(s string) (Proto, bool) {
-	v, ok := enumParse(protoNames, s)
-	return Proto(v), ok
-}
+// ParseProto is the inverse of Proto.String; "unknown" does not parse.
+func ParseProto(s string) (Proto, bool) { return parseEnum(s, protoCount, false) }
 
 // Phase names the part of an attempt a timeout belongs to.
 type Phase uint8
 
 // Phases.
 const (
-	PhaseNone    Phase = iota // zero value: no phase
-	PhaseAcquire              // getting a connection
-	PhaseWrite                // writing the request
-	PhaseHeader               // waiting for the final response header section
-	PhaseBody                 // reading the response body
+	// PhaseNone is the zero value: no phase.
+	PhaseNone Phase = iota // none
+	// PhaseAcquire is getting a connection.
+	PhaseAcquire // acquire
+	// PhaseWrite is writing the request.
+	PhaseWrite // write
+	// PhaseHeader is waiting for the final response header section.
+	PhaseHeader // header
+	// PhaseBody is reading the response body.
+	PhaseBody // body
 )
 
-var phaseNames = []string{"none", "acquire", "write", "header", "body"}
+const phaseCount = PhaseBody + 1
 
-// String returns the value's name, or Phase(n) for a value outside the enum.
-func (p Phase) String() string { return enumString("Phase", phaseNames, uint8(p)) }
-
-// ParsePhase is the inverse of Phase.String.
-func ParsePhase(s string) (Phase, bool) {
-	v, ok := enumParse(phaseNames, s)
-	return Phase(v), ok
-}
+// ParsePhase is the inverse of Phase.String; "none" does not parse.
+func ParsePhase(s string) (Phase, bool) { return parseEnum(s, phaseCount, false) }
 
 // Limits bounds how long each phase may take. A zero duration means no limit.
 // Each limit runs from the event that opens its phase.
@@ -262,22 +249,20 @@ type Action uint8
 
 // Actions.
 const (
-	ActionContinue Action = iota // zero value: keep going, feed the next event
-	ActionDeliver                // hand the final response to the caller
-	ActionFail                   // return an error to the caller
-	ActionResend                 // send the request once more on a new connection
+	// ActionContinue is the zero value: keep going, feed the next event.
+	ActionContinue Action = iota // continue
+	// ActionDeliver hands the final response to the caller.
+	ActionDeliver // deliver
+	// ActionFail returns an error to the caller.
+	ActionFail // fail
+	// ActionResend sends the request once more on a new connection.
+	ActionResend // resend
 )
 
-var actionNames = []string{"continue", "deliver", "fail", "resend"}
-
-// String returns the value's name, or Action(n) for a value outside the enum.
-func (a Action) String() string { return enumString("Action", actionNames, uint8(a)) }
+const actionCount = ActionResend + 1
 
 // ParseAction is the inverse of Action.String.
-func ParseAction(s string) (Action, bool) {
-	v, ok := enumParseAll(actionNames, s)
-	return Action(v), ok
-}
+func ParseAction(s string) (Action, bool) { return parseEnum(s, actionCount, true) }
 
 // Final reports whether the action ends the attempt's decision.
 func (a Action) Final() bool { return a != ActionContinue }
@@ -287,21 +272,18 @@ type ConnVerdict uint8
 
 // Connection verdicts.
 const (
-	ConnInUse   ConnVerdict = iota // zero value: the exchange is still running
-	ConnReuse                      // a clean, complete exchange: return it to the pool
-	ConnDiscard                    // anything else: close it
+	// ConnInUse is the zero value: the exchange is still running.
+	ConnInUse ConnVerdict = iota // in-use
+	// ConnReuse is a clean, complete exchange: return it to the pool.
+	ConnReuse // reuse
+	// ConnDiscard is anything else: close it.
+	ConnDiscard // discard
 )
 
-var connNames = []string{"in-use", "reuse", "discard"}
-
-// String returns the value's name, or ConnVerdict(n) for a value outside the enum.
-func (c ConnVerdict) String() string { return enumString("ConnVerdict", connNames, uint8(c)) }
+const connVerdictCount = ConnDiscard + 1
 
 // ParseConnVerdict is the inverse of ConnVerdict.String.
-func ParseConnVerdict(s string) (ConnVerdict, bool) {
-	v, ok := enumParseAll(connNames, s)
-	return ConnVerdict(v), ok
-}
+func ParseConnVerdict(s string) (ConnVerdict, bool) { return parseEnum(s, connVerdictCount, true) }
 
 // Decision is the machine's answer to one event.
 type Decision struct {

@@ -1,5 +1,7 @@
 package route
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -linecomment -type Step,Scheme,ProxyKind,Policy -output enum_string.go
+
 import (
 	"math"
 	"strconv"
@@ -11,28 +13,33 @@ type Step uint8
 
 // Steps, in the order an acquisition runs them. The per-hop steps repeat
 // for every proxy of the chain.
+// The line comment after each constant is its String (stringer -linecomment).
 const (
-	StepNone         Step = iota // zero value: no step
-	StepWaitCapacity             // waiting for another attempt's connection or for pool capacity
-	StepDNS                      // resolving the first hop's host (the origin's when direct)
-	StepTCP                      // connecting to the first hop (the origin when direct)
-	StepProxyTLS                 // TLS handshake with an HTTPS proxy (per hop)
-	StepConnect                  // CONNECT exchange with an HTTP or HTTPS proxy (per hop)
-	StepSOCKS                    // SOCKS5 negotiation (per hop)
-	StepOriginTLS                // TLS handshake with the origin, inside the tunnel when proxied
-	stepCount
+	// StepNone is the zero value: no step.
+	StepNone Step = iota // none
+	// StepWaitCapacity is waiting for another attempt's connection or for
+	// pool capacity.
+	StepWaitCapacity // wait-capacity
+	// StepDNS is resolving the first hop's host (the origin's when direct).
+	StepDNS // dns
+	// StepTCP is connecting to the first hop (the origin when direct).
+	StepTCP // tcp
+	// StepProxyTLS is the TLS handshake with an HTTPS proxy (per hop).
+	StepProxyTLS // tls-to-proxy
+	// StepConnect is the CONNECT exchange with an HTTP or HTTPS proxy (per
+	// hop).
+	StepConnect // connect
+	// StepSOCKS is the SOCKS5 negotiation (per hop).
+	StepSOCKS // socks
+	// StepOriginTLS is the TLS handshake with the origin, inside the tunnel
+	// when proxied.
+	StepOriginTLS // tls-to-origin
 )
 
-var stepNames = []string{"none", "wait-capacity", "dns", "tcp", "tls-to-proxy", "connect", "socks", "tls-to-origin"}
-
-// String returns the step's name, or Step(n) for an invalid value.
-func (s Step) String() string { return enumString("Step", stepNames, uint8(s)) }
+const stepCount = StepOriginTLS + 1
 
 // ParseStep is the inverse of Step.String; "none" does not parse.
-func ParseStep(s string) (Step, bool) {
-	v, ok := enumParse(stepNames, s)
-	return Step(v), ok
-}
+func ParseStep(s string) (Step, bool) { return parseEnum(s, stepCount, false) }
 
 // PerHop reports whether the step runs once for every proxy hop.
 func (s Step) PerHop() bool { return s == StepProxyTLS || s == StepConnect || s == StepSOCKS }

@@ -41,19 +41,15 @@ import (
 // so an attempt's machine and its acquisition budget share instants.
 type Instant = fsm.Instant
 
-// enumString prints names[v], or Type(v) for a value outside the enum.
-func enumString(typ string, names []string, v uint8) string {
-	if int(v) < len(names) && names[v] != "" {
-		return names[v]
-	}
-	return typ + "(" + strconv.Itoa(int(v)) + ")"
-}
-
-// enumParse finds s in names; the zero index never is a valid result.
-func enumParse(names []string, s string) (uint8, bool) {
-	for i, n := range names {
-		if i > 0 && n == s {
-			return uint8(i), true
+// parseEnum finds the value of an enum below n whose String is s. The zero
+// value is a valid result only when zero is set.
+func parseEnum[T interface {
+	~uint8
+	String() string
+}](s string, n T, zero bool) (T, bool) {
+	for v := T(0); v < n; v++ {
+		if (zero || v != 0) && v.String() == s {
+			return v, true
 		}
 	}
 	return 0, false
@@ -63,23 +59,21 @@ func enumParse(names []string, s string) (uint8, bool) {
 type Scheme uint8
 
 // Schemes.
+// The line comment after each constant is its String (stringer -linecomment).
 const (
-	SchemeUnknown Scheme = iota // zero value: not set; New rejects it
-	SchemeHTTP                  // http: default port 80
-	SchemeHTTPS                 // https: default port 443, TLS to the origin
+	// SchemeUnknown is the zero value: not set; New rejects it.
+	SchemeUnknown Scheme = iota // unknown
+	// SchemeHTTP is http: default port 80.
+	SchemeHTTP // http
+	// SchemeHTTPS is https: default port 443, TLS to the origin.
+	SchemeHTTPS // https
 )
 
-var schemeNames = []string{"unknown", "http", "https"}
-
-// String returns the scheme's name, or Scheme(n) for an invalid value.
-func (s Scheme) String() string { return enumString("Scheme", schemeNames, uint8(s)) }
+const schemeCount = SchemeHTTPS + 1
 
 // ParseScheme maps "http" or "https", in any case (RFC 3986 §3.1), to a
 // Scheme.
-func ParseScheme(s string) (Scheme, bool) {
-	v, ok := enumParse(schemeNames, strings.ToLower(s))
-	return Scheme(v), ok
-}
+func ParseScheme(s string) (Scheme, bool) { return parseEnum(strings.ToLower(s), schemeCount, false) }
 
 // DefaultPort is the port a URI of this scheme means when it names none
 // (RFC 9110 §4.2.1, §4.2.2): 80 for http, 443 for https, 0 otherwise.
@@ -98,21 +92,22 @@ type ProxyKind uint8
 
 // Proxy kinds.
 const (
-	ProxyUnknown ProxyKind = iota // zero value: not set; New rejects it
-	ProxyHTTP                     // HTTP proxy: CONNECT over cleartext
-	ProxyHTTPS                    // HTTPS proxy: TLS (ALPN http/1.1), then CONNECT
-	ProxySOCKS5                   // SOCKS5 proxy (RFC 1928); the proxy resolves host names
+	// ProxyUnknown is the zero value: not set; New rejects it.
+	ProxyUnknown ProxyKind = iota // unknown
+	// ProxyHTTP is an HTTP proxy: CONNECT over cleartext.
+	ProxyHTTP // http
+	// ProxyHTTPS is an HTTPS proxy: TLS (ALPN http/1.1), then CONNECT.
+	ProxyHTTPS // https
+	// ProxySOCKS5 is a SOCKS5 proxy (RFC 1928); the proxy resolves host
+	// names.
+	ProxySOCKS5 // socks5
 )
 
-var proxyKindNames = []string{"unknown", "http", "https", "socks5"}
-
-// String returns the kind's name, or ProxyKind(n) for an invalid value.
-func (k ProxyKind) String() string { return enumString("ProxyKind", proxyKindNames, uint8(k)) }
+const proxyKindCount = ProxySOCKS5 + 1
 
 // ParseProxyKind is the inverse of ProxyKind.String, in any case.
 func ParseProxyKind(s string) (ProxyKind, bool) {
-	v, ok := enumParse(proxyKindNames, strings.ToLower(s))
-	return ProxyKind(v), ok
+	return parseEnum(strings.ToLower(s), proxyKindCount, false)
 }
 
 // DefaultPort is the port a proxy URL of this kind means when it names
@@ -135,27 +130,22 @@ type Policy uint8
 
 // Policies.
 const (
-	PolicyNegotiate Policy = iota // zero value: HTTP/2 or HTTP/1.1 by ALPN over TLS; HTTP/1.1 in cleartext
-	PolicyH1                      // HTTP/1.1 only
-	PolicyH2                      // HTTP/2 only: ALPN h2 over TLS, prior knowledge in cleartext
-	PolicyH3                      // HTTP/3 only, over QUIC; never through a proxy
-	policyCount
+	// PolicyNegotiate is the zero value: HTTP/2 or HTTP/1.1 by ALPN over
+	// TLS; HTTP/1.1 in cleartext.
+	PolicyNegotiate Policy = iota // negotiate
+	// PolicyH1 is HTTP/1.1 only.
+	PolicyH1 // h1
+	// PolicyH2 is HTTP/2 only: ALPN h2 over TLS, prior knowledge in
+	// cleartext.
+	PolicyH2 // h2
+	// PolicyH3 is HTTP/3 only, over QUIC; never through a proxy.
+	PolicyH3 // h3
 )
 
-var policyNames = []string{"negotiate", "h1", "h2", "h3"}
-
-// String returns the policy's name, or Policy(n) for an invalid value.
-func (p Policy) String() string { return enumString("Policy", policyNames, uint8(p)) }
+const policyCount = PolicyH3 + 1
 
 // ParsePolicy is the inverse of Policy.String.
-func ParsePolicy(s string) (Policy, bool) {
-	for i, n := range policyNames {
-		if n == s {
-			return Policy(i), true
-		}
-	}
-	return 0, false
-}
+func ParsePolicy(s string) (Policy, bool) { return parseEnum(s, policyCount, true) }
 
 // ALPN returns a new slice of the protocol IDs to offer a TLS origin, in
 // preference order; nil for an invalid policy.
@@ -302,7 +292,7 @@ func New(s Spec) (Route, error) {
 		r.hops = make([]Hop, len(s.Chain))
 		for i, h := range s.Chain {
 			field := "Chain[" + strconv.Itoa(i) + "]"
-			if h.Kind == ProxyUnknown || int(h.Kind) >= len(proxyKindNames) {
+			if h.Kind == ProxyUnknown || h.Kind >= proxyKindCount {
 				return Route{}, &SpecError{Field: field + ".Kind", Value: h.Kind.String(), Reason: "want http, https or socks5"}
 			}
 			hh, reason := canonicalHost(h.Host)
