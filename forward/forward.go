@@ -1,0 +1,433 @@
+package forward
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/fsm"
+)
+
+// RuleHeader is the response header field that names the replaysafe rule
+// (its ID, such as RS18) behind a 502 or 504 the forwarder sends.
+const RuleHeader = "Replaysafe-Rule"
+
+// DefaultVia is the pseudonym the forwarder adds to Via when
+// Options.ViaName is empty.
+const DefaultVia = "replaysafe"
+
+// Options configures a forwarder. Upstream or Director is required; every
+// other field documents its default.
+type Options struct {
+	// Upstream is the origin every request goes to: its scheme and host
+	// replace the inbound ones, its path is a prefix of the inbound path
+	// and its query comes before the inbound query.
+	Upstream *url.URL
+	// Director, if set, replaces Upstream: it rewrites the outbound
+	// request (a clone of the inbound one, URL and header included) so
+	// that its URL names the upstream, scheme and host set.
+	Director func(*http.Request)
+	// PreserveHost keeps the inbound Host for the upstream request;
+	// by default the upstream's host is sent.
+	PreserveHost bool
+
+	// OnRequest, if set, runs after the rewrite and before the dispatch
+	// plan: it may change the outbound request, or refuse it by returning
+	// an error. A *StatusError chooses the status; any other error
+	// answers 403 Forbidden.
+	OnRequest func(*http.Request) error
+
+	// Egress is the upstream protocol policy: exactly HTTP/1.1 (the
+	// default), HTTP/2 or HTTP/3, or negotiated by ALPN. It must be what
+	// the Transport speaks: when Transport is nil the forwarder makes one
+	// with Protocol Egress.Protocol().
+	Egress Egress
+	// Transport sends the forwarded requests. nil means
+	// replaysafe.New(TransportOptions) with Protocol set from Egress,
+	// made once by New.
+	Transport *replaysafe.Transport
+	// TransportOptions configures the Transport made when Transport is
+	// nil; its Protocol is replaced by Egress.Protocol().
+	TransportOptions replaysafe.Options
+
+	// ViaName is the pseudonym added to Via on requests and responses
+	// (RFC 9110 §7.6.3); empty means DefaultVia.
+	ViaName string
+	// DisableVia stops adding Via.
+	DisableVia bool
+	// Forwarded appends a Forwarded element (RFC 7239) naming the client
+	// address, the inbound host and protocol. Off by default.
+	Forwarded bool
+	// XForwardedFor appends the client address to X-Forwarded-For and
+	// sets X-Forwarded-Host and X-Forwarded-Proto. Off by default.
+	XForwardedFor bool
+	// TrustForwarded keeps the inbound Forwarded and X-Forwarded-* fields
+	// (appending to them); by default they are removed, since any client
+	// can write them.
+	TrustForwarded bool
+
+	// Logger receives one line per request (method, target, upstream
+	// protocol, attempts, rule, status, duration) and the errors. nil
+	// logs nothing.
+	Logger *slog.Logger
+}
+
+// StatusError is an error OnRequest returns to refuse a request with a
+// chosen status.
+type StatusError struct {
+	// Status is the response status code.
+	Status int
+	// Reason is the response body, one line.
+	Reason string
+}
+
+// Error returns the status and the reason.
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("forward: refused with %d: %s", e.Status, e.Reason)
+}
+
+// Handler is the forwarder: an http.Handler that forwards each request to
+// the upstream. Make one with New.
+type Handler struct {
+	opt      Options
+	rt       *replaysafe.Transport
+	via      string
+	attempts sync.Map // *http.Request (outbound) -> *int, when the forwarder owns the Transport
+}
+
+// New returns a forwarder configured by o. It panics if o has neither
+// Upstream nor Director, which is a programming error.
+func New(o Options) *Handler {
+	if o.Upstream == nil && o.Director == nil {
+		panic("forward: Options needs Upstream or Director")
+	}
+	h := &Handler{opt: o, rt: o.Transport, via: o.ViaName}
+	if h.via == "" {
+		h.via = DefaultVia
+	}
+	if h.rt == nil {
+		to := o.TransportOptions
+		to.Protocol = o.Egress.Protocol()
+		prev := to.Observer.OnAttempt
+		to.Observer.OnAttempt = func(r replaysafe.AttemptReport) {
+			if n, ok := h.attempts.Load(r.Request); ok {
+				*n.(*int) = r.Number
+			}
+			if prev != nil {
+				prev(r)
+			}
+		}
+		h.rt = replaysafe.New(to)
+	}
+	return h
+}
+
+// Transport returns the Transport the forwarder sends with.
+func (h *Handler) Transport() *replaysafe.Transport { return h.rt }
+
+// exchange is what the access log line reports about one request.
+type exchange struct {
+	start    time.Time
+	upstream string // the upstream protocol, such as HTTP/2.0
+	attempts int
+	rule     string
+	status   int
+	err      error
+	plan     Dispatch
+}
+
+// ServeHTTP forwards r to the upstream and its response to w.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := &exchange{start: time.Now()}
+	defer h.log(r, x)
+
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	out.Trailer = r.Trailer // the server fills it when the body ends
+	out.Close = false
+	if h.opt.Director != nil {
+		h.opt.Director(out)
+	} else {
+		out.URL = upstreamURL(h.opt.Upstream, r.URL)
+		if r.RequestURI == "*" {
+			out.URL.Path, out.URL.RawPath = "*", ""
+		}
+	}
+	if !h.opt.PreserveHost {
+		out.Host = ""
+	}
+	if h.opt.OnRequest != nil {
+		if err := h.opt.OnRequest(out); err != nil {
+			var se *StatusError
+			if errors.As(err, &se) {
+				h.refuse(w, x, se.Status, se.Reason)
+			} else {
+				h.refuse(w, x, http.StatusForbidden, "request refused")
+			}
+			x.err = err
+			return
+		}
+	}
+	d := Plan(out, h.opt.Egress)
+	x.plan = d
+	if d.Refused() {
+		h.refuse(w, x, d.Status, d.Reason)
+		return
+	}
+	h.addForwarding(out, r)
+	CleanRequestHeader(out.Header, d)
+	if out.Body == http.NoBody || out.ContentLength == 0 && out.Body != nil && r.ProtoMajor == 1 {
+		// net/http's server hands a bodyless request http.NoBody; an
+		// HTTP/1 Content-Length: 0 has none either.
+		out.Body, out.ContentLength = http.NoBody, 0
+	}
+
+	var n int
+	if h.opt.Transport == nil {
+		h.attempts.Store(out, &n)
+		defer h.attempts.Delete(out)
+	}
+	resp, err := h.rt.RoundTrip(out)
+	if err != nil {
+		h.fail(w, r, x, err)
+		return
+	}
+	x.upstream = resp.Proto
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		h.upgrade(w, resp, d, x)
+		x.attempts = n
+		return
+	}
+	defer resp.Body.Close()
+
+	CleanResponseHeader(resp.Header, resp.StatusCode, d)
+	if !h.opt.DisableVia {
+		resp.Header.Add("Via", Via(resp.ProtoMajor, resp.ProtoMinor, h.via))
+	}
+	wh := w.Header()
+	for k, vv := range resp.Header {
+		wh[k] = vv
+	}
+	if len(resp.Trailer) > 0 {
+		names := make([]string, 0, len(resp.Trailer))
+		for k := range resp.Trailer {
+			names = append(names, k)
+		}
+		wh["Trailer"] = []string{strings.Join(names, ", ")}
+		wh.Del("Content-Length") // trailers need chunked over HTTP/1.1
+	}
+	w.WriteHeader(resp.StatusCode)
+	x.status = resp.StatusCode
+	if err := copyFlushing(w, resp.Body); err != nil {
+		x.err = err
+		if r.Context().Err() == nil {
+			// The upstream body failed after the status went out: abort
+			// the client's response so that it is not taken as complete.
+			x.attempts = n
+			panic(http.ErrAbortHandler)
+		}
+	}
+	resp.Body.Close() // ends the attempt, so the attempt count is final
+	for k, vv := range resp.Trailer {
+		wh[http.TrailerPrefix+k] = vv
+	}
+	x.attempts = n
+}
+
+// copyFlushing copies the upstream body to the client, flushing after
+// every read so that the response streams.
+func copyFlushing(w http.ResponseWriter, body io.Reader) error {
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return fmt.Errorf("forward: writing the response to the client: %w", werr)
+			}
+			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
+				return fmt.Errorf("forward: flushing the response to the client: %w", ferr)
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("forward: reading the upstream response: %w", err)
+		}
+	}
+}
+
+// addForwarding removes the untrusted inbound forwarding fields and adds
+// Via, Forwarded and X-Forwarded-* as configured.
+func (h *Handler) addForwarding(out, in *http.Request) {
+	if !h.opt.TrustForwarded {
+		for _, f := range forwardedFields {
+			out.Header.Del(f)
+		}
+	}
+	proto := "http"
+	if in.TLS != nil {
+		proto = "https"
+	}
+	if h.opt.Forwarded {
+		out.Header.Add("Forwarded", ForwardedElement(in.RemoteAddr, proto, in.Host))
+	}
+	if h.opt.XForwardedFor {
+		if ip := clientIP(in.RemoteAddr); ip.IsValid() {
+			if prior := out.Header.Values("X-Forwarded-For"); len(prior) > 0 {
+				out.Header.Set("X-Forwarded-For", strings.Join(prior, ", ")+", "+ip.String())
+			} else {
+				out.Header.Set("X-Forwarded-For", ip.String())
+			}
+		}
+		out.Header.Set("X-Forwarded-Host", in.Host)
+		out.Header.Set("X-Forwarded-Proto", proto)
+	}
+	if !h.opt.DisableVia {
+		out.Header.Add("Via", Via(in.ProtoMajor, in.ProtoMinor, h.via))
+	}
+}
+
+// refuse answers a request the forwarder does not send.
+func (h *Handler) refuse(w http.ResponseWriter, x *exchange, status int, reason string) {
+	x.status = status
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, "%d %s: %s\n", status, http.StatusText(status), reason)
+}
+
+// Status returns the status the forwarder answers for a RoundTrip error
+// err: 504 Gateway Timeout when a phase deadline decided (the acquisition
+// deadline, or another of the Transport's limits), else 502 Bad Gateway;
+// and the rule that decided, if err names one.
+func Status(err error) (int, fsm.Rule, bool) {
+	var re *replaysafe.Error
+	ok := errors.As(err, &re)
+	var te *replaysafe.TimeoutError
+	if errors.As(err, &te) || ok && re.Rule == fsm.RuleTimeout {
+		if ok {
+			return http.StatusGatewayTimeout, re.Rule, true
+		}
+		return http.StatusGatewayTimeout, fsm.RuleNone, false
+	}
+	if ok {
+		return http.StatusBadGateway, re.Rule, true
+	}
+	return http.StatusBadGateway, fsm.RuleNone, false
+}
+
+// fail answers a request whose upstream call failed.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, x *exchange, err error) {
+	x.err = err
+	var re *replaysafe.Error
+	if errors.As(err, &re) {
+		x.attempts = re.Attempts
+	}
+	if r.Context().Err() != nil {
+		x.status = 499 // the client went away; nobody reads an answer
+		if errors.As(err, &re) {
+			x.rule = re.Rule.ID()
+		}
+		return
+	}
+	status, rule, named := Status(err)
+	reason := "upstream request failed"
+	if named {
+		x.rule = rule.ID()
+		w.Header().Set(RuleHeader, rule.ID())
+		reason = fmt.Sprintf("upstream request failed: replaysafe rule %s (%s), %d attempt(s)", rule.ID(), rule, re.Attempts)
+	}
+	h.refuse(w, x, status, reason)
+}
+
+// upgrade tunnels a 101 response: it writes it to the hijacked client
+// connection and copies both directions until either ends.
+func (h *Handler) upgrade(w http.ResponseWriter, resp *http.Response, d Dispatch, x *exchange) {
+	up, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok || d.Mode != ModeUpgrade {
+		resp.Body.Close()
+		x.err = errors.New("forward: 101 response to a request that asked for no upgrade")
+		h.refuse(w, x, http.StatusBadGateway, "unexpected 101 response from the upstream")
+		return
+	}
+	defer up.Close()
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		x.err = fmt.Errorf("forward: hijacking the client connection for the upgrade: %w", err)
+		h.refuse(w, x, http.StatusInternalServerError, "cannot take over the client connection")
+		return
+	}
+	defer conn.Close()
+	CleanResponseHeader(resp.Header, resp.StatusCode, d)
+	if !h.opt.DisableVia {
+		resp.Header.Add("Via", Via(resp.ProtoMajor, resp.ProtoMinor, h.via))
+	}
+	x.status = http.StatusSwitchingProtocols
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\n")
+	if err := resp.Header.Write(brw); err != nil {
+		x.err = err
+		return
+	}
+	brw.WriteString("\r\n")
+	if err := brw.Flush(); err != nil {
+		x.err = fmt.Errorf("forward: writing the 101 response to the client: %w", err)
+		return
+	}
+	x.err = tunnel(conn, brw.Reader, up)
+}
+
+// tunnel copies client→upstream and upstream→client until one direction
+// ends, then closes both.
+func tunnel(client net.Conn, clientBuf *bufio.Reader, up io.ReadWriteCloser) error {
+	errc := make(chan error, 2)
+	go func() {
+		_, err := io.Copy(up, clientBuf)
+		errc <- err
+	}()
+	go func() {
+		_, err := io.Copy(client, up)
+		errc <- err
+	}()
+	err := <-errc
+	client.Close()
+	up.Close()
+	<-errc
+	return err
+}
+
+// log writes the access log line.
+func (h *Handler) log(r *http.Request, x *exchange) {
+	if h.opt.Logger == nil {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("method", r.Method),
+		slog.String("target", r.RequestURI),
+		slog.String("proto", r.Proto),
+		slog.String("upstream", x.upstream),
+		slog.Int("attempts", x.attempts),
+		slog.String("rule", x.rule),
+		slog.Int("status", x.status),
+		slog.Duration("duration", time.Since(x.start)),
+	}
+	level := slog.LevelInfo
+	if x.err != nil {
+		attrs = append(attrs, slog.String("error", x.err.Error()))
+		if x.status >= 500 {
+			level = slog.LevelWarn
+		}
+	}
+	h.opt.Logger.LogAttrs(context.Background(), level, "forward", attrs...)
+}

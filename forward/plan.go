@@ -1,0 +1,342 @@
+package forward
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/replaysafe/replaysafe"
+)
+
+// Egress is the forwarder's upstream protocol policy.
+type Egress uint8
+
+// Egress policies.
+const (
+	// EgressHTTP1 speaks HTTP/1.1 to the upstream, exactly. The zero
+	// value and the default.
+	EgressHTTP1 Egress = iota
+	// EgressHTTP2 speaks HTTP/2 to the upstream, exactly: h2 over TLS
+	// for https, h2c with prior knowledge for http.
+	EgressHTTP2
+	// EgressHTTP3 speaks HTTP/3 to the upstream, exactly; the upstream
+	// must be https.
+	EgressHTTP3
+	// EgressNegotiate lets ALPN choose HTTP/2 or HTTP/1.1 for https
+	// upstreams; http upstreams get HTTP/1.1.
+	EgressNegotiate
+
+	egressCount // number of policies; keep last
+)
+
+var egressNames = [egressCount]string{"h1", "h2", "h3", "negotiate"}
+
+// String returns the policy's name: h1, h2, h3 or negotiate.
+func (e Egress) String() string {
+	if e < egressCount {
+		return egressNames[e]
+	}
+	return fmt.Sprintf("Egress(%d)", uint8(e))
+}
+
+// ParseEgress returns the policy named s (h1, h2, h3 or negotiate).
+func ParseEgress(s string) (Egress, error) {
+	for i, n := range egressNames {
+		if s == n {
+			return Egress(i), nil
+		}
+	}
+	return 0, fmt.Errorf("forward: unknown egress %q (want h1, h2, h3 or negotiate)", s)
+}
+
+// Protocol returns the replaysafe protocol policy that speaks e.
+func (e Egress) Protocol() replaysafe.Protocol {
+	switch e {
+	case EgressHTTP2:
+		return replaysafe.ProtocolHTTP2
+	case EgressHTTP3:
+		return replaysafe.ProtocolHTTP3
+	case EgressNegotiate:
+		return replaysafe.ProtocolNegotiate
+	}
+	return replaysafe.ProtocolHTTP1
+}
+
+// Version is the HTTP version a forwarded request goes out with.
+type Version uint8
+
+// Versions.
+const (
+	// VersionNone: the request is refused and goes nowhere. The zero
+	// value.
+	VersionNone Version = iota
+	// VersionHTTP11 is HTTP/1.1.
+	VersionHTTP11
+	// VersionHTTP2 is HTTP/2.
+	VersionHTTP2
+	// VersionHTTP3 is HTTP/3.
+	VersionHTTP3
+	// VersionALPN is HTTP/2 or HTTP/1.1, whichever ALPN selects.
+	VersionALPN
+
+	versionCount // number of versions; keep last
+)
+
+var versionNames = [versionCount]string{"none", "HTTP/1.1", "HTTP/2", "HTTP/3", "ALPN(h2,http/1.1)"}
+
+// String returns the version's name.
+func (v Version) String() string {
+	if v < versionCount {
+		return versionNames[v]
+	}
+	return fmt.Sprintf("Version(%d)", uint8(v))
+}
+
+// Mode is what kind of exchange a forwarded request is.
+type Mode uint8
+
+// Modes.
+const (
+	// ModeOrdinary is a request and its response. The zero value.
+	ModeOrdinary Mode = iota
+	// ModeUpgrade is an HTTP/1.1 Upgrade (RFC 9110 §7.8), such as a
+	// WebSocket handshake: after a 101 response both directions are
+	// tunnelled.
+	ModeUpgrade
+	// ModeExtendedConnect is an HTTP/2 or HTTP/3 extended CONNECT
+	// (RFC 8441, RFC 9220) carrying a :protocol.
+	ModeExtendedConnect
+	// ModeConnect is a classic CONNECT tunnel request (RFC 9110 §9.3.6).
+	ModeConnect
+
+	modeCount // number of modes; keep last
+)
+
+var modeNames = [modeCount]string{"ordinary", "upgrade", "extended-connect", "connect"}
+
+// String returns the mode's name.
+func (m Mode) String() string {
+	if m < modeCount {
+		return modeNames[m]
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
+// Form is a request target form (RFC 9112 §3.2).
+type Form uint8
+
+// Target forms.
+const (
+	// FormOrigin is an absolute path and query. The zero value.
+	FormOrigin Form = iota
+	// FormAbsolute is an absolute URI, as sent to a proxy.
+	FormAbsolute
+	// FormAuthority is host:port, for CONNECT.
+	FormAuthority
+	// FormAsterisk is "*", for a server-wide OPTIONS.
+	FormAsterisk
+
+	formCount // number of forms; keep last
+)
+
+var formNames = [formCount]string{"origin", "absolute", "authority", "asterisk"}
+
+// String returns the form's name.
+func (f Form) String() string {
+	if f < formCount {
+		return formNames[f]
+	}
+	return fmt.Sprintf("Form(%d)", uint8(f))
+}
+
+// Dispatch is the plan for one forwarded request: how it goes out, or
+// why it does not.
+type Dispatch struct {
+	// Mode is the kind of exchange.
+	Mode Mode
+	// InboundForm is the target form the request arrived in.
+	InboundForm Form
+	// Form is the target form it goes out in: origin-form (or asterisk
+	// for OPTIONS *); the Transport writes absolute-form only to an HTTP
+	// proxy of its own.
+	Form Form
+	// Version is the HTTP version of the egress.
+	Version Version
+	// Exact reports whether Version is the only one the egress may speak
+	// (false when ALPN chooses).
+	Exact bool
+	// Protocol is the replaysafe protocol policy of the egress; it is
+	// part of the Transport's pool identity, with the upstream's scheme
+	// and authority.
+	Protocol replaysafe.Protocol
+	// Upgrade is the Upgrade field value to forward in ModeUpgrade.
+	Upgrade string
+	// Trailers reports whether the egress asks for trailers (TE:
+	// trailers): the client asked and can receive them.
+	Trailers bool
+	// Status is zero when the request is forwarded, else the status to
+	// answer with, and Reason says why.
+	Status int
+	// Reason explains a refusal in one line.
+	Reason string
+}
+
+// Refused reports whether the plan refuses the request.
+func (d Dispatch) Refused() bool { return d.Status != 0 }
+
+func refuse(d Dispatch, status int, format string, args ...any) Dispatch {
+	d.Status, d.Reason = status, fmt.Sprintf(format, args...)
+	d.Version = VersionNone
+	return d
+}
+
+// Plan returns the dispatch plan of req, an inbound request whose URL was
+// already rewritten to the upstream (scheme and host set), under egress
+// policy e. It reads req only: no I/O, no clock. req.Proto* is the
+// ingress version, req.RequestURI the inbound target, and an HTTP/2 or
+// HTTP/3 extended CONNECT carries its :protocol as net/http's server
+// does, in req.Header[":protocol"].
+func Plan(req *http.Request, e Egress) Dispatch {
+	d := Dispatch{Protocol: e.Protocol()}
+	switch {
+	case req.RequestURI == "*":
+		d.InboundForm, d.Form = FormAsterisk, FormAsterisk
+	case req.Method == http.MethodConnect && req.ProtoMajor < 2:
+		d.InboundForm = FormAuthority
+	case strings.Contains(req.RequestURI, "://"):
+		d.InboundForm = FormAbsolute
+	}
+	if req.ProtoMajor >= 2 && req.Method == http.MethodConnect {
+		d.InboundForm = FormAuthority
+		if p := req.Header.Get(":protocol"); p != "" {
+			d.Mode = ModeExtendedConnect
+			d.Upgrade = p
+			return refuse(d, http.StatusNotImplemented,
+				"extended CONNECT (:protocol %q) is not forwarded", p)
+		}
+	}
+	if req.Method == http.MethodConnect {
+		d.Mode = ModeConnect
+		return refuse(d, http.StatusNotImplemented, "CONNECT tunnels are not forwarded")
+	}
+	if e >= egressCount {
+		return refuse(d, http.StatusInternalServerError, "invalid egress policy %v", e)
+	}
+	if req.URL == nil || req.URL.Host == "" {
+		return refuse(d, http.StatusInternalServerError, "no upstream host")
+	}
+	scheme := req.URL.Scheme
+	if scheme != "http" && scheme != "https" {
+		return refuse(d, http.StatusInternalServerError, "upstream scheme %q is neither http nor https", scheme)
+	}
+
+	switch e {
+	case EgressHTTP1:
+		d.Version, d.Exact = VersionHTTP11, true
+	case EgressHTTP2:
+		d.Version, d.Exact = VersionHTTP2, true
+	case EgressHTTP3:
+		if scheme != "https" {
+			return refuse(d, http.StatusInternalServerError, "HTTP/3 egress needs an https upstream, not %q", scheme)
+		}
+		d.Version, d.Exact = VersionHTTP3, true
+	case EgressNegotiate:
+		if scheme == "https" {
+			d.Version = VersionALPN
+		} else {
+			d.Version, d.Exact = VersionHTTP11, true
+		}
+	}
+
+	conn := connectionTokens(req.Header)
+	if req.ProtoMajor >= 2 {
+		// RFC 9113 §8.2.2, RFC 9114 §4.2: connection-specific fields make
+		// the request malformed; TE may carry "trailers" alone.
+		if len(req.Header.Values("Connection")) > 0 || len(req.Header.Values("Upgrade")) > 0 ||
+			len(req.Header.Values("Keep-Alive")) > 0 || len(req.Header.Values("Proxy-Connection")) > 0 ||
+			len(req.Header.Values("Transfer-Encoding")) > 0 {
+			return refuse(d, http.StatusBadRequest, "connection-specific header field in an HTTP/%d request", req.ProtoMajor)
+		}
+		for _, v := range req.Header.Values("Te") {
+			if !strings.EqualFold(strings.TrimSpace(v), "trailers") {
+				return refuse(d, http.StatusBadRequest, "TE %q in an HTTP/%d request (only \"trailers\" is allowed)", v, req.ProtoMajor)
+			}
+		}
+	}
+	d.Trailers = req.ProtoAtLeast(1, 1) && teTrailers(req.Header)
+
+	// RFC 9110 §7.8: Upgrade counts only when Connection names it, and a
+	// server ignores it in an HTTP/1.0 request.
+	if up := strings.TrimSpace(strings.Join(req.Header.Values("Upgrade"), ", ")); up != "" &&
+		conn["upgrade"] && req.ProtoMajor == 1 && req.ProtoMinor >= 1 {
+		d.Mode, d.Upgrade = ModeUpgrade, up
+		switch {
+		case d.Version == VersionALPN:
+			return refuse(d, http.StatusNotImplemented,
+				"Upgrade %q needs HTTP/1.1 egress; egress %v over https may select HTTP/2", up, e)
+		case d.Version != VersionHTTP11:
+			return refuse(d, http.StatusNotImplemented,
+				"Upgrade %q needs HTTP/1.1 egress, not %v (no extended CONNECT egress)", up, d.Version)
+		}
+	}
+	return d
+}
+
+// connectionTokens returns the lower-cased options every Connection field
+// line names (RFC 9110 §7.6.1: a comma-separated list, any case, optional
+// whitespace, over any number of lines).
+func connectionTokens(h http.Header) map[string]bool {
+	var m map[string]bool
+	for _, v := range h.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			tok = strings.ToLower(strings.TrimSpace(tok))
+			if tok == "" {
+				continue
+			}
+			if m == nil {
+				m = map[string]bool{}
+			}
+			m[tok] = true
+		}
+	}
+	return m
+}
+
+// teTrailers reports whether a TE field lists "trailers" (RFC 9110
+// §10.1.4).
+func teTrailers(h http.Header) bool {
+	for _, v := range h.Values("Te") {
+		for _, tok := range strings.Split(v, ",") {
+			tok, _, _ = strings.Cut(tok, ";")
+			if strings.EqualFold(strings.TrimSpace(tok), "trailers") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// upstreamURL joins the upstream base u with the inbound target: u's
+// path is a prefix of the inbound path, u's query comes first.
+func upstreamURL(u *url.URL, in *url.URL) *url.URL {
+	out := *in
+	out.Scheme, out.Host, out.User = u.Scheme, u.Host, nil
+	out.Opaque = ""
+	switch {
+	case u.Path == "" || u.Path == "/":
+	case in.Path == "" || in.Path == "/":
+		out.Path, out.RawPath = u.Path, u.RawPath
+	default:
+		out.Path = strings.TrimSuffix(u.Path, "/") + "/" + strings.TrimPrefix(in.Path, "/")
+		out.RawPath = ""
+	}
+	switch {
+	case u.RawQuery == "":
+	case in.RawQuery == "":
+		out.RawQuery = u.RawQuery
+	default:
+		out.RawQuery = u.RawQuery + "&" + in.RawQuery
+	}
+	return &out
+}
