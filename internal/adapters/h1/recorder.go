@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/informational"
 )
 
 // Clock is the monotonic clock a Recorder reads instants from and arms its
@@ -79,6 +80,8 @@ type Recorder struct {
 	stopTimer  func() bool
 	timerAt    fsm.Instant
 	stopped    bool
+
+	info informational.Counter // the 1xx responses, against their bound
 }
 
 // NewRecorder starts the machine for one attempt now. onDeadline, if not
@@ -237,17 +240,31 @@ func (r *Recorder) ClientTrace() *httptrace.ClientTrace {
 			defer r.mu.Unlock()
 			r.responseByteLocked()
 		},
-		Got1xxResponse: func(int, textproto.MIMEHeader) error {
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			r.responseByteLocked()
 			if !r.hasLocked(fsm.FactHeaders) {
 				r.stepLocked(fsm.EventInformational)
 			}
-			return nil
+			// The hook's error ends net/http's read of the response:
+			// installing it switched off net/http's own bound on 1xx
+			// header bytes, so the Counter is the bound.
+			return r.info.Add(code, h)
 		},
 	}
 }
+
+// SetInformationalLimit bounds the informational (1xx) responses the
+// attempt accepts; without it the attempt takes informational.Limit's
+// defaults. Call it before the request is sent. A response over the
+// bound fails the round trip with a *informational.LimitError, which Fail
+// feeds as EventMalformed.
+func (r *Recorder) SetInformationalLimit(l informational.Limit) { r.info.SetLimit(l) }
+
+// InformationalError returns the *informational.LimitError the attempt
+// met, or nil.
+func (r *Recorder) InformationalError() error { return r.info.Err() }
 
 // serializedRequest records that net/http serialised the whole request.
 // It is in net/http's write buffer, not necessarily on the wire yet:
@@ -309,7 +326,9 @@ func (r *Recorder) Abandon() fsm.Decision {
 // context; local is the error the caller's request body returned, if any.
 //
 // In order: the caller's context ended (EventCanceled, or EventTimeout in
-// the current phase); err is the request body's own error (a local
+// the current phase); the informational responses went over their bound
+// (EventMalformed: the server's response is unacceptable, whatever
+// net/http did with the connection since); err is the request body's own error (a local
 // failure, fed as EventCanceled: fsm has no event for it); Classify(err);
 // Classify of the read or write error the Conn saw; EventMalformed when a
 // response byte arrived (net/http's parse errors are untyped); else a local
@@ -319,6 +338,9 @@ func (r *Recorder) Fail(err error, ctx context.Context, local error) fsm.Decisio
 	defer r.mu.Unlock()
 	if e, ok := r.contextEventLocked(ctx); ok {
 		return r.feedLocked(e)
+	}
+	if r.info.Err() != nil {
+		return r.stepLocked(fsm.EventMalformed)
 	}
 	if local != nil && errors.Is(err, local) {
 		return r.stepLocked(fsm.EventCanceled)

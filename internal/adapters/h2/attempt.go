@@ -9,6 +9,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/informational"
 )
 
 // Attempt follows one request on a connection a Wire observes: it learns
@@ -40,6 +41,8 @@ type Attempt struct {
 	mu           sync.Mutex
 	claim        Claim
 	responseByte bool // x/net reported the first response byte
+
+	info informational.Counter // the 1xx responses, against their bound
 }
 
 // NewAttempt starts following one request.
@@ -78,9 +81,12 @@ func (a *Attempt) Trace(emit func(fsm.Event)) *httptrace.ClientTrace {
 			a.mu.Unlock()
 			a.send(fsm.EventFirstResponseByte)
 		},
-		Got1xxResponse: func(int, textproto.MIMEHeader) error {
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
 			a.send(fsm.EventInformational)
-			return nil
+			// x/net counts 1xx header bytes only when no hook is
+			// installed; the hook's error resets the stream (PROTOCOL_ERROR)
+			// and fails the request.
+			return a.info.Add(code, h)
 		},
 	}
 }
@@ -91,6 +97,19 @@ func (a *Attempt) send(k fsm.EventKind) {
 		a.emit(fsm.Event{Kind: k})
 	}
 }
+
+// SetInformationalLimit bounds the informational (1xx) responses the
+// request accepts; without it the defaults of informational.Limit apply.
+// Call it before Trace. A response over the bound fails the request: x/net
+// resets the stream with PROTOCOL_ERROR and returns a StreamError whose
+// Cause is the *informational.LimitError, and Failure says
+// EventMalformed.
+func (a *Attempt) SetInformationalLimit(l informational.Limit) { a.info.SetLimit(l) }
+
+// InformationalError returns the *informational.LimitError the request
+// met, or nil. x/net's StreamError does not unwrap to its Cause: a
+// transport wraps this error into the one it reports.
+func (a *Attempt) InformationalError() error { return a.info.Err() }
 
 // Claim returns what the attempt knows of its stream: its ID, and whether
 // any of the request reached the socket. It is the zero Claim until x/net
@@ -109,18 +128,20 @@ func (a *Attempt) Claim() Claim {
 //     says. (x/net may return another error while its write goroutine
 //     still runs, so nothing else can be trusted then.)
 //  2. err is itself a cancellation or a timeout: that.
-//  3. Nothing of the request reached the socket and no response byte
+//  3. The informational responses went over their bound (the hook failed
+//     the request): EventMalformed.
+//  4. Nothing of the request reached the socket and no response byte
 //     arrived: EventHandedBack. This covers x/net's unexported "client
 //     conn not usable" and "could not be established" errors, and a
 //     request whose stream was aborted before its HEADERS were written.
-//  4. Bytes of a response arrived on our stream but x/net never reported a
+//  5. Bytes of a response arrived on our stream but x/net never reported a
 //     response (a header block cut short): EventMalformed.
-//  5. The server reset our stream with REFUSED_STREAM: EventRefusedStream.
-//  6. err is a stream error: Classify's event (EventReset).
-//  7. The server sent a GOAWAY and we know our stream: EventH2GoAway with
+//  6. The server reset our stream with REFUSED_STREAM: EventRefusedStream.
+//  7. err is a stream error: Classify's event (EventReset).
+//  8. The server sent a GOAWAY and we know our stream: EventH2GoAway with
 //     the GOAWAY's last stream ID. This recovers the boundary x/net hides
 //     behind its unexported "graceful shutdown GOAWAY" error.
-//  8. Otherwise: Classify's event.
+//  9. Otherwise: Classify's event.
 func (a *Attempt) Failure(ctx context.Context, err error) fsm.Event {
 	if err == nil {
 		return fsm.Event{}
@@ -135,6 +156,9 @@ func (a *Attempt) Failure(ctx context.Context, err error) fsm.Event {
 	ev, src := classify(err, c.Stream)
 	if src == fromContext || src == fromAcquire {
 		return ev
+	}
+	if a.info.Err() != nil {
+		return fsm.Event{Kind: fsm.EventMalformed}
 	}
 	facts, known := a.w.Stream(c.Stream)
 	started := known && facts.ResponseStarted

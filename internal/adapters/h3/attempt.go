@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/informational"
 )
 
 // Attempt follows one request on a watched connection: it learns the
@@ -38,6 +39,8 @@ type Attempt struct {
 	responseByte bool  // quic-go reported the first response byte
 	uploadErr    error // the error that ended the upload, if any
 	uploadDone   bool  // quic-go finished with the request body
+
+	info informational.Counter // the 1xx responses, against their bound
 }
 
 // NewAttempt starts following one request.
@@ -86,11 +89,43 @@ func (a *Attempt) Trace(emit func(fsm.Event), uploaded func(error)) *httptrace.C
 			a.mu.Unlock()
 			send(fsm.EventFirstResponseByte)
 		},
-		Got1xxResponse: func(int, textproto.MIMEHeader) error {
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
 			send(fsm.EventInformational)
+			// quic-go ignores this hook's error; it fails the request
+			// itself after maxInformational responses. The count is
+			// kept so that Failure knows why.
+			a.info.Add(code, h)
 			return nil
 		},
 	}
+}
+
+// maxInformational is the number of informational responses quic-go's
+// http3 ClientConn accepts per request (its max1xxResponses); the next one
+// fails the request with an untyped error and resets the stream with
+// H3_EXCESSIVE_LOAD. Each response's header section is bounded by
+// http3.Transport.MaxResponseHeaderBytes.
+const maxInformational = 5
+
+// SetInformationalLimit bounds the informational (1xx) responses the
+// request accepts; without it the defaults of informational.Limit apply.
+// quic-go ignores the hook's verdict, so the bound is quic-go's own
+// (maxInformational responses, each within MaxResponseHeaderBytes)
+// whenever that is lower; the Counter only tells Failure and
+// InformationalError what happened.
+func (a *Attempt) SetInformationalLimit(l informational.Limit) { a.info.SetLimit(l) }
+
+// InformationalError returns a *informational.LimitError when the request
+// failed for its informational responses: over the Limit, or past
+// quic-go's own cap. Otherwise nil.
+func (a *Attempt) InformationalError() error {
+	if err := a.info.Err(); err != nil {
+		return err
+	}
+	if n := a.info.Count(); n >= maxInformational {
+		return &informational.LimitError{Count: n + 1, Limit: informational.Limit{Count: maxInformational}}
+	}
+	return nil
 }
 
 func (a *Attempt) setStream(id uint64) {
@@ -129,17 +164,19 @@ func (a *Attempt) Upload() (done bool, err error) {
 //  1. The context is done: EventCanceled or EventTimeout, whatever err
 //     says.
 //  2. err is itself a cancellation or a timeout: that.
-//  3. No header field of the request was encoded and no response byte
+//  3. The informational responses went over their bound, quic-go's or
+//     the Limit (see InformationalError): EventMalformed.
+//  4. No header field of the request was encoded and no response byte
 //     arrived: EventHandedBack. ClientConn opens no stream after a GOAWAY
 //     ("connection in graceful shutdown"), and a stream it could not open
 //     carried nothing.
-//  4. The server reset our stream with H3_REQUEST_REJECTED:
+//  5. The server reset our stream with H3_REQUEST_REJECTED:
 //     EventRequestRejected (Classify's row).
-//  5. err is another stream error: EventReset.
-//  6. The server sent a GOAWAY: EventH3GoAway with its stream ID as the
+//  6. err is another stream error: EventReset.
+//  7. The server sent a GOAWAY: EventH3GoAway with its stream ID as the
 //     boundary and our stream, when we know it. A stream at or above the
 //     boundary was not processed (RFC 9114 §5.2).
-//  7. Otherwise: Classify's event.
+//  8. Otherwise: Classify's event.
 func (a *Attempt) Failure(ctx context.Context, err error) fsm.Event {
 	if err == nil {
 		return fsm.Event{}
@@ -151,6 +188,9 @@ func (a *Attempt) Failure(ctx context.Context, err error) fsm.Event {
 	ev, src := classify(err)
 	if src == fromContext || src == fromAcquire || ev.Kind == fsm.EventTimeout {
 		return ev
+	}
+	if a.InformationalError() != nil {
+		return fsm.Event{Kind: fsm.EventMalformed}
 	}
 	a.mu.Lock()
 	wrote, responseByte, stream, haveStream := a.wrote, a.responseByte, a.stream, a.haveStream
