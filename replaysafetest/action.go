@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // enumString prints names[v], or Type(v) for a value outside the enum.
@@ -55,6 +57,11 @@ const (
 	// or Delay (zero: Config.HangTimeout) elapses; then it closes with
 	// Close.
 	KindHang
+	// KindEndlessInterim writes Raw (one 1xx response) again and again,
+	// without end: until a write fails (the client went away), the
+	// server is closed, or EndlessMaxResponses copies or
+	// EndlessMaxDuration is reached; then it closes with Close.
+	KindEndlessInterim
 
 	kindCount // number of valid kinds; keep last
 )
@@ -70,6 +77,7 @@ var kindNames = [kindCount]string{
 	KindMalformed:              "malformed",
 	KindRaw:                    "raw",
 	KindHang:                   "hang",
+	KindEndlessInterim:         "endless-interim",
 }
 
 // String returns the kind's name, or Kind(n) for an invalid value.
@@ -219,6 +227,25 @@ func Interim100(mode CloseMode) Action {
 // the connection with mode.
 func EarlyHints(mode CloseMode) Action {
 	return Action{Kind: KindInterim, Raw: []byte(EarlyHintsBytes), Close: mode}
+}
+
+// Bounds of a KindEndlessInterim flood, so that a test always ends.
+const (
+	// EndlessMaxResponses is the most interim responses one flood sends.
+	EndlessMaxResponses = kit.EndlessMaxResponses
+	// EndlessMaxDuration is the longest one flood lasts.
+	EndlessMaxDuration = kit.EndlessMaxDuration
+)
+
+// EndlessInterim writes interim responses with status (100 or 103)
+// without end (see KindEndlessInterim), then closes the connection with
+// mode.
+func EndlessInterim(status int, mode CloseMode) Action {
+	raw := "HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n"
+	if status == http.StatusEarlyHints {
+		raw += "Link: </x>; rel=preload\r\n"
+	}
+	return Action{Kind: KindEndlessInterim, Raw: []byte(raw + "\r\n"), Close: mode}
 }
 
 // Malformed writes MalformedBytes, which is not an HTTP response, and

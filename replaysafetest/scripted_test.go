@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -1178,5 +1179,23 @@ func TestParserResumes(t *testing.T) {
 		if err != nil || !done || p.pos != first || string(p.rec.Body) != "wikipedia" || p.rec.Trailer.Get("T") != "v" {
 			t.Fatalf("cut %d: done %v err %v pos %d body %q", cut, done, err, p.pos, p.rec.Body)
 		}
+	}
+}
+
+func TestEndlessInterim(t *testing.T) {
+	for _, status := range []int{100, 103} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			s := start(t, Config{Conns: []ConnScript{Script(EndlessInterim(status, CloseFIN))}})
+			cl := dial(t, s)
+			cl.send(getA)
+			one := string(EndlessInterim(status, CloseFIN).Raw)
+			const copies = 10000
+			cl.expect(strings.Repeat(one, copies))
+			cl.c.Close() // the client goes away: the flood ends
+			if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
+				t.Fatal(err)
+			}
+			checkRecorded(t, s, rec(0, 0, getA))
+		})
 	}
 }

@@ -796,6 +796,7 @@ var handlers = [kindCount]handler{
 	KindMalformed:              (*conn).writeThenClose,
 	KindRaw:                    (*conn).writeThenClose,
 	KindHang:                   (*conn).hang,
+	KindEndlessInterim:         (*conn).endlessInterim,
 }
 
 // respond answers and keeps the connection open unless the client asked
@@ -863,6 +864,30 @@ func (c *conn) waitSignal(signal <-chan struct{}) {
 
 func (c *conn) writeThenClose(a *Action, _ *Received) bool {
 	c.write(a.Raw)
+	c.closeWith(a.Close)
+	return false
+}
+
+// endlessInterim writes a.Raw again and again, floodBatch copies per
+// write, within the bounds of KindEndlessInterim, then closes.
+func (c *conn) endlessInterim(a *Action, _ *Received) bool {
+	const floodBatch = 64
+	batch := bytes.Repeat(a.Raw, floodBatch)
+	deadline := time.Now().Add(EndlessMaxDuration)
+	sent := 0
+	for sent < EndlessMaxResponses && time.Now().Before(deadline) {
+		select {
+		case <-c.s.done:
+			c.closeWith(CloseRST)
+			return false
+		default:
+		}
+		if c.write(batch) != nil {
+			break
+		}
+		sent += floodBatch
+	}
+	c.logf("wrote %d interim responses", sent)
 	c.closeWith(a.Close)
 	return false
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // enumString prints names[v], or Type(v) for a value outside the enum.
@@ -216,9 +218,9 @@ type Informational struct {
 // Bounds of an Endless1xx flood, so that a test always ends.
 const (
 	// EndlessMaxResponses is the most interim responses one flood sends.
-	EndlessMaxResponses = 1 << 20
+	EndlessMaxResponses = kit.EndlessMaxResponses
 	// EndlessMaxDuration is the longest one flood lasts.
-	EndlessMaxDuration = 10 * time.Second
+	EndlessMaxDuration = kit.EndlessMaxDuration
 )
 
 // Endless1xx sends interim responses with status (100 or 103) forever

@@ -7,6 +7,8 @@ import (
 
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/quic-go/quicvarint"
+
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // enumString prints names[v], or Type(v) for a value outside the enum.
@@ -179,6 +181,13 @@ type Action struct {
 	// Informational lists interim responses sent, in order, as soon as
 	// the request's HEADERS arrive, whatever the kind.
 	Informational []Informational
+	// Endless1xx, when non-zero, is a 1xx status the server sends as
+	// interim responses on the stream, with Header, without end, as soon
+	// as its HEADERS arrive (after Informational), instead of the action:
+	// until a write fails (the client reset the stream or went away), the
+	// server is closed, or EndlessMaxResponses or EndlessMaxDuration is
+	// reached; then the server closes the connection with H3_NO_ERROR.
+	Endless1xx int
 	// Code is the error code of KindReset (RESET_STREAM), KindStopSending
 	// (STOP_SENDING), and of the CONNECTION_CLOSE of KindClose, of
 	// KindGoAway with Close and at the end of KindHang. Zero means
@@ -210,6 +219,18 @@ type Action struct {
 	// the GOAWAY.
 	Delay time.Duration
 }
+
+// Bounds of an Endless1xx flood, so that a test always ends.
+const (
+	// EndlessMaxResponses is the most interim responses one flood sends.
+	EndlessMaxResponses = kit.EndlessMaxResponses
+	// EndlessMaxDuration is the longest one flood lasts.
+	EndlessMaxDuration = kit.EndlessMaxDuration
+)
+
+// Endless1xx sends interim responses with status (100 or 103) forever
+// (see Action.Endless1xx).
+func Endless1xx(status int) Action { return Action{Endless1xx: status} }
 
 // OK answers 200 with body once the request is complete.
 func OK(body string) Action { return Action{Kind: KindRespond, Body: []byte(body)} }

@@ -328,3 +328,30 @@ func TestRawTrailersThenDataIsRejected(t *testing.T) {
 		t.Errorf("record %+v", r)
 	}
 }
+
+// An endless flood of interim responses goes on until the client resets
+// the stream.
+func TestRawEndless1xx(t *testing.T) {
+	s := start(t, one(h3server.Endless1xx(103)))
+	c := dialRaw(t, s)
+	str := c.open()
+	c.write(str, requestHeaders("GET", "/"))
+	if err := str.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r := quicvarint.NewReader(str)
+	const want = 3000
+	for i := range want {
+		typ, p, err := readFrame(r)
+		if err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+		if typ != 0x01 || decode(t, p)[":status"] != "103" {
+			t.Fatalf("frame %d: type %#x %v", i, typ, decode(t, p))
+		}
+	}
+	str.CancelRead(quic.StreamErrorCode(0x10c)) // H3_REQUEST_CANCELLED: the flood ends
+	if rs, err := s.WaitRequests(ctxT(t), 1); err != nil || len(rs) != 1 || rs[0].Method != "GET" {
+		t.Errorf("requests %+v", rs)
+	}
+}

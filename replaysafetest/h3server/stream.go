@@ -94,6 +94,10 @@ func (st *stream) run(a Action) {
 			return
 		}
 	}
+	if a.Endless1xx != 0 {
+		st.flood(a)
+		return
+	}
 	if a.At == OnHeaders && !st.act(a) {
 		return
 	}
@@ -112,6 +116,25 @@ func (st *stream) run(a Action) {
 	case st.respondAtEnd:
 		st.respond(a)
 	}
+}
+
+// flood sends interim responses with status a.Endless1xx within the
+// bounds of Action.Endless1xx.
+func (st *stream) flood(a Action) {
+	frame := appendFrame(nil, frameHeaders, encodeResponse(a.Endless1xx, a.Header, -1))
+	deadline := time.Now().Add(EndlessMaxDuration)
+	n := 0
+	for ; n < EndlessMaxResponses && time.Now().Before(deadline); n++ {
+		if st.isStopped() {
+			break
+		}
+		if err := st.write(frame); err != nil {
+			st.logf("interim flood ends after %d: %v", n, err)
+			return
+		}
+	}
+	st.logf("sent %d interim %d responses", n, a.Endless1xx)
+	st.c.close(http3.ErrCodeNoError, "h3server: interim flood over")
 }
 
 // act runs the stream's action and reports whether the server goes on

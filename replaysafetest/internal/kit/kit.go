@@ -1,0 +1,13 @@
+// Package kit holds the harness the scripted servers of replaysafetest
+// share: bounds, record notification and waiting, TLS set-up.
+package kit
+
+import "time"
+
+// Bounds of an endless interim (1xx) flood, so that a test always ends.
+const (
+	// EndlessMaxResponses is the most interim responses one flood sends.
+	EndlessMaxResponses = 1 << 20
+	// EndlessMaxDuration is the longest one flood lasts.
+	EndlessMaxDuration = 10 * time.Second
+)
