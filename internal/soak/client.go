@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the peer runs are x/net/http2's own Transport, which the soak compares replaysafe with; net/http's bundled copy would hide which client dialed.
+
 package soak
 
 import (
@@ -34,7 +36,10 @@ type client struct {
 	name      string
 	rt        http.RoundTripper
 	dialCount *atomic.Int64 // nil: no dial hook
-	checker   *tracecheck.Checker
+	// checker checks every attempt (replaysafe only); drop lets the
+	// soak release it, and the requests it remembers, before measuring
+	// the heap at the end.
+	checker   atomic.Pointer[tracecheck.Checker]
 	attempts  atomic.Int64
 	idle      func() int
 	closeIdle func()
@@ -48,12 +53,18 @@ func (c *client) dials() int {
 	return int(c.dialCount.Load())
 }
 
-func (c *client) traces() (int, error, int) {
-	if c.checker == nil {
-		return 0, nil, int(c.attempts.Load())
+// traces returns the traces checked, the attempts observed and
+// tracecheck's verdict.
+func (c *client) traces() (checked, attempts int, err error) {
+	ch := c.checker.Load()
+	if ch == nil {
+		return 0, int(c.attempts.Load()), nil
 	}
-	return c.checker.Checked(), c.checker.Err(), int(c.attempts.Load())
+	return ch.Checked(), int(c.attempts.Load()), ch.Err()
 }
+
+// dropChecker releases the checker; later attempts go unchecked.
+func (c *client) dropChecker() { c.checker.Store(nil) }
 
 func countingDialer(n *atomic.Int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{KeepAlive: 30 * time.Second}
@@ -71,13 +82,16 @@ func newClient(cfg Config, srv *server) (*client, error) {
 	if cfg.Peer {
 		return newPeer(cfg, tlsConf)
 	}
-	c := &client{name: "replaysafe", dialCount: new(atomic.Int64), checker: &tracecheck.Checker{}}
+	c := &client{name: "replaysafe", dialCount: new(atomic.Int64)}
+	c.checker.Store(&tracecheck.Checker{})
 	o := replaysafe.Options{
 		DialContext:     countingDialer(c.dialCount),
 		TLSClientConfig: tlsConf,
 		Observer: replaysafe.Observer{OnAttempt: func(r replaysafe.AttemptReport) {
 			c.attempts.Add(1)
-			c.checker.Observe(r)
+			if ch := c.checker.Load(); ch != nil {
+				ch.Observe(r)
+			}
 		}},
 	}
 	switch cfg.Proto {

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the h2 and h2c origin serves each connection with x/net/http2's ServeConn, so that the soak holds every TCP connection it injects faults into.
+
 package soak
 
 import (
@@ -244,18 +246,16 @@ func (c *trackedConn) Close() error {
 }
 
 func (l trackedListener) Accept() (net.Conn, error) {
-	for {
-		c, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		sc := &sconn{raw: c}
-		if !l.s.addConn(sc) {
-			c.Close()
-			return nil, net.ErrClosed
-		}
-		return &trackedConn{Conn: c, sc: sc, s: l.s}, nil
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
 	}
+	sc := &sconn{raw: c}
+	if !l.s.addConn(sc) {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	return &trackedConn{Conn: c, sc: sc, s: l.s}, nil
 }
 
 func (s *server) startH1() error {
