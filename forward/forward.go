@@ -186,10 +186,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.addForwarding(out, r)
 	CleanRequestHeader(out.Header, d)
-	if out.Body == http.NoBody || out.ContentLength == 0 && out.Body != nil && r.ProtoMajor == 1 {
-		// net/http's server hands a bodyless request http.NoBody; an
-		// HTTP/1 Content-Length: 0 has none either.
-		out.Body, out.ContentLength = http.NoBody, 0
+	if out.ContentLength == 0 && len(r.Trailer) == 0 {
+		// A bodyless request (HTTP/1 Content-Length: 0 or none, HTTP/2
+		// and HTTP/3 END_STREAM on the header section) goes out as one,
+		// so that the Transport knows it has no body to lose.
+		if out.Body != nil && out.Body != http.NoBody {
+			out.Body.Close()
+		}
+		out.Body = http.NoBody
 	}
 
 	var n int

@@ -1,0 +1,246 @@
+package forward_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/forward"
+	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+)
+
+// upstream is a receipt-counting scripted server behind the forwarder.
+type upstream struct {
+	url    string
+	copies func(path string) [][]byte // bodies of the requests for path, in arrival order
+	close  func()
+}
+
+func h1Upstream(t *testing.T, actions ...replaysafetest.Action) upstream {
+	t.Helper()
+	s, err := replaysafetest.Start(replaysafetest.Config{Conns: []replaysafetest.ConnScript{replaysafetest.Script(actions...)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return upstream{url: s.URL(), close: func() { s.Close() }, copies: func(path string) [][]byte {
+		var out [][]byte
+		for _, r := range s.Requests() {
+			if r.Target == path {
+				out = append(out, r.Body)
+			}
+		}
+		return out
+	}}
+}
+
+func h2Upstream(t *testing.T, streams ...h2server.Action) upstream {
+	t.Helper()
+	s, err := h2server.New(h2server.Config{
+		Conns:   []h2server.ConnScript{{Streams: streams}},
+		Default: h2server.Every(h2server.OK("ok")),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return upstream{url: s.URL(), close: func() { s.Close() }, copies: func(path string) [][]byte {
+		var out [][]byte
+		for _, r := range s.Requests() {
+			if r.Path == path {
+				out = append(out, r.Body)
+			}
+		}
+		return out
+	}}
+}
+
+// ingress starts the forwarding handler behind an HTTP/1.1 or an h2c
+// (prior knowledge) listener and returns its URL and a client for it.
+func ingress(t *testing.T, h http.Handler, proto string) (string, *http.Client) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	tr := &http.Transport{}
+	if proto == "h2" {
+		srv.Config.Protocols = new(http.Protocols)
+		srv.Config.Protocols.SetHTTP1(true)
+		srv.Config.Protocols.SetUnencryptedHTTP2(true)
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	t.Cleanup(tr.CloseIdleConnections)
+	return srv.URL, &http.Client{Transport: tr, Timeout: 20 * time.Second}
+}
+
+// fault is one scenario: a warm-up request that pools the upstream
+// connection, then the request the fault crosses.
+type fault struct {
+	name    string
+	egress  forward.Egress
+	method  string
+	body    string
+	start   func(t *testing.T) upstream
+	copies  int // copies of the faulted request the upstream must receive through replaysafe
+	status  int // status the client must get through replaysafe
+	ruleHdr bool
+}
+
+var faults = []fault{
+	{"close crossing idempotent GET", forward.EgressHTTP1, "GET", "", func(t *testing.T) upstream {
+		return h1Upstream(t, replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN))
+	}, 2, 200, false},
+	{"close crossing POST", forward.EgressHTTP1, "POST", "hello", func(t *testing.T) upstream {
+		return h1Upstream(t, replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN))
+	}, 1, 502, true},
+	{"close crossing PUT", forward.EgressHTTP1, "PUT", "hello", func(t *testing.T) upstream {
+		return h1Upstream(t, replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN))
+	}, 1, 502, true},
+	{"1xx then close, GET", forward.EgressHTTP1, "GET", "", func(t *testing.T) upstream {
+		return h1Upstream(t, replaysafetest.OK(), replaysafetest.Interim100(replaysafetest.CloseFIN))
+	}, 1, 502, true},
+	{"h2 GOAWAY below the stream, GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
+		return h2Upstream(t, h2server.OK("first"), h2server.GoAwayBelow())
+	}, 2, 200, false},
+	{"h2 REFUSED_STREAM, GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
+		return h2Upstream(t, h2server.OK("first"), h2server.Refuse())
+	}, 2, 200, false},
+	{"h2 REFUSED_STREAM, POST", forward.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
+		return h2Upstream(t, h2server.OK("first"), h2server.Refuse())
+	}, 1, 502, true}, // the stack read the one-shot body (RS11): the forwarder kept none to resend
+	{"h2 GOAWAY below the stream, POST", forward.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
+		return h2Upstream(t, h2server.OK("first"), h2server.GoAwayBelow())
+	}, 1, 502, true}, // as above (RS11)
+	{"h2 close crossing idempotent GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
+		return h2Upstream(t, h2server.OK("first"), h2server.CloseConn())
+	}, 2, 200, false},
+	{"h2 close crossing POST", forward.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
+		return h2Upstream(t, h2server.OK("first"), h2server.CloseConnAfterBody())
+	}, 1, 502, true},
+}
+
+// outcome is what one forwarder did with one fault.
+type outcome struct {
+	copies int
+	status int
+	rule   string
+}
+
+func (o outcome) String() string {
+	s := fmt.Sprintf("%d cop%s, %d", o.copies, map[bool]string{true: "y", false: "ies"}[o.copies == 1], o.status)
+	if o.rule != "" {
+		s += " " + o.rule
+	}
+	return s
+}
+
+// run sends the warm-up and the faulted request through h and counts what
+// the upstream received.
+func run(t *testing.T, f fault, up upstream, h http.Handler, ingressProto string) outcome {
+	t.Helper()
+	base, client := ingress(t, h, ingressProto)
+	resp, err := client.Get(base + "/warm")
+	if err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("warm-up status %d", resp.StatusCode)
+	}
+	var body io.Reader
+	if f.body != "" {
+		body = strings.NewReader(f.body)
+	}
+	req, _ := http.NewRequest(f.method, base+"/x", body)
+	resp, err = client.Do(req)
+	if err != nil {
+		t.Fatalf("faulted request: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	copies := up.copies("/x")
+	for i, c := range copies {
+		if !bytes.Equal(c, []byte(f.body)) {
+			t.Errorf("copy %d has body %q, want %q", i, c, f.body)
+		}
+	}
+	return outcome{copies: len(copies), status: resp.StatusCode, rule: resp.Header.Get(forward.RuleHeader)}
+}
+
+// netHTTPTransport is net/http's Transport speaking egress e, for
+// httputil.ReverseProxy.
+func netHTTPTransport(e forward.Egress) *http.Transport {
+	tr := &http.Transport{}
+	if e == forward.EgressHTTP2 {
+		tr.Protocols = new(http.Protocols)
+		tr.Protocols.SetUnencryptedHTTP2(true)
+	}
+	return tr
+}
+
+var (
+	comparisonMu sync.Mutex
+	comparison   []string
+)
+
+// TestFaultsReceiptCounted runs every fault over HTTP/1.1 and h2c ingress
+// through the forwarder, counting the copies the upstream received, and
+// beside it httputil.ReverseProxy over net/http's Transport on the same
+// fault; it prints the comparison table (docs/forwarding.md).
+func TestFaultsReceiptCounted(t *testing.T) {
+	for _, f := range faults {
+		for _, in := range []string{"h1", "h2"} {
+			pair := fmt.Sprintf("%s→%s", in, map[forward.Egress]string{forward.EgressHTTP1: "h1", forward.EgressHTTP2: "h2"}[f.egress])
+			t.Run(pair+" "+f.name, func(t *testing.T) {
+				up := f.start(t)
+				defer up.close()
+				u, _ := url.Parse(up.url)
+				fw := forward.New(forward.Options{Upstream: u, Egress: f.egress,
+					TransportOptions: replaysafe.Options{AcquireTimeout: 5 * time.Second}})
+				defer fw.Transport().CloseIdleConnections()
+				got := run(t, f, up, fw, in)
+				if got.copies != f.copies || got.status != f.status {
+					t.Errorf("replaysafe forward: %v, want %d copies and %d", got, f.copies, f.status)
+				}
+				if f.ruleHdr != (got.rule != "") {
+					t.Errorf("%s header %q, want one: %v", forward.RuleHeader, got.rule, f.ruleHdr)
+				}
+
+				up2 := f.start(t)
+				defer up2.close()
+				u2, _ := url.Parse(up2.url)
+				rp := httputil.NewSingleHostReverseProxy(u2)
+				tr := netHTTPTransport(f.egress)
+				defer tr.CloseIdleConnections()
+				rp.Transport = tr
+				rp.ErrorLog = nil
+				rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) { w.WriteHeader(http.StatusBadGateway) }
+				ref := run(t, f, up2, rp, in)
+				if ref.copies < 1 {
+					t.Errorf("httputil.ReverseProxy: the upstream received no copy")
+				}
+				comparisonMu.Lock()
+				comparison = append(comparison, fmt.Sprintf("| %s | %s | %s | %s |", pair, f.name, got, ref))
+				comparisonMu.Unlock()
+			})
+		}
+	}
+	if os.Getenv("FORWARD_TABLE") != "" || testing.Verbose() {
+		fmt.Println("| ingress→egress | fault | replaysafe forward | httputil.ReverseProxy + net/http |")
+		fmt.Println("|---|---|---|---|")
+		for _, row := range comparison {
+			fmt.Println(row)
+		}
+	}
+}
