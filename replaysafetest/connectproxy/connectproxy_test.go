@@ -459,3 +459,47 @@ func TestPointString(t *testing.T) {
 		t.Errorf("names = %s", got)
 	}
 }
+
+// Pipelined bytes arrive right after the 200, before the client sent
+// anything through the tunnel; the tunnel then works.
+func TestPipelinedAfter200(t *testing.T) {
+	e := startEcho(t)
+	s := start(t, Config{Conns: []Script{Pipelined(nil)}})
+	c := dialProxy(t, s)
+	resp, br := connect(t, c, e.addr(), "")
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %q", resp.Status)
+	}
+	got := make([]byte, len(PipelinedResponseBytes))
+	if _, err := io.ReadFull(br, got); err != nil || string(got) != PipelinedResponseBytes {
+		t.Fatalf("pipelined bytes %q, %v", got, err)
+	}
+	roundTrip(t, c, br, "after")
+	if s.Tunnels() != 1 || len(s.Requests()) != 1 {
+		t.Errorf("tunnels %d, requests %d", s.Tunnels(), len(s.Requests()))
+	}
+}
+
+// A 407 carries a challenge of the size asked for, scripted or from
+// RequireAuth.
+func TestHugeChallenge(t *testing.T) {
+	const size = 60 << 10
+	creds := &Credentials{Username: "u", Password: "p"}
+	for name, cfg := range map[string]Config{
+		"script":       {Conns: []Script{HugeChallenge(size)}},
+		"require-auth": {RequireAuth: creds, ChallengeSize: size},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := startEcho(t)
+			s := start(t, cfg)
+			resp, _ := connect(t, dialProxy(t, s), e.addr(), "")
+			v := resp.Header.Get("Proxy-Authenticate")
+			if resp.StatusCode != http.StatusProxyAuthRequired || len(v) != size || !strings.HasPrefix(v, `Basic realm="x`) {
+				t.Errorf("status %d, challenge of %d bytes %.20q", resp.StatusCode, len(v), v)
+			}
+			if s.Tunnels() != 0 || len(s.Requests()) != 1 || s.Requests()[0].Status != 407 {
+				t.Errorf("tunnels %d, requests %+v", s.Tunnels(), s.Requests())
+			}
+		})
+	}
+}

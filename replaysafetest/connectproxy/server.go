@@ -41,6 +41,7 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/replaysafe/replaysafe/internal/selfsigned"
@@ -105,6 +106,35 @@ type Script struct {
 	Raw []byte
 }
 
+// PipelinedResponseBytes is what Pipelined writes after its 200: a
+// complete HTTP/1.1 response that arrives before the client has sent any
+// request through the tunnel.
+const PipelinedResponseBytes = "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\npipelined"
+
+// Pipelined answers 200 and writes extra (PipelinedResponseBytes when
+// nil) in the same write, before reading anything from the client, then
+// tunnels: bytes a hostile proxy pipelines after its CONNECT 200.
+func Pipelined(extra []byte) Script {
+	if extra == nil {
+		extra = []byte(PipelinedResponseBytes)
+	}
+	return Script{Extra: extra}
+}
+
+// HugeChallenge answers 407 with a Basic Proxy-Authenticate challenge
+// whose field value is size bytes long (at least the bytes of
+// `Basic realm=""`), and closes the connection.
+func HugeChallenge(size int) Script {
+	return Script{Status: http.StatusProxyAuthRequired, Header: http.Header{"Proxy-Authenticate": {challengeOf(size)}}}
+}
+
+// challengeOf returns a Basic challenge of size bytes, realm padded with
+// 'x'.
+func challengeOf(size int) string {
+	const frame = `Basic realm=""`
+	return `Basic realm="` + strings.Repeat("x", max(0, size-len(frame))) + `"`
+}
+
 // Upstream is a proxy the CONNECT proxy forwards to instead of dialing
 // targets itself. The upstream's response reaches the client as it is,
 // so a Script's Status (when 2xx), Reason, Header, Extra and
@@ -132,6 +162,10 @@ type Config struct {
 	// RequireAuth, if set, makes the proxy answer 407 with a Basic
 	// challenge unless the request carries these credentials.
 	RequireAuth *Credentials
+	// ChallengeSize, when positive, pads the realm of the RequireAuth
+	// challenge so that the Proxy-Authenticate value is this many bytes
+	// (60 << 10 for a hostile 60 KB challenge).
+	ChallengeSize int
 	// Upstream, if set, makes the proxy forward each CONNECT to an
 	// upstream proxy and relay its answer, instead of dialing the target.
 	Upstream *Upstream
@@ -369,6 +403,14 @@ func (s *Server) handle(raw net.Conn, index int) {
 		status, challenge = http.StatusProxyAuthRequired, true
 	}
 	if status < 200 || status > 299 {
+		if challenge && s.cfg.ChallengeSize > 0 {
+			sc.Header = sc.Header.Clone()
+			if sc.Header == nil {
+				sc.Header = http.Header{}
+			}
+			sc.Header.Set("Proxy-Authenticate", challengeOf(s.cfg.ChallengeSize))
+			challenge = false
+		}
 		s.respond(conn, i, sc, status, challenge)
 		return
 	}
