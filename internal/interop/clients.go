@@ -1,0 +1,137 @@
+package interop
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/internal/tracecheck"
+)
+
+// The clients of the rows.
+const (
+	// Replaysafe is this module's Transport, its every attempt checked by
+	// package tracecheck.
+	Replaysafe = "replaysafe"
+	// NetHTTP is net/http's Transport (HTTP/1.1, or HTTP/2 with
+	// ForceAttemptHTTP2 over TLS).
+	NetHTTP = "net/http"
+	// XNetHTTP2 is golang.org/x/net/http2's Transport.
+	XNetHTTP2 = "x/net/http2"
+	// QuicGo is quic-go's http3.Transport.
+	QuicGo = "quic-go/http3"
+)
+
+// Wire is how a row's client speaks to the server.
+type Wire uint8
+
+// Wires.
+const (
+	// WireH1 is HTTP/1.1 (cleartext or TLS, as the URL says).
+	WireH1 Wire = iota
+	// WireH2 is HTTP/2 over TLS.
+	WireH2
+	// WireH3 is HTTP/3 only (replaysafe ProtocolHTTP3).
+	WireH3
+	// WirePreferH3 is replaysafe ProtocolPreferHTTP3.
+	WirePreferH3
+	// WireDiscoverH3 is replaysafe ProtocolDiscoverHTTP3.
+	WireDiscoverH3
+)
+
+// client is one client instance of one run: a RoundTripper, the
+// connections it opened (-1 when it cannot tell) and its cleanup.
+type client struct {
+	rt           http.RoundTripper
+	dials        *atomic.Int64
+	unknownConns bool
+	close        func()
+}
+
+// clientOptions are what a row may change in the clients it builds.
+type clientOptions struct {
+	// quic configures HTTP/3 connections (replaysafe and quic-go); nil
+	// means the client's default.
+	quic *quic.Config
+}
+
+// newClient builds a fresh client named name for wire w.
+func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Checker, o clientOptions) (*client, error) {
+	dials := new(atomic.Int64)
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		return dialer.DialContext(ctx, network, addr)
+	}
+	switch name {
+	case Replaysafe:
+		opts := replaysafe.Options{
+			DialContext:     dial,
+			TLSClientConfig: tlsConf.Clone(),
+			QUICConfig:      o.quic,
+			Observer:        replaysafe.Observer{OnAttempt: checker.Observe},
+		}
+		switch w {
+		case WireH2:
+			opts.Protocol = replaysafe.ProtocolHTTP2
+		case WireH3:
+			opts.Protocol = replaysafe.ProtocolHTTP3
+		case WirePreferH3:
+			opts.Protocol = replaysafe.ProtocolPreferHTTP3
+		case WireDiscoverH3:
+			opts.Protocol = replaysafe.ProtocolDiscoverHTTP3
+		}
+		t := replaysafe.New(opts)
+		// QUIC connections are not dialed through DialContext.
+		return &client{rt: t, dials: dials, unknownConns: w >= WireH3, close: t.CloseIdleConnections}, nil
+	case NetHTTP:
+		if w >= WireH3 {
+			return nil, fmt.Errorf("interop: %s speaks no HTTP/3", name)
+		}
+		t := &http.Transport{DialContext: dial, TLSClientConfig: tlsConf.Clone(), ForceAttemptHTTP2: w == WireH2}
+		return &client{rt: t, dials: dials, close: t.CloseIdleConnections}, nil
+	case XNetHTTP2:
+		if w != WireH2 {
+			return nil, fmt.Errorf("interop: %s speaks HTTP/2 only", name)
+		}
+		t := &http2.Transport{
+			TLSClientConfig: tlsConf.Clone(),
+			DialTLSContext: func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
+				c, err := dial(ctx, network, addr)
+				if err != nil {
+					return nil, err
+				}
+				tc := tls.Client(c, cfg)
+				if err := tc.HandshakeContext(ctx); err != nil {
+					c.Close()
+					return nil, err
+				}
+				return tc, nil
+			},
+		}
+		return &client{rt: t, dials: dials, close: t.CloseIdleConnections}, nil
+	case QuicGo:
+		if w != WireH3 {
+			return nil, fmt.Errorf("interop: %s speaks HTTP/3 only", name)
+		}
+		t := &http3.Transport{
+			TLSClientConfig: tlsConf.Clone(),
+			QUICConfig:      o.quic,
+			Dial: func(ctx context.Context, addr string, tlsCfg *tls.Config, cfg *quic.Config) (*quic.Conn, error) {
+				dials.Add(1)
+				return quic.DialAddrEarly(ctx, addr, tlsCfg, cfg)
+			},
+		}
+		return &client{rt: t, dials: dials, close: func() { _ = t.Close() }}, nil
+	}
+	return nil, fmt.Errorf("interop: unknown client %q", name)
+}

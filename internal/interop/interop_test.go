@@ -1,0 +1,43 @@
+package interop
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Each server's rows in the quick mode: the safety bounds (no request
+// received more than twice, no POST twice), replaysafe's deliveries where
+// it must deliver, and every replaysafe attempt trace clean under
+// tracecheck. Required in CI; skipped with one line where the server is
+// missing.
+func TestRealServers(t *testing.T) {
+	for _, server := range Servers {
+		t.Run(server, func(t *testing.T) {
+			if _, err := Binary(server); err != nil {
+				if os.Getenv("CI") == "true" {
+					t.Fatalf("%v (CI=true requires it: .ci/setup installs it)", err)
+				}
+				t.Skipf("%s is not installed; install it (.ci/setup) to run its real-server rows", server)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			var out strings.Builder
+			sum, err := Run(ctx, &out, Config{Quick: true, Servers: []string{server}, Dir: t.TempDir()})
+			t.Log("\n" + out.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(sum.Results) == 0 || sum.Traces == 0 {
+				t.Fatalf("%d results, %d traces checked", len(sum.Results), sum.Traces)
+			}
+			for _, r := range sum.Results {
+				if r.Copies == 0 {
+					t.Errorf("%s %s: the server received nothing", r.Row, r.Client)
+				}
+			}
+		})
+	}
+}

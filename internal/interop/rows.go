@@ -1,0 +1,264 @@
+package interop
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// target is a started server as a row sees it.
+type target struct {
+	// url is where the row's requests go.
+	url string
+	// counter counts the copies the server received.
+	counter Counter
+	// counted says where: "access log" or "origin".
+	counted string
+	// caddy is set for the caddy rows (the restart row restarts it).
+	caddy *Caddy
+	stop  func()
+}
+
+// request is one request a run made and what came of it.
+type request struct {
+	id, method string
+	status     int
+	protoMajor int
+	err        error
+}
+
+// run is what one run of a row did.
+type run struct {
+	requests []request
+	wall     time.Duration
+}
+
+// Row is one real-server case: a server configuration, how each run
+// drives a fresh client, and the clients it is run with.
+type Row struct {
+	// ID names the row ("nginx-h1-idle-1s/PUT").
+	ID string
+	// Server is "nginx", "haproxy" or "caddy": the binary the row needs.
+	Server string
+	// Title says what happens, in words.
+	Title string
+	// Wire is how the clients speak.
+	Wire Wire
+	// Clients are the clients the row runs, replaysafe first.
+	Clients []string
+	// Parallel is how many runs go at once (1: one after another).
+	Parallel int
+	// MustDeliver says replaysafe is expected to deliver every request
+	// of every run; the safety bounds hold for every row and client
+	// anyway.
+	MustDeliver bool
+	// Note is shown under the table.
+	Note   string
+	start  func(dir string, certs *Certs) (*target, error)
+	run    func(ctx context.Context, e *runEnv) run
+	client clientOptions
+	// quickSkip is a client left out in the quick mode.
+	quickSkip string
+}
+
+// runEnv is what one run gets.
+type runEnv struct {
+	t      *target
+	c      *client
+	n, of  int
+	prefix string
+}
+
+// id returns the id of the run's k-th request.
+func (e *runEnv) id(k int) string { return fmt.Sprintf("%s.%d.%d", e.prefix, e.n, k) }
+
+// do sends one request with the run's k-th id and reads the response.
+func (e *runEnv) do(ctx context.Context, method string, k int) request {
+	r := request{id: e.id(k), method: method}
+	var body io.Reader
+	if method == http.MethodPut || method == http.MethodPost {
+		body = bytes.NewReader(bytes.Repeat([]byte("x"), 256))
+	}
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, e.t.url+"/"+r.id, body)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	req.Header.Set(IDHeader, r.id)
+	resp, err := e.c.rt.RoundTrip(req)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	r.status, r.protoMajor, r.err = resp.StatusCode, resp.ProtoMajor, err
+	return r
+}
+
+// crossing is a run that warms a connection with a GET, waits idle for
+// the server's keep-alive timeout plus an offset swept across the runs
+// (from -spread to +spread), and sends method on it: the request meets
+// the server's close.
+func crossing(method string, timeout, spread time.Duration) func(ctx context.Context, e *runEnv) run {
+	return func(ctx context.Context, e *runEnv) run {
+		warm := e.do(ctx, http.MethodGet, 0)
+		offset := -spread
+		if e.of > 1 {
+			offset += time.Duration(int64(2*spread) * int64(e.n) / int64(e.of-1))
+		}
+		if waitCtx(ctx, timeout+offset) != nil {
+			return run{requests: []request{warm}}
+		}
+		start := time.Now()
+		r := e.do(ctx, method, 1)
+		return run{requests: []request{warm, r}, wall: time.Since(start)}
+	}
+}
+
+// sequence is a run of n requests one after another, cycling GET, PUT
+// and POST, on one client.
+func sequence(n int) func(ctx context.Context, e *runEnv) run {
+	methods := []string{http.MethodGet, http.MethodPut, http.MethodPost}
+	return func(ctx context.Context, e *runEnv) run {
+		var out run
+		start := time.Now()
+		for k := 0; k < n; k++ {
+			out.requests = append(out.requests, e.do(ctx, methods[k%len(methods)], k))
+		}
+		out.wall = time.Since(start)
+		return out
+	}
+}
+
+// burst is a run of n requests at once on a fresh client, GET and POST
+// alternating.
+func burst(n int) func(ctx context.Context, e *runEnv) run {
+	return func(ctx context.Context, e *runEnv) run {
+		out := run{requests: make([]request, n)}
+		start := time.Now()
+		var wg sync.WaitGroup
+		for k := 0; k < n; k++ {
+			wg.Add(1)
+			go func(k int) {
+				defer wg.Done()
+				m := http.MethodGet
+				if k%2 == 1 {
+					m = http.MethodPost
+				}
+				out.requests[k] = e.do(ctx, m, k)
+			}(k)
+		}
+		wg.Wait()
+		out.wall = time.Since(start)
+		return out
+	}
+}
+
+// restart is a run that sends a GET, restarts caddy (a graceful stop,
+// or a kill that closes nothing), and sends method again on the same
+// client.
+func restart(method string, kill bool) func(ctx context.Context, e *runEnv) run {
+	return func(ctx context.Context, e *runEnv) run {
+		first := e.do(ctx, http.MethodGet, 0)
+		if kill {
+			e.t.caddy.Kill()
+		} else {
+			e.t.caddy.Stop()
+		}
+		if err := e.t.caddy.Start(); err != nil {
+			return run{requests: []request{first, {id: e.id(1), method: method, err: err}}}
+		}
+		start := time.Now()
+		r := e.do(ctx, method, 1)
+		return run{requests: []request{first, r}, wall: time.Since(start)}
+	}
+}
+
+// Result is one row's outcome for one client.
+type Result struct {
+	// Row and Client name it.
+	Row, Client string
+	// Runs is the number of runs.
+	Runs int
+	// Requests counts the requests made, Delivered those that got a 200
+	// and their whole body, Errors the others.
+	Requests, Delivered, Errors int
+	// Copies is the sum of the copies the server received; MaxCopies the
+	// most one request got; Lost the requests it never received.
+	Copies, MaxCopies, Lost int
+	// DuplicatePOST counts POST requests received more than once.
+	DuplicatePOST int
+	// Conns is the number of connections the clients dialed, -1 when
+	// unknown.
+	Conns int
+	// H3 counts responses that came over HTTP/3.
+	H3 int
+	// Wall is the mean duration of the timed part of a run.
+	Wall time.Duration
+	// FirstErr is the first error seen, if any.
+	FirstErr string
+}
+
+// Unsafe returns what breaks the safety bounds: a request received more
+// than twice, or a POST received twice.
+func (r Result) Unsafe() string {
+	var p []string
+	if r.MaxCopies > 2 {
+		p = append(p, fmt.Sprintf("a request was received %d times", r.MaxCopies))
+	}
+	if r.DuplicatePOST > 0 {
+		p = append(p, fmt.Sprintf("%d POST requests were received twice", r.DuplicatePOST))
+	}
+	return strings.Join(p, "; ")
+}
+
+// result tallies a row's runs for one client against the server's
+// counts.
+func result(row, clientName string, runs []run, counts map[string]int, dials int64) Result {
+	res := Result{Row: row, Client: clientName, Runs: len(runs), Conns: int(dials)}
+	var wall time.Duration
+	for _, r := range runs {
+		wall += r.wall
+		for _, q := range r.requests {
+			res.Requests++
+			if q.err == nil && q.status == http.StatusOK {
+				res.Delivered++
+			} else {
+				res.Errors++
+				if res.FirstErr == "" {
+					if q.err != nil {
+						res.FirstErr = q.err.Error()
+					} else {
+						res.FirstErr = fmt.Sprintf("status %d", q.status)
+					}
+				}
+			}
+			if q.protoMajor == 3 {
+				res.H3++
+			}
+			n := counts[q.id]
+			res.Copies += n
+			if n > res.MaxCopies {
+				res.MaxCopies = n
+			}
+			if n == 0 {
+				res.Lost++
+			}
+			if n > 1 && q.method == http.MethodPost {
+				res.DuplicatePOST++
+			}
+		}
+	}
+	if len(runs) > 0 {
+		res.Wall = wall / time.Duration(len(runs))
+	}
+	return res
+}
