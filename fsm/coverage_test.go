@@ -83,6 +83,10 @@ func TestCoverageRules(t *testing.T) {
 		{"acquire failed", covGET, []fsm.Event{covEv(fsm.EventAcquireFailed, 5)}, covFail(fsm.RuleAcquireFailed)},
 		{"canceled", covGET, covAfter(covWritten, covEv(fsm.EventCanceled, 3)), covFail(fsm.RuleCanceled)},
 		{"timeout", covGET, covAfter(covWritten, fsm.Event{Kind: fsm.EventTimeout, Phase: fsm.PhaseHeader, At: 3}), covFail(fsm.RuleTimeout)},
+		{"local failure", covGET, covAfter(covWritten, covEv(fsm.EventLocalFailure, 3)), covFail(fsm.RuleLocalFailure)},
+		{"local failure before a connection", covGET.Resend(), []fsm.Event{covEv(fsm.EventLocalFailure, 0)}, covFail(fsm.RuleLocalFailure)},
+		{"delivered then local failure", covGET, covAfter(covWritten, covEv(fsm.EventFinalHeaders, 3), covEv(fsm.EventLocalFailure, 4)),
+			fsm.Decision{Action: fsm.ActionDeliver, Rule: fsm.RuleDeliverFinalResponse, Conn: fsm.ConnDiscard}},
 		{"response started", covGET, covAfter(covWritten, covEv(fsm.EventFirstResponseByte, 3), covEv(fsm.EventClosed, 4)), covFail(fsm.RuleResponseStarted)},
 		{"informational", covGET, covAfter(covWritten, covEv(fsm.EventInformational, 3), covEv(fsm.EventClosed, 4)), covFail(fsm.RuleResponseStarted)},
 		{"malformed", covGET, covAfter(covWritten, covEv(fsm.EventMalformed, 3)), covFail(fsm.RuleResponseStarted)},
@@ -142,6 +146,7 @@ func TestCoveragePrecedence(t *testing.T) {
 	}{
 		{"canceled over a started response", everything, covAfter(started, covEv(fsm.EventCanceled, 2)), fsm.RuleCanceled},
 		{"timeout over a started response", everything, covAfter(started, fsm.Event{Kind: fsm.EventTimeout, At: 2}), fsm.RuleTimeout},
+		{"local failure over a started response", everything, covAfter(started, covEv(fsm.EventLocalFailure, 2)), fsm.RuleLocalFailure},
 		{"started over a second attempt", everything, covAfter(started, covEv(fsm.EventRefusedStream, 2)), fsm.RuleResponseStarted},
 		{"second attempt over resend off", everything, covAfter(h2, covEv(fsm.EventRefusedStream, 2)), fsm.RuleNoSecondResend},
 		{"resend off over a retry policy", noAttempt, covAfter(h2, covEv(fsm.EventRefusedStream, 2)), fsm.RuleResendOff},

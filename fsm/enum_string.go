@@ -30,11 +30,12 @@ func _() {
 	_ = x[EventRequestRejected-19]
 	_ = x[EventH3GoAway-20]
 	_ = x[EventAcquireFailed-21]
+	_ = x[EventLocalFailure-22]
 }
 
-const _EventKind_name = "invalidconn-acquiredhanded-backfirst-byte-writtenbody-readrequest-writtenfirst-response-byteinformationalfinal-headersresponse-completetickclosedresettls-failuremalformedtimeoutcanceledrefused-streamh2-goawayrequest-rejectedh3-goawayacquire-failed"
+const _EventKind_name = "invalidconn-acquiredhanded-backfirst-byte-writtenbody-readrequest-writtenfirst-response-byteinformationalfinal-headersresponse-completetickclosedresettls-failuremalformedtimeoutcanceledrefused-streamh2-goawayrequest-rejectedh3-goawayacquire-failedlocal-failure"
 
-var _EventKind_index = [...]uint8{0, 7, 20, 31, 49, 58, 73, 92, 105, 118, 135, 139, 145, 150, 161, 170, 177, 185, 199, 208, 224, 233, 247}
+var _EventKind_index = [...]uint16{0, 7, 20, 31, 49, 58, 73, 92, 105, 118, 135, 139, 145, 150, 161, 170, 177, 185, 199, 208, 224, 233, 247, 260}
 
 func (i EventKind) String() string {
 	idx := int(i) - 0

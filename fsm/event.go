@@ -67,10 +67,14 @@ const (
 	// EventAcquireFailed: no connection could be had (dial, TLS handshake,
 	// proxy).
 	EventAcquireFailed // acquire-failed
+	// EventLocalFailure: the caller's side failed, not the server or the
+	// network: the request body's Read returned an error, or GetBody could
+	// not produce the body again for a resend.
+	EventLocalFailure // local-failure
 )
 
 // eventKindCount is not an event; it is the size of the alphabet.
-const eventKindCount = EventAcquireFailed + 1
+const eventKindCount = EventLocalFailure + 1
 
 // EventKinds is the number of valid event kinds plus one (the invalid zero).
 const EventKinds = int(eventKindCount)

@@ -97,6 +97,7 @@ var transitions = [eventKindCount]transition{
 	EventRequestRejected:   {need: acquired, proto: ProtoH3},
 	EventH3GoAway:          {need: acquired, proto: ProtoH3},
 	EventAcquireFailed:     {forbid: acquired},
+	EventLocalFailure:      {},
 }
 
 // Machine decides one wire attempt of one call. It is a small comparable
@@ -304,6 +305,8 @@ func (m *Machine) decideFailure(e *Event) (Action, Rule) {
 		return ActionFail, RuleCanceled
 	case EventTimeout:
 		return ActionFail, RuleTimeout
+	case EventLocalFailure:
+		return ActionFail, RuleLocalFailure
 	}
 	switch {
 	case m.facts&responseByte != 0:

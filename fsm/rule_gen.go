@@ -6,7 +6,8 @@ package fsm
 // normative statements are in spec/ruledata and docs/rules.md.
 type Rule uint8
 
-// Rules, in precedence order.
+// Rules, by stable value. The precedence order is the order of
+// spec/ruledata.Rules and docs/rules.md.
 const (
 	// RuleNone (RS00, decides continue): No rule has decided yet; the zero value of fsm.Rule.
 	RuleNone Rule = 0
@@ -22,7 +23,7 @@ const (
 	RuleCanceled Rule = 5
 	// RuleTimeout (RS06, decides fail): A phase ran out of time (a timeout event, or a tick at or past the deadline the machine reported): never resent, because a slow server may still be processing the request.
 	RuleTimeout Rule = 6
-	// RuleResponseStarted (RS07, decides fail): At least one response byte arrived (a status line, a partial line, a 1xx, a malformed response): the server saw the request, so it is never resent.
+	// RuleResponseStarted (RS07, decides fail): At least one response byte arrived (a status line, a partial line, a 1xx, a malformed response): the server saw the request, so it is never resent. This comes before every evidence rule: after a 1xx the server has processed the header section, so a REFUSED_STREAM, a GOAWAY boundary or an H3_REQUEST_REJECTED that follows it is not a resend permission.
 	RuleResponseStarted Rule = 7
 	// RuleNoSecondResend (RS08, decides fail): The failed attempt was already the automatic resend: it is not resent again, so a call goes on the wire at most twice.
 	RuleNoSecondResend Rule = 8
@@ -34,11 +35,11 @@ const (
 	RuleEvidenceBodyConsumed Rule = 11
 	// RuleEvidenceHandedBack (RS12, decides resend): The stack handed the request back before serialising any of it: resend once on a new connection, any method, the body as it was.
 	RuleEvidenceHandedBack Rule = 12
-	// RuleEvidenceRefusedStream (RS13, decides resend): An HTTP/2 server reset our stream with REFUSED_STREAM, which guarantees no application processing: resend once on a new connection, any method, if the body is reproducible or untouched.
+	// RuleEvidenceRefusedStream (RS13, decides resend): An HTTP/2 server reset our stream with REFUSED_STREAM, which guarantees no application processing, before any response byte (a 1xx included, RS07): resend once on a new connection, any method, if the body is reproducible or untouched.
 	RuleEvidenceRefusedStream Rule = 13
-	// RuleEvidenceGoAwayBoundary (RS14, decides resend): A GOAWAY shows our stream was beyond what the server processes (HTTP/2: our stream ID is greater than the last stream ID; HTTP/3: our stream ID is at least the GOAWAY ID, when the adapter saw it): resend once on a new connection, any method, if the body is reproducible or untouched.
+	// RuleEvidenceGoAwayBoundary (RS14, decides resend): A GOAWAY shows our stream was beyond what the server processes (HTTP/2: our stream ID is greater than the last stream ID; HTTP/3: our stream ID is at least the GOAWAY ID, when the adapter saw it), and no response byte arrived (a 1xx included, RS07): resend once on a new connection, any method, if the body is reproducible or untouched.
 	RuleEvidenceGoAwayBoundary Rule = 14
-	// RuleEvidenceRequestRejected (RS15, decides resend): An HTTP/3 server rejected our request with H3_REQUEST_REJECTED, which guarantees no application processing: resend once on a new connection, any method, if the body is reproducible or untouched.
+	// RuleEvidenceRequestRejected (RS15, decides resend): An HTTP/3 server rejected our request with H3_REQUEST_REJECTED, which guarantees no application processing, before any response byte (a 1xx included, RS07): resend once on a new connection, any method, if the body is reproducible or untouched.
 	RuleEvidenceRequestRejected Rule = 15
 	// RuleEvidenceNothingWritten (RS16, decides resend): The connection failed before a single request byte reached the socket: resend once on a new connection, any method, if the body is reproducible or untouched.
 	RuleEvidenceNothingWritten Rule = 16
@@ -50,11 +51,13 @@ const (
 	RuleAmbiguousBodyNotReproducible Rule = 19
 	// RuleAmbiguousIdempotentResend (RS20, decides resend): A reused connection failed ambiguously (closed, reset, TLS failure, GOAWAY at or above our stream) before any response byte, the request is idempotent by method or key, and its body is reproducible: resend once on a new connection.
 	RuleAmbiguousIdempotentResend Rule = 20
+	// RuleLocalFailure (RS21, decides fail): The caller's side failed, not the server or the network: the request body's Read returned an error, or GetBody could not produce the body again for a resend. The request cannot be sent as the caller meant it, so it is never resent, whatever the wire showed; the error is the caller's and keeps its cause.
+	RuleLocalFailure Rule = 21
 )
 
 // RuleCount is the number of rules; valid rules are below it.
-const RuleCount = 21
+const RuleCount = 22
 
-var ruleSlugs = [RuleCount]string{"none", "progress", "deliver-final-response", "invalid-order", "acquire-failed", "canceled", "timeout", "response-started", "no-second-resend", "resend-off", "retry-policy", "evidence-body-consumed", "evidence-handed-back", "evidence-refused-stream", "evidence-goaway-boundary", "evidence-request-rejected", "evidence-nothing-written", "ambiguous-fresh-conn", "ambiguous-not-idempotent", "ambiguous-body-not-reproducible", "ambiguous-idempotent-resend"}
+var ruleSlugs = [RuleCount]string{"none", "progress", "deliver-final-response", "invalid-order", "acquire-failed", "canceled", "timeout", "response-started", "no-second-resend", "resend-off", "retry-policy", "evidence-body-consumed", "evidence-handed-back", "evidence-refused-stream", "evidence-goaway-boundary", "evidence-request-rejected", "evidence-nothing-written", "ambiguous-fresh-conn", "ambiguous-not-idempotent", "ambiguous-body-not-reproducible", "ambiguous-idempotent-resend", "local-failure"}
 
-var ruleIDs = [RuleCount]string{"RS00", "RS01", "RS02", "RS03", "RS04", "RS05", "RS06", "RS07", "RS08", "RS09", "RS10", "RS11", "RS12", "RS13", "RS14", "RS15", "RS16", "RS17", "RS18", "RS19", "RS20"}
+var ruleIDs = [RuleCount]string{"RS00", "RS01", "RS02", "RS03", "RS04", "RS05", "RS06", "RS07", "RS08", "RS09", "RS10", "RS11", "RS12", "RS13", "RS14", "RS15", "RS16", "RS17", "RS18", "RS19", "RS20", "RS21"}

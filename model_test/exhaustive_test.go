@@ -53,7 +53,7 @@ var fixedLetters = func() []fsm.Event {
 		fsm.EventHandedBack, fsm.EventFirstByteWritten, fsm.EventBodyRead, fsm.EventRequestWritten,
 		fsm.EventFirstResponseByte, fsm.EventInformational, fsm.EventFinalHeaders, fsm.EventResponseComplete,
 		fsm.EventClosed, fsm.EventReset, fsm.EventTLSFailure, fsm.EventMalformed, fsm.EventCanceled,
-		fsm.EventRefusedStream, fsm.EventRequestRejected, fsm.EventAcquireFailed,
+		fsm.EventRefusedStream, fsm.EventRequestRejected, fsm.EventAcquireFailed, fsm.EventLocalFailure,
 	} {
 		out = append(out, fsm.Event{Kind: k})
 	}
@@ -81,6 +81,7 @@ var closedLetters = []fsm.Event{
 	{Kind: fsm.EventHandedBack},
 	{Kind: fsm.EventRefusedStream},
 	{Kind: fsm.EventClosed},
+	{Kind: fsm.EventLocalFailure},
 	{Kind: fsm.EventTimeout, Phase: fsm.PhaseBody},
 	{Kind: fsm.EventTick, At: 1000 * ms},
 }

@@ -62,6 +62,8 @@ func Invariants(req fsm.Request, events []fsm.Event, decisions []fsm.Decision) e
 		return resend("a response byte had arrived")
 	case has(upTo, fsm.EventTimeout) || has(upTo, fsm.EventCanceled) || at.Kind == fsm.EventTick:
 		return resend("the attempt timed out or was canceled")
+	case has(upTo, fsm.EventLocalFailure):
+		return resend("the caller's body or GetBody failed")
 	case req.Body == fsm.BodyOneShotConsumed || req.Body == fsm.BodyOneShotUntouched && has(before, fsm.EventBodyRead):
 		return resend("the one-shot body was consumed")
 	case !idempotentMethod(req.Method) && !req.IdempotencyKey && !notProcessed(before, at):

@@ -132,6 +132,8 @@ func failureRule(req fsm.Request, before []fsm.Event, e fsm.Event, timedOut bool
 		return fsm.ActionFail, fsm.RuleCanceled
 	case timedOut: // RS06
 		return fsm.ActionFail, fsm.RuleTimeout
+	case e.Kind == fsm.EventLocalFailure: // RS21: the caller's body or GetBody failed
+		return fsm.ActionFail, fsm.RuleLocalFailure
 	case responseStarted(before) || e.Kind == fsm.EventMalformed: // RS07
 		return fsm.ActionFail, fsm.RuleResponseStarted
 	case req.Attempt == fsm.AttemptResend: // RS08
@@ -180,7 +182,9 @@ func evidenceRule(before []fsm.Event, e fsm.Event) fsm.Rule {
 // back only before any of it was written, "first" events only once, the
 // response completing only after its header section, and protocol events
 // only on their protocol. A timeout and a cancellation can come at any
-// time; a tick is always allowed.
+// time, and so can a local failure (the caller's body or GetBody may fail
+// before a connection, while writing, or after delivery); a tick is always
+// allowed.
 func allowed(before []fsm.Event, e fsm.Event, rd Reading) bool {
 	conn, acquired := first(before, fsm.EventConnAcquired)
 	wrote := has(before, fsm.EventFirstByteWritten)
@@ -205,7 +209,7 @@ func allowed(before []fsm.Event, e fsm.Event, rd Reading) bool {
 		return acquired && !headers
 	case fsm.EventResponseComplete:
 		return headers && !has(before, fsm.EventResponseComplete)
-	case fsm.EventTick, fsm.EventTimeout, fsm.EventCanceled:
+	case fsm.EventTick, fsm.EventTimeout, fsm.EventCanceled, fsm.EventLocalFailure:
 		return true
 	case fsm.EventClosed, fsm.EventReset, fsm.EventTLSFailure, fsm.EventMalformed:
 		return acquired
@@ -281,7 +285,7 @@ func isFailure(k fsm.EventKind) bool {
 	switch k {
 	case fsm.EventClosed, fsm.EventReset, fsm.EventTLSFailure, fsm.EventMalformed, fsm.EventTimeout,
 		fsm.EventCanceled, fsm.EventRefusedStream, fsm.EventH2GoAway, fsm.EventRequestRejected,
-		fsm.EventH3GoAway, fsm.EventAcquireFailed:
+		fsm.EventH3GoAway, fsm.EventAcquireFailed, fsm.EventLocalFailure:
 		return true
 	}
 	return false

@@ -67,7 +67,7 @@ var (
 	failureKinds      = []fsm.EventKind{
 		fsm.EventHandedBack, fsm.EventClosed, fsm.EventReset, fsm.EventTLSFailure, fsm.EventMalformed,
 		fsm.EventTimeout, fsm.EventCanceled, fsm.EventRefusedStream, fsm.EventH2GoAway,
-		fsm.EventRequestRejected, fsm.EventH3GoAway, fsm.EventAcquireFailed,
+		fsm.EventRequestRejected, fsm.EventH3GoAway, fsm.EventAcquireFailed, fsm.EventLocalFailure,
 	}
 )
 

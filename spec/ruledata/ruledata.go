@@ -8,7 +8,9 @@ package ruledata
 
 // Rule is one dispatch rule.
 type Rule struct {
-	// Number is the rule's stable numeric value in fsm. Never reuse one.
+	// Number is the rule's stable numeric value in fsm. Never reuse one. A
+	// new rule takes the next free number wherever its place in the
+	// precedence order is; numbers are dense from 0.
 	Number int
 	// ID is the stable short identifier quoted in code, tests and logs.
 	ID string
@@ -25,7 +27,8 @@ type Rule struct {
 }
 
 // Rules lists every rule. When several could decide a failure, the first
-// in this list that applies decides (the precedence order).
+// in this list that applies decides (the precedence order). The order is
+// not the order of Number: a rule added later is placed where it decides.
 var Rules = []Rule{
 	{
 		Number: 0, ID: "RS00", Name: "None", Slug: "none", Action: "continue",
@@ -63,8 +66,13 @@ var Rules = []Rule{
 		Source:    "resend-idempotent-on-reused-connection",
 	},
 	{
+		Number: 21, ID: "RS21", Name: "LocalFailure", Slug: "local-failure", Action: "fail",
+		Statement: "The caller's side failed, not the server or the network: the request body's Read returned an error, or GetBody could not produce the body again for a resend. The request cannot be sent as the caller meant it, so it is never resent, whatever the wire showed; the error is the caller's and keeps its cause.",
+		Source:    "replaysafe; request-dispatch-guarantees (replay safety)",
+	},
+	{
 		Number: 7, ID: "RS07", Name: "ResponseStarted", Slug: "response-started", Action: "fail",
-		Statement: "At least one response byte arrived (a status line, a partial line, a 1xx, a malformed response): the server saw the request, so it is never resent.",
+		Statement: "At least one response byte arrived (a status line, a partial line, a 1xx, a malformed response): the server saw the request, so it is never resent. This comes before every evidence rule: after a 1xx the server has processed the header section, so a REFUSED_STREAM, a GOAWAY boundary or an H3_REQUEST_REJECTED that follows it is not a resend permission.",
 		Source:    "resend-idempotent-on-reused-connection; RFC 9110 §9.2.2",
 	},
 	{
@@ -94,17 +102,17 @@ var Rules = []Rule{
 	},
 	{
 		Number: 13, ID: "RS13", Name: "EvidenceRefusedStream", Slug: "evidence-refused-stream", Action: "resend",
-		Statement: "An HTTP/2 server reset our stream with REFUSED_STREAM, which guarantees no application processing: resend once on a new connection, any method, if the body is reproducible or untouched.",
+		Statement: "An HTTP/2 server reset our stream with REFUSED_STREAM, which guarantees no application processing, before any response byte (a 1xx included, RS07): resend once on a new connection, any method, if the body is reproducible or untouched.",
 		Source:    "RFC 9113 §8.7",
 	},
 	{
 		Number: 14, ID: "RS14", Name: "EvidenceGoAwayBoundary", Slug: "evidence-goaway-boundary", Action: "resend",
-		Statement: "A GOAWAY shows our stream was beyond what the server processes (HTTP/2: our stream ID is greater than the last stream ID; HTTP/3: our stream ID is at least the GOAWAY ID, when the adapter saw it): resend once on a new connection, any method, if the body is reproducible or untouched.",
+		Statement: "A GOAWAY shows our stream was beyond what the server processes (HTTP/2: our stream ID is greater than the last stream ID; HTTP/3: our stream ID is at least the GOAWAY ID, when the adapter saw it), and no response byte arrived (a 1xx included, RS07): resend once on a new connection, any method, if the body is reproducible or untouched.",
 		Source:    "RFC 9113 §6.8; RFC 9114 §5.2",
 	},
 	{
 		Number: 15, ID: "RS15", Name: "EvidenceRequestRejected", Slug: "evidence-request-rejected", Action: "resend",
-		Statement: "An HTTP/3 server rejected our request with H3_REQUEST_REJECTED, which guarantees no application processing: resend once on a new connection, any method, if the body is reproducible or untouched.",
+		Statement: "An HTTP/3 server rejected our request with H3_REQUEST_REJECTED, which guarantees no application processing, before any response byte (a 1xx included, RS07): resend once on a new connection, any method, if the body is reproducible or untouched.",
 		Source:    "RFC 9114 §4.1.1 and §8.1",
 	},
 	{

@@ -33,11 +33,14 @@ func render(rules []ruledata.Rule) ([]byte, error) {
 	b.WriteString("// Rule identifies the rule behind a decision. Its values are stable; the\n")
 	b.WriteString("// normative statements are in spec/ruledata and docs/rules.md.\n")
 	b.WriteString("type Rule uint8\n\n")
-	b.WriteString("// Rules, in precedence order.\nconst (\n")
-	for i, r := range rules {
-		if r.Number != i {
-			return nil, fmt.Errorf("rule %s: number %d at position %d; numbers must follow list order", r.ID, r.Number, i)
-		}
+	b.WriteString("// Rules, by stable value. The precedence order is the order of\n")
+	b.WriteString("// spec/ruledata.Rules and docs/rules.md.\nconst (\n")
+	byNumber, err := sortByNumber(rules)
+	if err != nil {
+		return nil, err
+	}
+	rules = byNumber
+	for _, r := range rules {
 		fmt.Fprintf(&b, "\t// Rule%s (%s, decides %s): %s\n", r.Name, r.ID, r.Action, r.Statement)
 		fmt.Fprintf(&b, "\tRule%s Rule = %d\n", r.Name, r.Number)
 	}
@@ -53,4 +56,26 @@ func render(rules []ruledata.Rule) ([]byte, error) {
 	}
 	b.WriteString("}\n")
 	return format.Source(b.Bytes())
+}
+
+// sortByNumber returns the rules indexed by Number. The numbers must be
+// dense from 0, each used once, and each ID must be "RS" and the number in
+// two digits.
+func sortByNumber(rules []ruledata.Rule) ([]ruledata.Rule, error) {
+	out := make([]ruledata.Rule, len(rules))
+	seen := make([]bool, len(rules))
+	for _, r := range rules {
+		if r.Number < 0 || r.Number >= len(rules) {
+			return nil, fmt.Errorf("rule %s: number %d outside 0..%d; numbers are dense", r.ID, r.Number, len(rules)-1)
+		}
+		if seen[r.Number] {
+			return nil, fmt.Errorf("rule %s: number %d used twice", r.ID, r.Number)
+		}
+		if want := fmt.Sprintf("RS%02d", r.Number); r.ID != want {
+			return nil, fmt.Errorf("rule %s: number %d wants ID %s", r.ID, r.Number, want)
+		}
+		seen[r.Number] = true
+		out[r.Number] = r
+	}
+	return out, nil
 }
