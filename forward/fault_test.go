@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -94,39 +95,42 @@ type fault struct {
 	copies  int // copies of the faulted request the upstream must receive through replaysafe
 	status  int // status the client must get through replaysafe
 	ruleHdr bool
+	// headersOnly: the upstream acts on the header section, before the
+	// body arrives.
+	headersOnly bool
 }
 
 var faults = []fault{
 	{"close crossing idempotent GET", forward.EgressHTTP1, "GET", "", func(t *testing.T) upstream {
 		return h1Upstream(t, replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN))
-	}, 2, 200, false},
+	}, 2, 200, false, false},
 	{"close crossing POST", forward.EgressHTTP1, "POST", "hello", func(t *testing.T) upstream {
 		return h1Upstream(t, replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN))
-	}, 1, 502, true},
+	}, 1, 502, true, false},
 	{"close crossing PUT", forward.EgressHTTP1, "PUT", "hello", func(t *testing.T) upstream {
 		return h1Upstream(t, replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN))
-	}, 1, 502, true},
+	}, 1, 502, true, false},
 	{"1xx then close, GET", forward.EgressHTTP1, "GET", "", func(t *testing.T) upstream {
 		return h1Upstream(t, replaysafetest.OK(), replaysafetest.Interim100(replaysafetest.CloseFIN))
-	}, 1, 502, true},
+	}, 1, 502, true, false},
 	{"h2 GOAWAY below the stream, GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.GoAwayBelow())
-	}, 2, 200, false},
+	}, 2, 200, false, true},
 	{"h2 REFUSED_STREAM, GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.Refuse())
-	}, 2, 200, false},
+	}, 2, 200, false, true},
 	{"h2 REFUSED_STREAM, POST", forward.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.Refuse())
-	}, 1, 502, true}, // the stack read the one-shot body (RS11): the forwarder kept none to resend
+	}, 1, 502, true, true}, // the stack sent the one-shot body (RS11): the forwarder kept none to resend
 	{"h2 GOAWAY below the stream, POST", forward.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.GoAwayBelow())
-	}, 1, 502, true}, // as above (RS11)
+	}, 1, 502, true, true}, // as above (RS11)
 	{"h2 close crossing idempotent GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.CloseConn())
-	}, 2, 200, false},
+	}, 2, 200, false, false},
 	{"h2 close crossing POST", forward.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.CloseConnAfterBody())
-	}, 1, 502, true},
+	}, 1, 502, true, false},
 }
 
 // outcome is what one forwarder did with one fault.
@@ -171,8 +175,13 @@ func run(t *testing.T, f fault, up upstream, h http.Handler, ingressProto string
 	resp.Body.Close()
 	copies := up.copies("/x")
 	for i, c := range copies {
-		if !bytes.Equal(c, []byte(f.body)) {
+		// A stream refused or cut at its header section was recorded
+		// before its body: only the copies read in full carry it.
+		if !bytes.Equal(c, []byte(f.body)) && !f.headersOnly {
 			t.Errorf("copy %d has body %q, want %q", i, c, f.body)
+		}
+		if !bytes.Equal(c, copies[0]) {
+			t.Errorf("copy %d has body %q, copy 0 %q: not identical", i, c, copies[0])
 		}
 	}
 	return outcome{copies: len(copies), status: resp.StatusCode, rule: resp.Header.Get(forward.RuleHeader)}
@@ -206,8 +215,10 @@ func TestFaultsReceiptCounted(t *testing.T) {
 				up := f.start(t)
 				defer up.close()
 				u, _ := url.Parse(up.url)
+				logs := &lineWriter{lines: make(chan string, 4)}
 				fw := forward.New(forward.Options{Upstream: u, Egress: f.egress,
-					TransportOptions: replaysafe.Options{AcquireTimeout: 5 * time.Second}})
+					TransportOptions: replaysafe.Options{AcquireTimeout: 5 * time.Second},
+					Logger:           slog.New(slog.NewTextHandler(logs, nil))})
 				defer fw.Transport().CloseIdleConnections()
 				got := run(t, f, up, fw, in)
 				if got.copies != f.copies || got.status != f.status {
@@ -215,6 +226,18 @@ func TestFaultsReceiptCounted(t *testing.T) {
 				}
 				if f.ruleHdr != (got.rule != "") {
 					t.Errorf("%s header %q, want one: %v", forward.RuleHeader, got.rule, f.ruleHdr)
+				}
+				// The access log line of the faulted request counts the
+				// wire attempts: one per copy the upstream received.
+				for range 2 {
+					select {
+					case line := <-logs.lines:
+						if strings.Contains(line, "target=/x") && !strings.Contains(line, fmt.Sprintf("attempts=%d ", f.copies)) {
+							t.Errorf("access log %q, want attempts=%d", line, f.copies)
+						}
+					case <-time.After(10 * time.Second):
+						t.Fatal("no access log line")
+					}
 				}
 
 				up2 := f.start(t)

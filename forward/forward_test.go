@@ -1,0 +1,357 @@
+package forward_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/forward"
+	"github.com/replaysafe/replaysafe/replaysafetest"
+)
+
+// httpUpstream starts a net/http upstream, HTTP/1.1 or h2c (prior
+// knowledge) by proto, and returns its URL.
+func httpUpstream(t *testing.T, proto string, h http.HandlerFunc) *url.URL {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	if proto == "h2" {
+		srv.Config.Protocols = new(http.Protocols)
+		srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	return u
+}
+
+func egressOf(proto string) forward.Egress {
+	if proto == "h2" {
+		return forward.EgressHTTP2
+	}
+	return forward.EgressHTTP1
+}
+
+var pairs = [][2]string{{"h1", "h1"}, {"h1", "h2"}, {"h2", "h1"}, {"h2", "h2"}}
+
+// TestTrailers: request trailers reach the upstream and response trailers
+// reach the client on every pair.
+func TestTrailers(t *testing.T) {
+	for _, p := range pairs {
+		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
+			var got struct {
+				sync.Mutex
+				body, trailer, te string
+			}
+			u := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
+				b, _ := io.ReadAll(r.Body)
+				got.Lock()
+				got.body, got.trailer, got.te = string(b), r.Trailer.Get("X-Req-Sum"), r.Header.Get("Te")
+				got.Unlock()
+				w.Header().Set("Trailer", "X-Resp-Sum")
+				io.WriteString(w, "response")
+				w.Header().Set("X-Resp-Sum", "42")
+			})
+			fw := forward.New(forward.Options{Upstream: u, Egress: egressOf(p[1])})
+			defer fw.Transport().CloseIdleConnections()
+			base, client := ingress(t, fw, p[0])
+
+			req, _ := http.NewRequest("POST", base+"/t", io.MultiReader(strings.NewReader("request")))
+			req.ContentLength = -1
+			req.Trailer = http.Header{"X-Req-Sum": {"7"}}
+			req.Header.Set("Te", "trailers")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != "response" || resp.Trailer.Get("X-Resp-Sum") != "42" {
+				t.Errorf("client got %q, trailer %v", b, resp.Trailer)
+			}
+			got.Lock()
+			defer got.Unlock()
+			if got.body != "request" || got.trailer != "7" {
+				t.Errorf("upstream got %q, trailer %q", got.body, got.trailer)
+			}
+			if got.te != "trailers" {
+				t.Errorf("upstream got TE %q, want trailers", got.te)
+			}
+		})
+	}
+}
+
+// TestStreaming: the request body reaches the upstream while the client
+// is still sending it, and the response reaches the client while the
+// upstream is still writing it: nothing is collected on the way.
+func TestStreaming(t *testing.T) {
+	for _, p := range pairs {
+		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
+			firstIn := make(chan string, 1)
+			release := make(chan struct{})
+			u := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
+				buf := make([]byte, 5)
+				_, err := io.ReadFull(r.Body, buf)
+				firstIn <- string(buf)
+				if err != nil {
+					return
+				}
+				rest, _ := io.ReadAll(r.Body)
+				io.WriteString(w, "head:"+string(rest))
+				http.NewResponseController(w).Flush()
+				<-release
+				io.WriteString(w, ":tail")
+			})
+			fw := forward.New(forward.Options{Upstream: u, Egress: egressOf(p[1])})
+			defer fw.Transport().CloseIdleConnections()
+			base, client := ingress(t, fw, p[0])
+
+			pr, pw := io.Pipe()
+			go func() {
+				pw.Write([]byte("part1"))
+				select {
+				case <-firstIn: // the upstream has the first part: nothing buffered it
+				case <-time.After(10 * time.Second):
+					pw.CloseWithError(errors.New("the upstream never saw the first part"))
+					return
+				}
+				pw.Write([]byte("part2"))
+				pw.Close()
+			}()
+			req, _ := http.NewRequest("PUT", base+"/s", pr)
+			resp, err := client.Do(req)
+			if err != nil {
+				close(release)
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			buf := make([]byte, len("head:part2"))
+			if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "head:part2" {
+				t.Fatalf("first response part %q, %v", buf, err)
+			}
+			close(release) // the upstream has not finished: the response streams
+			rest, _ := io.ReadAll(resp.Body)
+			if string(rest) != ":tail" {
+				t.Errorf("rest %q", rest)
+			}
+		})
+	}
+}
+
+// TestClientDisconnectCancelsUpstream: a client that goes away cancels
+// the upstream attempt.
+func TestClientDisconnectCancelsUpstream(t *testing.T) {
+	for _, p := range pairs {
+		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
+			arrived, canceled := make(chan struct{}), make(chan struct{})
+			u := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
+				close(arrived)
+				select {
+				case <-r.Context().Done():
+					close(canceled)
+				case <-time.After(10 * time.Second):
+				}
+			})
+			fw := forward.New(forward.Options{Upstream: u, Egress: egressOf(p[1])})
+			defer fw.Transport().CloseIdleConnections()
+			base, client := ingress(t, fw, p[0])
+			ctx, cancel := context.WithCancel(context.Background())
+			req, _ := http.NewRequestWithContext(ctx, "GET", base+"/slow", nil)
+			errc := make(chan error, 1)
+			go func() {
+				resp, err := client.Do(req)
+				if err == nil {
+					resp.Body.Close()
+				}
+				errc <- err
+			}()
+			<-arrived
+			cancel()
+			select {
+			case <-canceled:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the upstream request was not canceled")
+			}
+			if err := <-errc; err == nil {
+				t.Error("the canceled client call succeeded")
+			}
+		})
+	}
+}
+
+// TestErrors: the status, rule header and body the forwarder answers when
+// the upstream call fails or the plan refuses it.
+func TestErrors(t *testing.T) {
+	t.Run("acquisition deadline is 504", func(t *testing.T) {
+		u, _ := url.Parse("http://upstream.invalid:80")
+		fw := forward.New(forward.Options{Upstream: u, TransportOptions: replaysafe.Options{
+			AcquireTimeout: 50 * time.Millisecond,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				<-ctx.Done() // a dial that never completes
+				return nil, ctx.Err()
+			},
+		}})
+		resp := do(t, fw, "GET", "/", nil)
+		if resp.Code != http.StatusGatewayTimeout || resp.Header().Get(forward.RuleHeader) == "" {
+			t.Errorf("got %d %s=%q, want 504 with the rule", resp.Code, forward.RuleHeader, resp.Header().Get(forward.RuleHeader))
+		}
+		if !strings.Contains(resp.Body.String(), resp.Header().Get(forward.RuleHeader)) {
+			t.Errorf("body %q does not name the rule", resp.Body.String())
+		}
+	})
+	t.Run("refused dial is 502 naming RS04", func(t *testing.T) {
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		addr := ln.Addr().String()
+		ln.Close()
+		u, _ := url.Parse("http://" + addr)
+		fw := forward.New(forward.Options{Upstream: u})
+		resp := do(t, fw, "GET", "/", nil)
+		if resp.Code != http.StatusBadGateway || resp.Header().Get(forward.RuleHeader) != "RS04" ||
+			!strings.Contains(resp.Body.String(), "RS04") {
+			t.Errorf("got %d %s=%q body %q, want 502 RS04", resp.Code, forward.RuleHeader, resp.Header().Get(forward.RuleHeader), resp.Body)
+		}
+	})
+	t.Run("OnRequest refusal", func(t *testing.T) {
+		s, err := replaysafetest.Start(replaysafetest.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		u, _ := url.Parse(s.URL())
+		fw := forward.New(forward.Options{Upstream: u, OnRequest: func(r *http.Request) error {
+			if r.URL.Path == "/teapot" {
+				return &forward.StatusError{Status: http.StatusTeapot, Reason: "no"}
+			}
+			if r.Header.Get("X-Deny") != "" {
+				return errors.New("denied")
+			}
+			r.Header.Set("X-Added", "1")
+			return nil
+		}})
+		defer fw.Transport().CloseIdleConnections()
+		if c := do(t, fw, "GET", "/teapot", nil).Code; c != http.StatusTeapot {
+			t.Errorf("StatusError answered %d", c)
+		}
+		if c := do(t, fw, "GET", "/", http.Header{"X-Deny": {"1"}}).Code; c != http.StatusForbidden {
+			t.Errorf("error answered %d", c)
+		}
+		if c := do(t, fw, "GET", "/ok", nil).Code; c != 200 {
+			t.Errorf("allowed request answered %d", c)
+		}
+		rs := s.Requests()
+		if len(rs) != 1 || rs[0].Header.Get("X-Added") != "1" {
+			t.Errorf("upstream received %d requests (want 1, with X-Added)", len(rs))
+		}
+	})
+	t.Run("upgrade to HTTP/2 egress is 501 and sends nothing", func(t *testing.T) {
+		s, err := replaysafetest.Start(replaysafetest.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		u, _ := url.Parse(s.URL())
+		fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP2})
+		resp := do(t, fw, "GET", "/ws", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}})
+		if resp.Code != http.StatusNotImplemented || s.Count() != 0 {
+			t.Errorf("got %d, upstream received %d", resp.Code, s.Count())
+		}
+	})
+}
+
+// do serves one request through h in process.
+func do(t *testing.T, h http.Handler, method, target string, hdr http.Header) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, target, nil)
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+// TestHeadersOnTheWire: what the upstream receives — no field the client's
+// Connection named, no hop-by-hop field, Via, and the Forwarded and
+// X-Forwarded-For fields with the untrusted inbound ones removed — and
+// what the client receives back.
+func TestHeadersOnTheWire(t *testing.T) {
+	s, err := replaysafetest.Start(replaysafetest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	u, _ := url.Parse(s.URL())
+	logs := &lineWriter{lines: make(chan string, 4)}
+	fw := forward.New(forward.Options{Upstream: u, Forwarded: true, XForwardedFor: true,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	defer fw.Transport().CloseIdleConnections()
+	base, client := ingress(t, fw, "h1")
+	req, _ := http.NewRequest("GET", base+"/h?q=1", nil)
+	req.Header.Set("Connection", "X-Hop, keep-alive")
+	req.Header.Set("X-Hop", "secret")
+	req.Header.Set("Keep-Alive", "timeout=5")
+	req.Header.Set("Forwarded", "for=6.6.6.6")
+	req.Header.Set("X-Forwarded-For", "6.6.6.6")
+	req.Header.Set("X-End", "kept")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("Via") != "1.1 replaysafe" {
+		t.Errorf("response Via %q", resp.Header.Get("Via"))
+	}
+	rs := s.Requests()
+	if len(rs) != 1 {
+		t.Fatalf("upstream received %d requests", len(rs))
+	}
+	h := rs[0].Header
+	if rs[0].Target != "/h?q=1" {
+		t.Errorf("target %q", rs[0].Target)
+	}
+	for _, f := range []string{"X-Hop", "Keep-Alive"} {
+		if v := h.Values(f); len(v) > 0 {
+			t.Errorf("upstream received %s %q", f, v)
+		}
+	}
+	if h.Get("X-End") != "kept" || h.Get("Via") != "1.1 replaysafe" {
+		t.Errorf("X-End %q Via %q", h.Get("X-End"), h.Get("Via"))
+	}
+	if h.Get("X-Forwarded-For") != "127.0.0.1" || !strings.HasPrefix(h.Get("Forwarded"), "for=127.0.0.1;host=") ||
+		len(h.Values("Forwarded")) != 1 {
+		t.Errorf("X-Forwarded-For %q Forwarded %q", h.Values("X-Forwarded-For"), h.Values("Forwarded"))
+	}
+	if h.Get("X-Forwarded-Proto") != "http" || h.Get("Host") == "" && rs[0].Header.Get("Host") == "" {
+		t.Errorf("X-Forwarded-Proto %q", h.Get("X-Forwarded-Proto"))
+	}
+	var line string
+	select {
+	case line = <-logs.lines: // the handler logs once it returns
+	case <-time.After(10 * time.Second):
+		t.Fatal("no access log line")
+	}
+	for _, want := range []string{"method=GET", "target=\"/h?q=1\"", "upstream=HTTP/1.1", "attempts=1", "status=200", "duration="} {
+		if !strings.Contains(line, want) {
+			t.Errorf("access log %q lacks %s", line, want)
+		}
+	}
+}
+
+// lineWriter hands each written log line to a channel.
+type lineWriter struct{ lines chan string }
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.lines <- string(bytes.TrimSpace(p))
+	return len(p), nil
+}
