@@ -1,0 +1,93 @@
+package forward_test
+
+import (
+	"bufio"
+	"crypto/sha1"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/replaysafe/forward"
+)
+
+// wsAccept is Sec-WebSocket-Accept for key (RFC 6455 §4.2.2).
+func wsAccept(key string) string {
+	h := sha1.Sum([]byte(key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	return base64.StdEncoding.EncodeToString(h[:])
+}
+
+// echoUpgrade is an upstream that accepts a WebSocket-style Upgrade and
+// then echoes every byte; it reports the handshake's header.
+func echoUpgrade(t *testing.T, got chan<- http.Header) *url.URL {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			http.Error(w, "not an upgrade", http.StatusBadRequest)
+			return
+		}
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade, X-Up-Hop\r\nX-Up-Hop: 1\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+			wsAccept(r.Header.Get("Sec-Websocket-Key")))
+		brw.Flush()
+		io.Copy(conn, brw)
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	return u
+}
+
+// TestUpgradeTunnel: an HTTP/1.1 Upgrade handshake goes through with only
+// its connection fields, the 101 comes back, and bytes flow both ways.
+func TestUpgradeTunnel(t *testing.T) {
+	got := make(chan http.Header, 1)
+	u := echoUpgrade(t, got)
+	fw := forward.New(forward.Options{Upstream: u})
+	defer fw.Transport().CloseIdleConnections()
+	front := httptest.NewServer(fw)
+	defer front.Close()
+
+	c, err := net.Dial("tcp", front.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	const key = "dGhlIHNhbXBsZSBub25jZQ=="
+	fmt.Fprintf(c, "GET /chat HTTP/1.1\r\nHost: front\r\nConnection: keep-alive, Upgrade, X-Hop\r\nX-Hop: 1\r\nUpgrade: websocket\r\n"+
+		"Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", key)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 101 || resp.Header.Get("Upgrade") != "websocket" || resp.Header.Get("Connection") != "Upgrade" ||
+		resp.Header.Get("Sec-Websocket-Accept") != wsAccept(key) || resp.Header.Get("X-Up-Hop") != "" {
+		t.Fatalf("client got %s %v", resp.Status, resp.Header)
+	}
+	h := <-got
+	if h.Get("Connection") != "Upgrade" || h.Get("Upgrade") != "websocket" || h.Get("X-Hop") != "" ||
+		h.Get("Sec-Websocket-Key") != key || h.Get("Via") != "1.1 replaysafe" {
+		t.Errorf("upstream handshake header %v", h)
+	}
+	for _, msg := range []string{"ping", "second message"} {
+		if _, err := io.WriteString(c, msg); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != msg {
+			t.Fatalf("echo %q, %v", buf, err)
+		}
+	}
+}
