@@ -85,38 +85,71 @@ func ParseConnectHeader(b []byte) (resp Response, headerLen int, err error) {
 	return parseConnect(b, true)
 }
 
-// parseConnect judges b line by line. Lines end in LF, optionally
-// preceded by CR (RFC 9112 §2.2 lets a recipient accept a bare LF).
+// parseConnect judges b line by line.
 func parseConnect(b []byte, fields bool) (Response, int, error) {
-	var resp Response
-	if fields {
-		resp.Header = http.Header{}
+	p := newConnectParser(fields)
+	n, err := p.parse(b)
+	if err != nil {
+		return Response{}, 0, err
 	}
+	return p.resp, n, nil
+}
+
+// connectParser judges a CONNECT response header section that arrives in
+// pieces, resuming where the previous call stopped: each byte is searched
+// for a line end once and each line judged once, so a response dribbled
+// one byte at a time costs time linear in its length. Lines end in LF,
+// optionally preceded by CR (RFC 9112 §2.2 lets a recipient accept a bare
+// LF).
+type connectParser struct {
+	resp    Response
+	pos     int  // start of the next line to judge
+	scanned int  // bytes from pos already searched for LF
+	started bool // the status line was judged
+}
+
+func newConnectParser(fields bool) *connectParser {
+	p := &connectParser{}
+	if fields {
+		p.resp.Header = http.Header{}
+	}
+	return p
+}
+
+// parse judges b, the whole response so far: every call must pass the
+// bytes of the previous call as b's prefix. It returns the header
+// section's length, ErrIncomplete, or a *ParseError.
+func (p *connectParser) parse(b []byte) (int, error) {
 	limit := min(len(b), MaxHeaderBytes)
-	pos := 0
-	for first := true; ; first = false {
-		i := bytes.IndexByte(b[pos:limit], '\n')
-		if i < 0 {
-			if len(b) >= MaxHeaderBytes {
-				return Response{}, 0, &ParseError{Offset: pos, Reason: "header section does not end within " + strconv.Itoa(MaxHeaderBytes) + " bytes", Err: ErrHeaderTooLarge}
-			}
-			return Response{}, 0, ErrIncomplete
+	for {
+		from := p.pos + p.scanned
+		i := -1
+		if from < limit {
+			i = bytes.IndexByte(b[from:limit], '\n')
 		}
-		line := b[pos : pos+i]
-		line = bytes.TrimSuffix(line, []byte{'\r'})
-		start := pos
-		pos += i + 1
-		if first {
-			if err := parseStatusLine(line, &resp); err != "" {
-				return Response{}, 0, &ParseError{Offset: start, Reason: err}
+		if i < 0 {
+			p.scanned = max(limit-p.pos, 0)
+			if len(b) >= MaxHeaderBytes {
+				return 0, &ParseError{Offset: p.pos, Reason: "header section does not end within " + strconv.Itoa(MaxHeaderBytes) + " bytes", Err: ErrHeaderTooLarge}
+			}
+			return 0, ErrIncomplete
+		}
+		end := from + i
+		start := p.pos
+		line := bytes.TrimSuffix(b[start:end], []byte{'\r'})
+		p.pos, p.scanned = end+1, 0
+		if !p.started {
+			p.started = true
+			if err := parseStatusLine(line, &p.resp); err != "" {
+				return 0, &ParseError{Offset: start, Reason: err}
 			}
 			continue
 		}
 		if len(line) == 0 {
-			return resp, pos, nil
+			return p.pos, nil
 		}
-		if err := parseField(line, resp.Header); err != "" {
-			return Response{}, 0, &ParseError{Offset: start, Reason: err}
+		if err := parseField(line, p.resp.Header); err != "" {
+			return 0, &ParseError{Offset: start, Reason: err}
 		}
 	}
 }
@@ -175,13 +208,13 @@ func parseField(line []byte, h http.Header) string {
 	}
 	for _, c := range name {
 		if !isTokenByte(c) {
-			return "invalid character " + strconv.QuoteRune(rune(c)) + " in header field name"
+			return "invalid character " + strconv.QuoteRune(rune(c)) + " in header field name " + quotePrefix(name)
 		}
 	}
 	value := bytes.Trim(line[colon+1:], " \t")
 	for _, c := range value {
 		if isCtl(c) && c != '\t' {
-			return "control character in value of " + string(name)
+			return "control character in value of " + quotePrefix(name)
 		}
 	}
 	if h != nil {
@@ -332,14 +365,16 @@ type ConnectError struct {
 }
 
 // Error names the hop, the proxy, the target and the status, with any
-// Proxy-Authenticate challenges.
+// Proxy-Authenticate challenges. The reason phrase and the challenges
+// come from the proxy: each is quoted up to MaxPeerText bytes, and the
+// message says how many bytes it cut.
 func (e *ConnectError) Error() string {
 	s := "proxy: hop " + strconv.Itoa(e.Hop) + " (" + e.Proxy + ") refused CONNECT " + e.Target + ": " + strconv.Itoa(e.StatusCode)
 	if e.Status != "" {
-		s += " " + e.Status
+		s += " " + peerText(e.Status)
 	}
 	if len(e.ProxyAuthenticate) > 0 {
-		s += " (Proxy-Authenticate: " + strings.Join(e.ProxyAuthenticate, ", ") + ")"
+		s += " (Proxy-Authenticate: " + peerText(strings.Join(e.ProxyAuthenticate, ", ")) + ")"
 	}
 	return s
 }
@@ -373,6 +408,7 @@ func exchange(conn net.Conn, req ConnectRequest) (net.Conn, *Response, error) {
 		return nil, nil, err
 	}
 	buf := make([]byte, 0, 4<<10)
+	p := newConnectParser(true)
 	for empty := 0; ; {
 		if len(buf) == cap(buf) {
 			buf = slices.Grow(buf, min(len(buf), MaxHeaderBytes-len(buf)))
@@ -380,9 +416,9 @@ func exchange(conn net.Conn, req ConnectRequest) (net.Conn, *Response, error) {
 		n, rerr := conn.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if n > 0 {
-			resp, hlen, perr := parseConnect(buf, true)
+			hlen, perr := p.parse(buf)
 			if perr == nil {
-				return finish(conn, req, &resp, buf[hlen:])
+				return finish(conn, req, &p.resp, buf[hlen:])
 			}
 			if !errors.Is(perr, ErrIncomplete) {
 				return nil, nil, perr

@@ -38,6 +38,10 @@ type Dialer struct {
 	// Clock is the clock the budgets passed to DialChain were started on;
 	// nil means SystemClock.
 	Clock Clock
+	// AllowCleartextChainCredentials lets DialChain send credentials to
+	// an http or socks5 hop after the first, where every earlier hop can
+	// read them (see CheckChainCredentials). Off by default.
+	AllowCleartextChainCredentials bool
 }
 
 func (d *Dialer) resolver() Resolver {
@@ -148,6 +152,11 @@ func isTimeout(err error) bool {
 // origin), or SOCKS5 at a SOCKS proxy. Each hop's Auth and Header go to
 // that hop only.
 //
+// Credentials for an http or socks5 hop after the first would cross the
+// earlier hops in cleartext: DialChain refuses them before dialing, with
+// a *ChainCredentialsError, unless
+// d.AllowCleartextChainCredentials is set.
+//
 // All steps share the one absolute deadline of b, which must have been
 // started on d's Clock: it bounds DNS and TCP through their context and
 // every later step through the connection's deadline, set once. A step
@@ -171,6 +180,9 @@ func DialChain(ctx context.Context, d *Dialer, hops []Hop, target string, b rout
 		if h.Host == "" || h.Kind != route.ProxyHTTP && h.Kind != route.ProxyHTTPS && h.Kind != route.ProxySOCKS5 {
 			return nil, &StepError{Step: route.StepNone, Hop: i + 1, Addr: h.Addr(), Err: errors.New("hop needs a host and a kind of http, https or socks5, not " + h.Kind.String())}
 		}
+	}
+	if err := CheckChainCredentials(hops, d.AllowCleartextChainCredentials); err != nil {
+		return nil, err
 	}
 	a := newAcquisition(ctx, d.clock(), b)
 	first, hop := target, 0
@@ -352,7 +364,9 @@ func HandshakeOrigin(ctx context.Context, d *Dialer, conn net.Conn, cfg *tls.Con
 }
 
 // DialRoute establishes a connection for r: DialChain through r's hops to
-// r.Addr(), then, for an https route, HandshakeOrigin. configs holds the
+// r.Addr(), then, for an https route, HandshakeOrigin. For an http route
+// through proxies, bytes the last proxy sent after its CONNECT 2xx fail
+// the dial with an *EarlyResponseError (CheckPlainTunnel). configs holds the
 // secrets of each hop in order (nil for a route without credentials);
 // DialRoute refuses to present credentials at a hop whose route key has
 // no credential identity, and the reverse, so that the pool key and the
@@ -381,8 +395,18 @@ func DialRoute(ctx context.Context, d *Dialer, r route.Route, configs []HopConfi
 		}
 	}
 	conn, err := DialChain(ctx, d, hops, r.Addr(), b)
-	if err != nil || r.Scheme() != route.SchemeHTTPS {
-		return conn, err
+	if err != nil {
+		return nil, err
+	}
+	if r.Scheme() != route.SchemeHTTPS {
+		if len(hops) > 0 {
+			last := hops[len(hops)-1]
+			if err := CheckPlainTunnel(conn, len(hops), last.Addr()); err != nil {
+				conn.Close()
+				return nil, err
+			}
+		}
+		return conn, nil
 	}
 	cfg := originTLS.Clone()
 	if cfg == nil {

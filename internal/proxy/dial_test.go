@@ -256,21 +256,23 @@ func TestDialRouteCredentialsOnlyToTheirHop(t *testing.T) {
 			o := startOrigin(t, originTLS)
 			p1 := startProxy(t, connectproxy.Config{TLS: true, RequireAuth: &connectproxy.Credentials{Username: "one", Password: "1"}})
 			p2 := startProxy(t, connectproxy.Config{})
-			p3 := startProxy(t, connectproxy.Config{RequireAuth: &connectproxy.Credentials{Username: "three", Password: "3"}})
+			// Hop 3 has credentials, so it is an https proxy: they cross
+			// hops 1 and 2 inside TLS with hop 3 (CheckChainCredentials).
+			p3 := startProxy(t, connectproxy.Config{TLS: true, RequireAuth: &connectproxy.Credentials{Username: "three", Password: "3"}})
 			scheme := route.SchemeHTTP
 			if originTLS {
 				scheme = route.SchemeHTTPS
 			}
 			ap := netip.MustParseAddrPort(o.Addr())
 			r, err := route.New(route.Spec{Scheme: scheme, Host: ap.Addr().String(), Port: ap.Port(), UseProxy: true, Policy: route.PolicyH1,
-				Chain: []route.Hop{routeHop(route.ProxyHTTPS, p1.Addr(), "one#1"), routeHop(route.ProxyHTTP, p2.Addr(), ""), routeHop(route.ProxyHTTP, p3.Addr(), "three#3")}})
+				Chain: []route.Hop{routeHop(route.ProxyHTTPS, p1.Addr(), "one#1"), routeHop(route.ProxyHTTP, p2.Addr(), ""), routeHop(route.ProxyHTTPS, p3.Addr(), "three#3")}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			configs := []HopConfig{
 				{Auth: &Auth{Username: "one", Password: "1"}, TLSConfig: p1.ClientTLSConfig()},
 				{},
-				{Auth: &Auth{Username: "three", Password: "3"}},
+				{Auth: &Auth{Username: "three", Password: "3"}, TLSConfig: p3.ClientTLSConfig()},
 			}
 			c, err := DialRoute(context.Background(), nil, r, configs, o.ClientTLSConfig(), budget(ample))
 			if err != nil {
@@ -657,7 +659,18 @@ func TestSOCKSHops(t *testing.T) {
 			if tt.after {
 				hops = append(hops, hopTo(p, nil, ""))
 			}
-			c, err := DialChain(context.Background(), nil, hops, e.addr(), budget(ample))
+			var d *Dialer
+			if tt.before && tt.auth != nil {
+				// The SOCKS password would cross the http hop in
+				// cleartext: refused unless allowed, and nothing dialed.
+				_, err := DialChain(context.Background(), nil, hops, e.addr(), budget(ample))
+				var ce *ChainCredentialsError
+				if !errors.As(err, &ce) || ce.Hop != 2 || ce.Kind != route.ProxySOCKS5 || p.Conns() != 0 {
+					t.Fatalf("err = %v (proxy conns %d), want a ChainCredentialsError at hop 2 before any dial", err, p.Conns())
+				}
+				d = &Dialer{AllowCleartextChainCredentials: true}
+			}
+			c, err := DialChain(context.Background(), d, hops, e.addr(), budget(ample))
 			if !tt.ok {
 				var se *StepError
 				if !errors.As(err, &se) || se.Step != route.StepSOCKS || se.Hop != socksAt {

@@ -29,8 +29,13 @@
 //  3. Feed the result to the fsm as acquisition success or failure; a
 //     resend after a stale connection renews the budget (Budget.Renew).
 //
-// Credentials given for a hop go to that hop only: never to another
-// proxy and never to the origin.
+// Credentials given for a hop are addressed to that hop only: never to
+// the origin (OriginHeader drops Proxy-Authorization under any spelling
+// of its key), and never to another proxy in a form it can read. An http
+// or socks5 hop's credentials are cleartext, so at any hop but the first
+// every earlier hop could read them: DialChain refuses that
+// (CheckChainCredentials) unless Dialer.AllowCleartextChainCredentials is
+// set. docs/proxies.md says what each hop sees.
 package proxy
 
 import (
