@@ -50,15 +50,28 @@ func (f dialFunc) DialContext(ctx context.Context, network, addr string) (net.Co
 func (t *Transport) connectProxied(ctx context.Context, key connKey, snap *routeSnapshot, o connectOpts) (established, error) {
 	clock := budgetClock{t.clock}
 	b := route.Start(clock.Now(), t.opt.AcquireTimeout)
-	d := &proxy.Dialer{TCP: dialFunc(t.opt.DialContext), Clock: clock}
+	d := &proxy.Dialer{TCP: dialFunc(t.opt.DialContext), Clock: clock, AllowCleartextChainCredentials: t.allowCleartextChainCredentials()}
 	r := snap.route
 	hops := make([]proxy.Hop, r.NumHops())
 	for i := range hops {
 		hops[i] = proxy.Hop{Hop: r.Hop(i), HopConfig: snap.configs[i]}
 	}
 	tunnel, err := proxy.DialChain(ctx, d, hops, r.Addr(), b)
+	if ce, ok := errors.AsType[*proxy.ChainCredentialsError](err); ok {
+		return established{}, &ProxyError{Hop: ce.Hop, Err: err}
+	}
 	if err != nil {
 		return established{}, acquireErr(ctx, b, clock, err)
+	}
+	if key.scheme != "https" && len(hops) > 0 {
+		// Bytes the last proxy sent with its CONNECT 2xx came before the
+		// request was written: no response to it, so the attempt fails
+		// (an acquisition failure: nothing of the request left).
+		last := len(hops) - 1
+		if err := proxy.CheckPlainTunnel(tunnel, last+1, hops[last].Addr()); err != nil {
+			tunnel.Close()
+			return established{}, err
+		}
 	}
 	if key.scheme != "https" {
 		return established{conn: tunnel}, nil
@@ -71,6 +84,12 @@ func (t *Transport) connectProxied(ctx context.Context, key connKey, snap *route
 	cs := tc.ConnectionState()
 	return established{conn: tc, wire: wire, tls: &cs}, nil
 }
+
+// allowCleartextChainCredentials reports whether a chain may send an http
+// or socks5 hop's credentials after the first hop, where every earlier
+// hop can read them (proxy.CheckChainCredentials). Off: replaysafe
+// refuses with a *ProxyError naming the hop.
+func (t *Transport) allowCleartextChainCredentials() bool { return false }
 
 // machineGrace bounds the wait for the machine's acquire deadline after
 // the budget ran out first.

@@ -1,9 +1,11 @@
 package replaysafe_test
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -264,14 +266,16 @@ func TestProxySelectorError(t *testing.T) {
 // ---- chains and TLS -------------------------------------------------------
 
 // Through a chain of two proxies each hop carries one tunnel, sees only
-// its own credentials, and the last one reaches the origin.
+// its own credentials, and the last one reaches the origin. Hop 2 is an
+// https proxy: its credentials cross hop 1 inside TLS with hop 2.
 func TestProxyChainOfTwo(t *testing.T) {
 	s := start(t, replaysafetest.Config{})
 	p1 := startProxy(t, connectproxy.Config{RequireAuth: &connectproxy.Credentials{Username: "one", Password: "1"}})
-	p2 := startProxy(t, connectproxy.Config{RequireAuth: &connectproxy.Credentials{Username: "two", Password: "2"}})
+	p2 := startProxy(t, connectproxy.Config{TLS: true, RequireAuth: &connectproxy.Credentials{Username: "two", Password: "2"}})
 	sel := &selector{urls: []*url.URL{mustURL(t, p1.URL()), mustURL(t, p2.URL())}}
 	tr, _ := client(t, s, replaysafe.Options{
-		ProxyChain: sel.chain,
+		ProxyChain:           sel.chain,
+		ProxyTLSClientConfig: p2.ClientTLSConfig(),
 		ProxyAuth: func(_ *http.Request, hop int, _ *url.URL) (*replaysafe.ProxyCredentials, error) {
 			return &replaysafe.ProxyCredentials{ID: "hop" + string(rune('0'+hop)), Username: []string{"", "one", "two"}[hop], Password: string(rune('0' + hop))}, nil
 		},
@@ -290,6 +294,96 @@ func TestProxyChainOfTwo(t *testing.T) {
 	}
 	if n := sel.calls.Load(); n != 2 {
 		t.Errorf("chain selector called %d times, want 2", n)
+	}
+}
+
+// A chain whose second hop is a cleartext proxy (http, or socks5) with
+// credentials would show them to hop 1: the call fails with a
+// *ProxyError naming hop 2, before any proxy or the origin gets a byte.
+func TestProxyChainCleartextCredentialsRefused(t *testing.T) {
+	s := start(t, replaysafetest.Config{})
+	p1 := startProxy(t, connectproxy.Config{})
+	p2 := startProxy(t, connectproxy.Config{RequireAuth: &connectproxy.Credentials{Username: "two", Password: "2"}})
+	sp, err := connectproxy.StartSOCKS5(connectproxy.SOCKSConfig{Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	for _, second := range []string{p2.URL(), sp.URL()} {
+		u2 := mustURL(t, second)
+		u2.User = url.UserPassword("two", "2")
+		sel := &selector{urls: []*url.URL{mustURL(t, p1.URL()), u2}}
+		tr, _ := client(t, s, replaysafe.Options{ProxyChain: sel.chain})
+		_, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/target", ""))
+		var pe *replaysafe.ProxyError
+		var ce *proxy.ChainCredentialsError
+		if !errors.As(err, &pe) || pe.Hop != 2 || !errors.As(err, &ce) || ce.Addr != u2.Host || !errors.Is(err, proxy.ErrCleartextChainCredentials) {
+			t.Fatalf("%s: error %v, want a ProxyError for hop 2 wrapping a ChainCredentialsError", u2.Scheme, err)
+		}
+		t.Log(err)
+	}
+	if p1.Conns() != 0 || len(p2.Requests()) != 0 || len(sp.Requests()) != 0 || s.Conns() != 0 {
+		t.Errorf("connections: hop 1 %d, hop 2 %d CONNECTs and %d SOCKS sessions, origin %d; want none",
+			p1.Conns(), len(p2.Requests()), len(sp.Requests()), s.Conns())
+	}
+}
+
+// rawConnectProxy accepts connections, reads one CONNECT request on each
+// and writes reply in one write, then reads until the client goes. It
+// counts the CONNECT requests it read.
+func rawConnectProxy(t *testing.T, reply string) (addr string, requests func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n atomic.Int32
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				n.Add(1)
+				io.WriteString(c, reply)
+				io.Copy(io.Discard, c)
+			})
+		}
+	})
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	return ln.Addr().String(), func() int { return int(n.Load()) }
+}
+
+// A proxy that pipelines a forged response right behind its CONNECT 200,
+// for a plain-http origin: those bytes came before the request was
+// written, so the attempt fails as an acquisition failure (RS04, nothing
+// of the request left) with a *proxy.EarlyResponseError naming the hop;
+// the forged response is never returned and the origin gets nothing.
+func TestProxyPlainOriginEarlyBytesFail(t *testing.T) {
+	s := start(t, replaysafetest.Config{})
+	forged := "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
+	addr, requests := rawConnectProxy(t, "HTTP/1.1 200 Connection established\r\n\r\n"+forged)
+	u := mustURL(t, "http://"+addr)
+	tr, _ := client(t, s, replaysafe.Options{Proxy: func(*http.Request) (*url.URL, error) { return u, nil }})
+	code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/target", ""))
+	if err == nil {
+		t.Fatalf("call succeeded: %d %q", code, body)
+	}
+	wantRule(t, err, fsm.RuleAcquireFailed, 1)
+	var ee *proxy.EarlyResponseError
+	if !errors.As(err, &ee) || ee.Hop != 1 || ee.Bytes != len(forged) {
+		t.Fatalf("error %v, want an EarlyResponseError at hop 1 for %d bytes", err, len(forged))
+	}
+	t.Log(err)
+	if requests() != 1 || s.Count() != 0 {
+		t.Errorf("proxy read %d CONNECTs, origin %d requests; want 1 and 0", requests(), s.Count())
 	}
 }
 
