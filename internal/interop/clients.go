@@ -54,7 +54,9 @@ type client struct {
 	rt           http.RoundTripper
 	dials        *atomic.Int64
 	unknownConns bool
-	close        func()
+	// resends counts replaysafe's resent attempts; nil for the others.
+	resends *atomic.Int64
+	close   func()
 }
 
 // clientOptions are what a row may change in the clients it builds.
@@ -66,7 +68,7 @@ type clientOptions struct {
 
 // newClient builds a fresh client named name for wire w.
 func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Checker, o clientOptions) (*client, error) {
-	dials := new(atomic.Int64)
+	dials, resends := new(atomic.Int64), new(atomic.Int64)
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
@@ -78,7 +80,12 @@ func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Che
 			DialContext:     dial,
 			TLSClientConfig: tlsConf.Clone(),
 			QUICConfig:      o.quic,
-			Observer:        replaysafe.Observer{OnAttempt: checker.Observe},
+			Observer: replaysafe.Observer{OnAttempt: func(r replaysafe.AttemptReport) {
+				if r.Number > 1 {
+					resends.Add(1)
+				}
+				checker.Observe(r)
+			}},
 		}
 		switch w {
 		case WireH2:
@@ -92,7 +99,7 @@ func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Che
 		}
 		t := replaysafe.New(opts)
 		// QUIC connections are not dialed through DialContext.
-		return &client{rt: t, dials: dials, unknownConns: w >= WireH3, close: t.CloseIdleConnections}, nil
+		return &client{rt: t, dials: dials, resends: resends, unknownConns: w >= WireH3, close: t.CloseIdleConnections}, nil
 	case NetHTTP:
 		if w >= WireH3 {
 			return nil, fmt.Errorf("interop: %s speaks no HTTP/3", name)

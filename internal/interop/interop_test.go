@@ -2,10 +2,17 @@ package interop
 
 import (
 	"context"
+	"flag"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+)
+
+var (
+	full  = flag.Bool("interop.full", false, "run every row FullRuns times (the tables of docs/interop.md)")
+	match = flag.String("interop.run", "", "run only the rows whose ID matches this regular expression")
 )
 
 // Each server's rows in the quick mode: the safety bounds (no request
@@ -22,13 +29,20 @@ func TestRealServers(t *testing.T) {
 				}
 				t.Skipf("%s is not installed; install it (.ci/setup) to run its real-server rows", server)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			cfg := Config{Quick: !*full, Servers: []string{server}, Dir: t.TempDir()}
+			if *match != "" {
+				cfg.Match = regexp.MustCompile(*match)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 			defer cancel()
 			var out strings.Builder
-			sum, err := Run(ctx, &out, Config{Quick: true, Servers: []string{server}, Dir: t.TempDir()})
+			sum, err := Run(ctx, &out, cfg)
 			t.Log("\n" + out.String())
 			if err != nil {
 				t.Fatal(err)
+			}
+			if len(sum.Results) == 0 && *match != "" {
+				t.Skipf("no %s row matches %q", server, *match)
 			}
 			if len(sum.Results) == 0 || sum.Traces == 0 {
 				t.Fatalf("%d results, %d traces checked", len(sum.Results), sum.Traces)

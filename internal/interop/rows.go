@@ -163,9 +163,9 @@ func burst(n int) func(ctx context.Context, e *runEnv) run {
 }
 
 // restart is a run that sends a GET, restarts caddy (a graceful stop,
-// or a kill that closes nothing), and sends method again on the same
-// client.
-func restart(method string, kill bool) func(ctx context.Context, e *runEnv) run {
+// or a kill that closes nothing), waits wait, and sends method on the
+// same client.
+func restart(method string, kill bool, wait time.Duration) func(ctx context.Context, e *runEnv) run {
 	return func(ctx context.Context, e *runEnv) run {
 		first := e.do(ctx, http.MethodGet, 0)
 		if kill {
@@ -175,6 +175,9 @@ func restart(method string, kill bool) func(ctx context.Context, e *runEnv) run 
 		}
 		if err := e.t.caddy.Start(); err != nil {
 			return run{requests: []request{first, {id: e.id(1), method: method, err: err}}}
+		}
+		if waitCtx(ctx, wait) != nil {
+			return run{requests: []request{first}}
 		}
 		start := time.Now()
 		r := e.do(ctx, method, 1)
@@ -199,6 +202,9 @@ type Result struct {
 	// Conns is the number of connections the clients dialed, -1 when
 	// unknown.
 	Conns int
+	// Resends counts replaysafe's resent attempts, -1 for the other
+	// clients (they do not tell).
+	Resends int
 	// H3 counts responses that came over HTTP/3.
 	H3 int
 	// Wall is the mean duration of the timed part of a run.
