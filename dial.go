@@ -62,7 +62,7 @@ func (t *Transport) dial(ctx context.Context, key connKey) (*persistConn, error)
 		conn.Close()
 		return nil, err
 	}
-	return &persistConn{key: key, cc: cc, conn: conn, tls: c.tls}, nil
+	return &persistConn{key: key, cc: cc, conn: conn, tls: c.tls, limit: t.limit}, nil
 }
 
 // established is a new connection, before any HTTP runs on it.

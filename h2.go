@@ -6,10 +6,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptrace"
 	"strings"
+	"time"
 
 	"golang.org/x/net/http2"
 
@@ -75,9 +75,11 @@ func checkStreamHeader(proto string, h http.Header) error {
 // the final error, or the next attempt's start when fsm decided to
 // resend; or errFallbackH1 (attempt 1 only, nothing sent, nothing
 // reported) when ALPN selected HTTP/1.1.
-func (c *call) attemptH2(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error) {
-	a := c.newStreamAttempt(n, facts, body, false)
-	hc, reused, err := c.t.acquireH2(a.ctx, c.key, n == 1)
+func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
+	body := start.body
+	a := c.newStreamAttempt(n, start.facts, body, false)
+	same, _ := start.same.(*h2Conn)
+	hc, reused, err := c.t.acquireH2(a.ctx, c.key, start.after, same)
 	if err != nil {
 		if n == 1 && errors.Is(err, errFallbackH1) {
 			a.rec.stop()
@@ -137,25 +139,26 @@ func (s *h2Stream) end(clean bool) {
 
 func (s *h2Stream) retire() { s.t.h2pool.retire(s.hc) }
 
+func (s *h2Stream) learn(streams int) { s.t.h2pool.learn(s.hc.pool.key, streams, time.Now()) }
+
+func (s *h2Stream) resendFrom() (uint64, any) { return s.t.h2pool.mark(), s.hc }
+
 // uploading reports false: x/net ends a stream's upload with its
 // response.
 func (s *h2Stream) uploading() bool { return false }
 
-// acquireH2 returns a connection with a stream reserved for one attempt:
-// for an original attempt a pooled one that can take a stream, else a new
-// one; a resend always gets a new one (acquireShared).
-func (t *Transport) acquireH2(ctx context.Context, key connKey, pooled bool) (*h2Conn, bool, error) {
-	take := func() (*h2Conn, bool, error) {
-		if hc, reused := t.h2pool.take(key); hc != nil {
-			return hc, reused, nil
-		}
+// acquireH2 returns a connection with a stream reserved for one
+// attempt: a pooled one that can take a stream and joined the pool after
+// mark after (or is same), else a new one (muxPool.acquire).
+func (t *Transport) acquireH2(ctx context.Context, key connKey, after uint64, same *h2Conn) (*h2Conn, bool, error) {
+	check := func() error {
 		if _, h1 := t.h1Only.Load(key); h1 {
-			return nil, false, errFallbackH1
+			return errFallbackH1
 		}
-		return nil, false, nil
+		return nil
 	}
 	dial := func() (*h2Conn, error) { return t.dialH2(ctx, key) }
-	return acquireShared(ctx, &t.h2pool.gate, key, pooled, take, dial, t.h2pool.add)
+	return t.h2pool.acquire(ctx, key, after, same, check, dial)
 }
 
 // dialH2 makes a new HTTP/2 connection for key: connect, as the HTTP/1.1
@@ -189,6 +192,12 @@ func (t *Transport) dialH2(ctx context.Context, key connKey) (*h2Conn, error) {
 	if err != nil {
 		c.conn.Close()
 		return nil, err
+	}
+	// The dialing attempt's stream, reserved like every other, so that
+	// x/net counts it before the attempt's RoundTrip starts.
+	if !cc.ReserveNewRequest() {
+		cc.Close()
+		return nil, fmt.Errorf("replaysafe: new HTTP/2 connection to %s takes no stream", key.addr)
 	}
 	return &h2Conn{cc: cc, wire: wire, tls: c.tls, conn: oc, pool: muxState{key: key}}, nil
 }

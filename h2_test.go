@@ -117,7 +117,10 @@ func TestH2Exchange(t *testing.T) {
 	})
 }
 
-func TestH2RefusedResentOnNewConnection(t *testing.T) {
+// TestH2RefusedResentOnSameConnection: REFUSED_STREAM refuses the stream
+// alone, so the resend runs on the same, healthy connection (no new dial;
+// spec/choices.md).
+func TestH2RefusedResentOnSameConnection(t *testing.T) {
 	forTLSAndH2C(t, func(t *testing.T, useTLS bool) {
 		cfg := h2Script([]h2server.Action{h2server.Refuse()})
 		cfg.TLS = useTLS
@@ -127,8 +130,11 @@ func TestH2RefusedResentOnNewConnection(t *testing.T) {
 		if err != nil || code != 200 || body != "ok" {
 			t.Fatalf("%d %q %v", code, body, err)
 		}
-		wantH2Copies(t, s, "/p", 0, 1)
+		wantH2Copies(t, s, "/p", 0, 0)
 		wantDecisions(t, obs, "/p", fsm.RuleEvidenceRefusedStream, fsm.RuleDeliverFinalResponse)
+		if n := len(s.Conns()); n != 1 {
+			t.Errorf("%d connections, want 1", n)
+		}
 	})
 }
 
@@ -256,7 +262,7 @@ func TestH2RefuseEverythingTwoCopies(t *testing.T) {
 		tr, obs := h2Client(t, s, replaysafe.Options{})
 		_, _, err := roundTrip(tr, newRequest(t, t.Context(), "POST", s.URL()+"/p", "b"))
 		wantRule(t, err, fsm.RuleNoSecondResend, 2)
-		wantH2Copies(t, s, "/p", 0, 1)
+		wantH2Copies(t, s, "/p", 0, 0)
 		wantDecisions(t, obs, "/p", fsm.RuleEvidenceRefusedStream, fsm.RuleNoSecondResend)
 		if n := len(obs.errs); n != 1 || obs.requests != 1 {
 			t.Errorf("observer: %d requests, %d errors", obs.requests, n)
@@ -482,7 +488,7 @@ func TestH2ThroughProxy(t *testing.T) {
 
 // A stream refused through the proxy is resent at once on a new
 // connection, through a new tunnel: two copies, two tunnels.
-func TestH2ThroughProxyRefusedResentOnNewTunnel(t *testing.T) {
+func TestH2ThroughProxyRefusedResentInSameTunnel(t *testing.T) {
 	cfg := h2Script([]h2server.Action{h2server.Refuse()})
 	cfg.TLS = true
 	s := startH2(t, cfg)
@@ -492,10 +498,10 @@ func TestH2ThroughProxyRefusedResentOnNewTunnel(t *testing.T) {
 	if err != nil || code != 200 || body != "ok" {
 		t.Fatalf("%d %q %v", code, body, err)
 	}
-	wantH2Copies(t, s, "/p", 0, 1)
+	wantH2Copies(t, s, "/p", 0, 0)
 	wantDecisions(t, obs, "/p", fsm.RuleEvidenceRefusedStream, fsm.RuleDeliverFinalResponse)
-	if n := p.Tunnels(); n != 2 {
-		t.Errorf("%d tunnels, want 2", n)
+	if n := p.Tunnels(); n != 1 {
+		t.Errorf("%d tunnels, want 1", n)
 	}
 }
 

@@ -3,8 +3,11 @@ package replaysafe
 //lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn, GoAwayError) so that x/net's own retry loop never runs; DESIGN.md "Dependencies" chose it, and x/net's deprecation points to net/http, which would bring that loop back.
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
+	"sync/atomic"
+	"time"
 
 	"golang.org/x/net/http2"
 
@@ -23,11 +26,37 @@ type h2Conn struct {
 	tls  *tls.ConnectionState // nil for h2c
 	conn net.Conn             // the observed connection, for GotConn
 	pool muxState             // guarded by the pool's lock
+	// settled: the server's SETTINGS arrived (see pending).
+	settled atomic.Bool
 }
 
 func (c *h2Conn) mux() *muxState { return &c.pool }
 
-func (c *h2Conn) reserve() bool { return c.cc.ReserveNewRequest() }
+// reserve takes a stream, except that a connection whose SETTINGS have
+// not arrived yet takes only its first attempt: before them x/net
+// assumes a concurrency limit the server may not have, and a server
+// refuses the streams beyond its real one (REFUSED_STREAM), which for a
+// resend would be a refusal no further resend may repair.
+func (c *h2Conn) reserve() bool {
+	if c.pool.active > 0 && c.pending() {
+		return false
+	}
+	return c.cc.ReserveNewRequest()
+}
+
+// pending reports whether the server's SETTINGS have not arrived yet.
+// Once they have, it reports false without asking x/net again (see gone
+// for the cost of State).
+func (c *h2Conn) pending() bool {
+	if c.settled.Load() {
+		return false
+	}
+	if st := c.cc.State(); st.MaxConcurrentStreams == 0 && !st.Closed && !st.Closing {
+		return true
+	}
+	c.settled.Store(true)
+	return false
+}
 
 // gone reports whether the connection closed or is closing (a GOAWAY
 // arrived, x/net gave up on it). It is asked only after reserve refused:
@@ -40,4 +69,26 @@ func (c *h2Conn) gone() bool {
 	return st.Closed || st.Closing
 }
 
-func (c *h2Conn) close() { c.cc.Close() }
+// close closes the connection gracefully: at once when x/net runs no
+// stream on it, else after a GOAWAY once its streams are done, or after
+// h2DrainTimeout. The pool's count of attempts can reach zero while
+// x/net still finishes a stream (a canceled or abandoned one being
+// reset, an upload after its response), and ClientConn.Close would fail
+// such a stream with "client connection force closed".
+func (c *h2Conn) close() {
+	if st := c.cc.State(); st.Closed || st.StreamsActive == 0 && st.StreamsPending == 0 {
+		c.cc.Close()
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), h2DrainTimeout)
+		defer cancel()
+		if c.cc.Shutdown(ctx) != nil {
+			c.cc.Close()
+		}
+	}()
+}
+
+// h2DrainTimeout bounds how long a closing HTTP/2 connection waits for
+// x/net's last streams.
+const h2DrainTimeout = 5 * time.Second

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -157,10 +156,15 @@ func (c *call) fallBackToTCP() error {
 // A request with an untouched one-shot body starts on a new connection:
 // quic-go cannot hand such a request back unsent the way net/http can,
 // and a stale pooled connection would then fail it with no resend.
-func (c *call) attemptH3(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error) {
+func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
+	facts, body := start.facts, start.body
 	a := c.newStreamAttempt(n, facts, body, true)
-	pooled := n == 1 && facts.Body != fsm.BodyOneShotUntouched
-	hc, reused, err := c.t.acquireH3(a.ctx, c.key, pooled)
+	after := start.after
+	if n == 1 && facts.Body == fsm.BodyOneShotUntouched {
+		after = c.t.h3pool.mark() // only a connection opened from now on
+	}
+	same, _ := start.same.(*h3Conn)
+	hc, reused, err := c.t.acquireH3(a.ctx, c.key, after, same)
 	if err != nil {
 		if n == 1 && c.t.opt.Protocol.fallsBack() && c.ctx.Err() == nil && !a.rec.isDecided() {
 			a.rec.stop()
@@ -210,6 +214,10 @@ func (s *h3Stream) end(clean bool) {
 
 func (s *h3Stream) retire() { s.t.h3pool.retire(s.hc) }
 
+func (s *h3Stream) learn(streams int) { s.t.h3pool.learn(s.hc.pool.key, streams, time.Now()) }
+
+func (s *h3Stream) resendFrom() (uint64, any) { return s.t.h3pool.mark(), s.hc }
+
 // uploading marks the response ended and reports whether quic-go is still
 // sending the request body.
 func (s *h3Stream) uploading() bool {
@@ -235,16 +243,12 @@ func (s *h3Stream) uploaded(error) {
 	}
 }
 
-// acquireH3 returns a connection with room for one more request: for an
-// original attempt a pooled one that is open and got no GOAWAY, else a
-// new one; a resend always gets a new one (acquireShared).
-func (t *Transport) acquireH3(ctx context.Context, key connKey, pooled bool) (*h3Conn, bool, error) {
-	take := func() (*h3Conn, bool, error) {
-		hc, reused := t.h3pool.take(key)
-		return hc, reused, nil
-	}
+// acquireH3 returns a connection with room for one more request: a
+// pooled one that is open, got no GOAWAY and joined the pool after mark
+// after (or is same), else a new one (muxPool.acquire).
+func (t *Transport) acquireH3(ctx context.Context, key connKey, after uint64, same *h3Conn) (*h3Conn, bool, error) {
 	dial := func() (*h3Conn, error) { return t.dialH3(ctx, key) }
-	return acquireShared(ctx, &t.h3pool.gate, key, pooled, take, dial, t.h3pool.add)
+	return t.h3pool.acquire(ctx, key, after, same, nil, dial)
 }
 
 // dialH3 makes a new HTTP/3 connection for key: it resolves the host and

@@ -33,6 +33,10 @@ func (c *h3Conn) reserve() bool {
 	return !goAway
 }
 
+// pending reports false: quic-go makes a request wait for stream credit
+// instead of the server refusing it.
+func (c *h3Conn) pending() bool { return false }
+
 // gone reports true: a connection that cannot take a request never will.
 func (c *h3Conn) gone() bool { return true }
 

@@ -10,10 +10,13 @@ import (
 // by the pool's lock.
 type muxState struct {
 	key     connKey
-	served  int  // attempts that ended in a clean, complete exchange
-	active  int  // attempts running on it
-	retired bool // takes no new attempt; closes when active reaches 0
-	pooled  bool // in muxPool.conns
+	seq     uint64 // when it joined the pool: the pool's count of additions, from 1
+	started int    // attempts it took, from the first
+	served  int    // attempts that ended in a clean, complete exchange
+	active  int    // attempts running on it
+	retired bool   // takes no new attempt; closes when active reaches 0
+	pooled  bool   // in muxPool.conns
+	shut    bool   // closed, and its room in the connection limit given back
 	// idleTimer, made once and reset, closes the connection after the
 	// pool's idleTimeout without an attempt; idleSince is when the last
 	// one ended. A timer that fires anyway finds the connection busy, or
@@ -30,55 +33,133 @@ type muxConn interface {
 	// reserve takes room for one more attempt, or reports that there is
 	// none now.
 	reserve() bool
+	// pending reports, after reserve refused, whether the connection
+	// is still waiting for what decides its room (HTTP/2: the server's
+	// SETTINGS); an attempt then waits for it instead of dialing.
+	pending() bool
 	// gone reports, after reserve refused, whether the connection will
 	// never take an attempt again (closed, closing, or a GOAWAY came).
 	gone() bool
-	// close closes the connection.
+	// close closes the connection; streams still running on it at the
+	// stack's level end first (a graceful close).
 	close()
 }
 
 // muxPool holds the live multiplexed connections per route: an attempt
 // takes room on the first pooled connection whose reserve succeeds, and
-// the caller dials a new connection when none can (acquireShared).
+// dials a new connection when none can (acquire). It keeps at most
+// maxIdle connections per route without a running attempt, and counts
+// every connection in limit (Options.MaxConnsPerHost).
 type muxPool[C muxConn] struct {
 	keep        bool          // false: every connection closes once its attempts are done
+	maxIdle     int           // idle connections kept per route, when keep
 	idleTimeout time.Duration // > 0: close a connection idle this long (else the stack does)
-	gate        dialGate      // original attempts that missed the pool share a dial
+	limit       *connLimit    // shared with the Transport's other pools
+	gate        dialGate      // attempts that missed the pool share a dial
 
 	mu    sync.Mutex
+	seq   uint64 // connections added so far
 	conns map[connKey][]C
+	// perConn holds what a route's server showed it serves per
+	// connection: the streams it accepted before a GOAWAY that left
+	// later streams unprocessed (nginx keepalive_requests), and until
+	// when that holds. A connection takes no more attempts than that,
+	// so that the requests one GOAWAY displaced spread over as many
+	// new connections as they need instead of all moving to one that
+	// will refuse most of them again.
+	perConn map[connKey]learnedLimit
 }
 
-func newMuxPool[C muxConn](keep bool, idleTimeout time.Duration) *muxPool[C] {
-	return &muxPool[C]{keep: keep, idleTimeout: idleTimeout, conns: map[connKey][]C{}}
+// learnedLimit is a route's per-connection stream budget seen in a
+// GOAWAY, valid until expires.
+type learnedLimit struct {
+	streams int
+	expires time.Time
 }
 
-// take reserves room for one attempt on a pooled connection for key, and
-// reports whether that connection served an earlier exchange (reused as
-// fsm means it, not merely carrying another attempt right now); it
-// returns the zero C when none has room. Connections that are gone leave
-// the pool on the way: those met before the one that takes the attempt;
-// any behind it leave at a later take. gone is asked only when reserve
-// refused (see h2Conn.gone for why).
-func (p *muxPool[C]) take(key connKey) (C, bool) {
+// perConnTTL is how long a learned per-connection budget holds: a
+// server restarting once must not cap its connections for long.
+const perConnTTL = time.Minute
+
+// maxLearned bounds the routes with a learned budget.
+const maxLearned = 1024
+
+func newMuxPool[C muxConn](maxIdle int, idleTimeout time.Duration, limit *connLimit) *muxPool[C] {
+	return &muxPool[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit,
+		conns: map[connKey][]C{}, perConn: map[connKey]learnedLimit{}}
+}
+
+// learn records that key's server accepted streams streams on one
+// connection before a GOAWAY displaced later ones.
+func (p *muxPool[C]) learn(key connKey, streams int, now time.Time) {
+	if streams <= 0 {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.perConn[key]; !ok && len(p.perConn) >= maxLearned {
+		clear(p.perConn)
+	}
+	p.perConn[key] = learnedLimit{streams: streams, expires: now.Add(perConnTTL)}
+}
+
+// budgetLocked returns the streams a connection for key may take, or 0
+// for no learned limit.
+func (p *muxPool[C]) budgetLocked(key connKey, now time.Time) int {
+	l, ok := p.perConn[key]
+	if !ok {
+		return 0
+	}
+	if now.After(l.expires) {
+		delete(p.perConn, key)
+		return 0
+	}
+	return l.streams
+}
+
+// mark returns the pool's count of additions: a connection added later
+// has a greater seq. A resend takes only connections added after its
+// failure (see take), so it never lands on a connection older than the
+// failure, which might be as stale as the one that failed.
+func (p *muxPool[C]) mark() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.seq
+}
+
+// take reserves room for one attempt on a pooled connection for key that
+// joined the pool after mark after, or is same (a connection whose
+// refusal of one stream left it healthy), and reports whether that
+// connection served an earlier exchange (reused as fsm means it, not
+// merely carrying another attempt right now); it returns the zero C when
+// none has room. Connections that are gone leave the pool on the way:
+// those met before the one that takes the attempt; any behind it leave
+// at a later take. gone is asked only when reserve refused (see
+// h2Conn.gone for why).
+//
+// pending reports, when none had room, that a candidate was waiting for
+// its SETTINGS.
+func (p *muxPool[C]) take(key connKey, after uint64, same C) (got C, reused, pending bool) {
 	var dead []C
 	defer func() {
 		for _, c := range dead {
-			c.close()
+			p.shut(c)
 		}
 	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	list := p.conns[key]
 	kept := list[:0]
-	var got, zero C
+	budget := p.budgetLocked(key, time.Now())
+	var zero C
 	for _, c := range list {
 		switch m := c.mux(); {
-		case got != zero:
+		case got != zero || m.seq <= after && c != same || budget > 0 && m.started >= budget:
 			kept = append(kept, c)
 		case c.reserve():
 			got = c
 			m.active++
+			m.started++
 			p.stopIdleLocked(m)
 			kept = append(kept, c)
 		case c.gone():
@@ -87,6 +168,7 @@ func (p *muxPool[C]) take(key connKey) (C, bool) {
 				dead = append(dead, c)
 			}
 		default:
+			pending = pending || c.pending()
 			kept = append(kept, c) // full: at the server's concurrency limit
 		}
 	}
@@ -97,9 +179,9 @@ func (p *muxPool[C]) take(key connKey) (C, bool) {
 		p.conns[key] = kept
 	}
 	if got == zero {
-		return zero, false
+		return zero, false, pending
 	}
-	return got, got.mux().served > 0
+	return got, got.mux().served > 0, false
 }
 
 // add registers c, just dialed, with one attempt running on it.
@@ -107,7 +189,9 @@ func (p *muxPool[C]) add(c C) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := c.mux()
-	m.active = 1
+	m.active, m.started = 1, 1
+	p.seq++
+	m.seq = p.seq
 	if !p.keep {
 		m.retired = true
 		return
@@ -116,13 +200,20 @@ func (p *muxPool[C]) add(c C) {
 	p.conns[m.key] = append(p.conns[m.key], c)
 }
 
-// done ends one attempt on c; clean reports a complete exchange.
+// done ends one attempt on c; clean reports a complete exchange. A
+// connection left idle beyond the route's idle cap closes.
 func (p *muxPool[C]) done(c C, clean bool) {
 	p.mu.Lock()
 	m := c.mux()
 	m.active--
 	if clean {
 		m.served++
+	}
+	if m.active == 0 && !m.retired {
+		if budget := p.budgetLocked(m.key, time.Now()); budget > 0 && m.started >= budget ||
+			p.idleLocked(m.key) > p.maxIdle {
+			p.retireLocked(c) // spent, or beyond the idle cap
+		}
 	}
 	closeIt := m.retired && m.active == 0
 	if !closeIt && m.active == 0 && p.idleTimeout > 0 {
@@ -135,7 +226,34 @@ func (p *muxPool[C]) done(c C, clean bool) {
 	}
 	p.mu.Unlock()
 	if closeIt {
+		p.shut(c)
+	} else {
+		p.limit.notify(m.key) // room for a stream: wake an attempt waiting at the limit
+	}
+}
+
+// idleLocked returns the pooled connections for key without a running
+// attempt.
+func (p *muxPool[C]) idleLocked(key connKey) int {
+	n := 0
+	for _, c := range p.conns[key] {
+		if c.mux().active == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// shut closes c once and gives its room in the connection limit back.
+func (p *muxPool[C]) shut(c C) {
+	p.mu.Lock()
+	m := c.mux()
+	first := !m.shut
+	m.shut = true
+	p.mu.Unlock()
+	if first {
 		c.close()
+		p.limit.closed(m.key)
 	}
 }
 
@@ -156,7 +274,7 @@ func (p *muxPool[C]) idleExpired(c C) {
 	}
 	p.mu.Unlock()
 	if idle {
-		c.close()
+		p.shut(c)
 	}
 }
 
@@ -168,7 +286,7 @@ func (p *muxPool[C]) retire(c C) {
 	idle := c.mux().active == 0
 	p.mu.Unlock()
 	if idle {
-		c.close()
+		p.shut(c)
 	}
 }
 
@@ -210,7 +328,7 @@ func (p *muxPool[C]) closeIdle() {
 	}
 	p.mu.Unlock()
 	for _, c := range idle {
-		c.close()
+		p.shut(c)
 	}
 }
 
@@ -220,14 +338,87 @@ func (p *muxPool[C]) idleCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
-	for _, list := range p.conns {
-		for _, c := range list {
-			if c.mux().active == 0 {
-				n++
-			}
-		}
+	for key := range p.conns {
+		n += p.idleLocked(key)
 	}
 	return n
+}
+
+// settleWait is how often an attempt waiting for a new connection's
+// SETTINGS looks again.
+const settleWait = time.Millisecond
+
+// acquire is how an attempt gets a multiplexed connection (HTTP/2,
+// HTTP/3): room on a pooled one that take finds for (after, same), else
+// a new one from dial, which add registers. Attempts that miss the pool
+// together share one dial through the gate, resends included: the others
+// wait for it (under their own acquisition deadline), then try the pool
+// again, and dial themselves only when the new connection cannot take
+// them either; so the requests one GOAWAY displaced share new
+// connections up to their stream limit. A route at the connection limit
+// waits for room. check, when set, may end the search with an error
+// after take found nothing (for example ALPN's answer under
+// ProtocolNegotiate).
+func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, same C,
+	check func() error, dial func() (C, error)) (C, bool, error) {
+	var zero C
+	var settle *time.Timer
+	defer func() {
+		if settle != nil {
+			settle.Stop()
+		}
+	}()
+	for {
+		c, reused, pending := p.take(key, after, same)
+		if c != zero {
+			return c, reused, nil
+		}
+		if pending {
+			// A new connection will know its room within a round trip.
+			if settle == nil {
+				settle = time.NewTimer(settleWait)
+			}
+			select {
+			case <-settle.C:
+				settle.Reset(settleWait)
+				continue
+			case <-ctx.Done():
+				return zero, false, context.Cause(ctx)
+			}
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				return zero, false, err
+			}
+		}
+		wait, lead := p.gate.join(key)
+		if lead == nil {
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return zero, false, context.Cause(ctx)
+			}
+		}
+		if !p.limit.tryOpen(key) {
+			lead()
+			if err := p.limit.wait(ctx, key); err != nil {
+				return zero, false, err
+			}
+			continue
+		}
+		c, err := dial()
+		if err != nil {
+			p.limit.closed(key)
+		} else {
+			p.add(c)
+		}
+		lead()
+		if err != nil {
+			return zero, false, err
+		}
+		return c, false, nil
+	}
 }
 
 // dialGate lets original attempts that missed the pool for one key
@@ -258,48 +449,4 @@ func (g *dialGate) join(key connKey) (<-chan struct{}, func()) {
 		g.mu.Unlock()
 		close(ch)
 	}
-}
-
-// acquireShared is how an attempt gets a multiplexed connection (HTTP/2,
-// HTTP/3): for an original attempt (pooled) a pooled one that take finds,
-// else a new one from dial, which add registers; a resend always dials.
-// Original attempts that miss the pool together share one dial through
-// gate: the others wait for it (under their own acquisition deadline),
-// then try the pool again, and dial themselves only when the new
-// connection cannot take them either. take may end the search with an
-// error (for example ALPN's answer under ProtocolNegotiate).
-func acquireShared[C comparable](ctx context.Context, gate *dialGate, key connKey, pooled bool,
-	take func() (c C, reused bool, err error), dial func() (C, error), add func(C)) (C, bool, error) {
-	var zero C
-	var dialed func()
-	for pooled {
-		c, reused, err := take()
-		if err != nil {
-			return zero, false, err
-		}
-		if c != zero {
-			return c, reused, nil
-		}
-		wait, lead := gate.join(key)
-		if lead != nil {
-			dialed = lead
-			break
-		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return zero, false, context.Cause(ctx)
-		}
-	}
-	c, err := dial()
-	if err == nil {
-		add(c)
-	}
-	if dialed != nil {
-		dialed()
-	}
-	if err != nil {
-		return zero, false, err
-	}
-	return c, false, nil
 }

@@ -24,6 +24,9 @@ const (
 	DefaultAcquireTimeout = 30 * time.Second
 	// DefaultKeepAlive is the TCP keep-alive period of the default dialer.
 	DefaultKeepAlive = 30 * time.Second
+	// DefaultMaxResponseHeaderBytes bounds a response's header section,
+	// as in net/http's Transport and x/net's (10 MiB).
+	DefaultMaxResponseHeaderBytes = 10 << 20
 )
 
 // Options configures a Transport. The zero value is ready to use: every
@@ -37,15 +40,25 @@ type Options struct {
 
 	// TLSClientConfig configures TLS for https URLs; nil means the zero
 	// tls.Config. It is cloned for each connection; an empty ServerName
-	// becomes the URL's host, and NextProtos is always {"http/1.1"}: this
-	// Transport speaks HTTP/1.1 only.
+	// becomes the URL's host, and NextProtos is replaced by what Protocol
+	// speaks: {"http/1.1"} for ProtocolHTTP1, {"h2"} for ProtocolHTTP2,
+	// {"h2", "http/1.1"} for ProtocolNegotiate, {"h3"} over QUIC.
 	TLSClientConfig *tls.Config
 
 	// MaxIdleConnsPerHost bounds the idle connections kept for one
 	// scheme and host:port. Zero means DefaultMaxIdleConnsPerHost; a
 	// negative value keeps none (every connection closes after its
-	// exchange).
+	// exchange). It holds for every protocol: an HTTP/2 or HTTP/3
+	// connection left without a stream beyond this many closes.
 	MaxIdleConnsPerHost int
+
+	// MaxConnsPerHost bounds the connections of one scheme, host:port and
+	// route, in any state: dialing, in use, idle, and (over HTTP/2 and
+	// HTTP/3) closing with streams still running. An attempt that finds
+	// the route at its limit waits, under AcquireTimeout, for a connection
+	// to close, come back idle or (multiplexed) have room for a stream.
+	// Zero or negative means no limit, as in net/http.
+	MaxConnsPerHost int
 
 	// IdleConnTimeout is how long a connection may stay idle in the pool
 	// before it is closed. Zero means DefaultIdleConnTimeout; a negative
@@ -103,14 +116,15 @@ type Options struct {
 	DisableCompression bool
 
 	// MaxResponseHeaderBytes bounds the response header section; zero
-	// means net/http's default (1 MB).
+	// means DefaultMaxResponseHeaderBytes (10 MiB, the default of
+	// net/http's and x/net's Transports).
 	MaxResponseHeaderBytes int64
 
 	// Observer receives every call's request, wire attempts, and final
 	// response or error. The zero Observer observes nothing.
 	Observer Observer
 
-	// Proxies and routes (issue 7; docs/proxies.md). Every call resolves
+	// Proxies and routes (docs/proxies.md). Every call resolves
 	// one route before pool lookup: Proxy (or ProxyChain) and ProxyAuth
 	// are called once per call, and the automatic resend reuses what they
 	// returned. Connections are pooled by route, so they never cross
@@ -118,8 +132,8 @@ type Options struct {
 	// SOCKS5) through every hop, TLS with the origin inside for https; the
 	// first hop is dialed through DialContext with its resolved address.
 	// AcquireTimeout bounds the whole establishment, and a failure names
-	// the step and hop (*route.DeadlineError, *proxy.ConnectError,
-	// *proxy.StepError, wrapped in *Error).
+	// the step and hop (an *AcquireDeadlineError or a *ProxyError,
+	// wrapped in *Error).
 	//
 	// Proxy returns the proxy URL (http, https, socks5, socks5h) for a
 	// request, or nil for none, as net/http's Transport.Proxy; nil means
@@ -136,7 +150,7 @@ type Options struct {
 	// the system roots. ALPN always offers "http/1.1" alone.
 	ProxyTLSClientConfig *tls.Config
 
-	// HTTP/2 (issue 5). Protocol chooses the HTTP versions spoken:
+	// Protocol chooses the HTTP versions spoken:
 	// ProtocolHTTP1 (the zero value and the default), ProtocolHTTP2 (h2
 	// over TLS, h2c with prior knowledge over http), or ProtocolNegotiate
 	// (ALPN over TLS). HTTP/2 connections are multiplexed: a pooled one
@@ -148,11 +162,12 @@ type Options struct {
 	// MaxIdleConnsPerHost one closes as soon as its streams are done.
 	Protocol Protocol
 
-	// HTTP/3 (issue 6). Protocol ProtocolHTTP3, ProtocolPreferHTTP3 or
+	// Protocol ProtocolHTTP3, ProtocolPreferHTTP3 or
 	// ProtocolDiscoverHTTP3 speaks HTTP/3 over QUIC to https origins on
 	// direct routes, with quic-go's ClientConn driven directly.
 	// QUICConfig configures those connections; nil means quic-go's
-	// defaults with a KeepAlivePeriod of DefaultKeepAlive. It is cloned for each connection, and its Tracer
+	// defaults with a KeepAlivePeriod of
+	// DefaultKeepAlive. It is cloned for each connection, and its Tracer
 	// and MaxIncomingStreams are replaced (replaysafe observes every
 	// connection through its tracer). TLSClientConfig applies as for
 	// HTTP/1.1, with ALPN "h3" and TLS 1.3. QUIC connections are dialed

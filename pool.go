@@ -38,25 +38,36 @@ type persistConn struct {
 	idleSince time.Time
 	idleTimer *time.Timer
 
-	closeOnce sync.Once
+	limit       *connLimit // where its room is counted
+	closeOnce   sync.Once
+	releaseOnce sync.Once
 }
 
-// close closes the connection; net/http's loops exit with it.
+// close closes the connection, and gives its room in the connection
+// limit back; net/http's loops exit with it.
 func (pc *persistConn) close() {
 	pc.closeOnce.Do(func() { pc.cc.Close() })
+	pc.release()
+}
+
+// release gives the connection's room in the limit back, once: when it
+// closes, or when the caller took it over (a 101 response).
+func (pc *persistConn) release() {
+	pc.releaseOnce.Do(func() { pc.limit.closed(pc.key) })
 }
 
 // pool holds idle connections per route, most recently used last.
 type pool struct {
 	max     int           // per key; <= 0 keeps none
 	timeout time.Duration // idle limit; <= 0 none
+	limit   *connLimit    // woken when a connection comes back
 
 	mu   sync.Mutex
 	idle map[connKey][]*persistConn
 }
 
-func newPool(max int, timeout time.Duration) *pool {
-	return &pool{max: max, timeout: timeout, idle: map[connKey][]*persistConn{}}
+func newPool(max int, timeout time.Duration, limit *connLimit) *pool {
+	return &pool{max: max, timeout: timeout, limit: limit, idle: map[connKey][]*persistConn{}}
 }
 
 // get removes and returns the most recently pooled connection for key, or
@@ -90,11 +101,13 @@ func (p *pool) put(pc *persistConn) {
 		return
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if len(p.idle[pc.key]) >= p.max {
+		p.mu.Unlock()
 		pc.close()
 		return
 	}
+	defer p.limit.notify(pc.key) // an attempt waiting at the limit may take it
+	defer p.mu.Unlock()
 	pc.idleSince = time.Now()
 	if p.timeout > 0 {
 		if pc.idleTimer == nil {

@@ -24,6 +24,14 @@ type streamProto interface {
 	// retire takes the connection out of the pool: it takes no new stream
 	// and closes once its streams are done.
 	retire()
+	// resendFrom returns what a resend after this attempt may take: the
+	// pool's mark now (connections opened after the failure) and the
+	// attempt's own connection, taken again only after a refusal of the
+	// stream alone (see streamOnly).
+	resendFrom() (after uint64, same any)
+	// learn tells the pool that the server accepted streams streams on
+	// this connection before a GOAWAY displaced ours.
+	learn(streams int)
 	// uploading reports whether the stack is still sending the request
 	// body after the response ended; the attempt then leaves its context
 	// to the upload (see streamAttempt.finishBody).
@@ -145,19 +153,44 @@ func (a *streamAttempt) endStream(d fsm.Decision, clean bool) {
 	if a.proto == nil {
 		return
 	}
-	if d.Action == fsm.ActionResend {
+	if d.Action == fsm.ActionResend && !streamOnly(d.Rule) {
 		a.proto.retire()
 	}
 	a.proto.end(clean)
 }
 
+// streamOnly reports whether rule resends after the server refused one
+// stream on a connection that stays healthy: HTTP/2 REFUSED_STREAM and
+// HTTP/3 H3_REQUEST_REJECTED. The resend may then run on the same
+// connection (spec/choices.md): by the time the refusal is read, the
+// stack has read, and acknowledged, every SETTINGS frame the server sent
+// before it, which is what a server refusing early streams waits for.
+func streamOnly(rule fsm.Rule) bool {
+	return rule == fsm.RuleEvidenceRefusedStream || rule == fsm.RuleEvidenceRequestRejected
+}
+
 // failed ends an attempt that did not deliver: it fails the call or
 // hands the next attempt its start, at once.
 func (a *streamAttempt) failed(d fsm.Decision, err error) (*http.Response, *resend, error) {
+	var after uint64
+	var same any
+	if a.proto != nil && d.Rule == fsm.RuleEvidenceGoAwayBoundary {
+		a.proto.learn(goAwayAccepted(a.rec.Events()))
+	}
+	if a.proto != nil && d.Action == fsm.ActionResend {
+		after, same = a.proto.resendFrom()
+		if !streamOnly(d.Rule) {
+			same = nil
+		}
+	}
 	a.endStream(d, false)
 	a.cancel(nil)
 	a.report(d, err)
-	return a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.facts(), a.body)
+	resp, next, err := a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.facts(), a.body)
+	if next != nil {
+		next.after, next.same = after, same
+	}
+	return resp, next, err
 }
 
 // deliver hands resp to the caller with its body wrapped so that its end
@@ -206,4 +239,22 @@ func (a *streamAttempt) finishBody(err error) {
 // report tells the Observer how the attempt ended.
 func (a *streamAttempt) report(d fsm.Decision, err error) {
 	a.c.report(a.n, a.reused, d, err, a.rec)
+}
+
+// goAwayAccepted returns how many requests the server accepted on the
+// connection before the GOAWAY among events, counted from its boundary:
+// HTTP/2 client streams are 1, 3, 5, ... and the boundary is the last one
+// processed (RFC 9113 §6.8); HTTP/3 request streams are 0, 4, 8, ... and
+// the boundary is the first one not processed (RFC 9114 §5.2). It returns
+// 0 without a known boundary.
+func goAwayAccepted(events []fsm.Event) int {
+	for _, e := range events {
+		switch {
+		case e.Kind == fsm.EventH2GoAway:
+			return int(min((e.Boundary+1)/2, 1<<30))
+		case e.Kind == fsm.EventH3GoAway && e.BoundaryKnown:
+			return int(min(e.Boundary/4, 1<<30))
+		}
+	}
+	return 0
 }

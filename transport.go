@@ -57,6 +57,7 @@ type Transport struct {
 	limits  fsm.Limits
 	clock   h1.Clock
 	factory *http.Transport
+	limit   *connLimit // connections per route, every protocol (MaxConnsPerHost)
 	pool    *pool
 
 	// HTTP/2 (Options.Protocol): x/net's connection factory, the
@@ -83,17 +84,19 @@ type Transport struct {
 // New returns a Transport configured by o.
 func New(o Options) *Transport {
 	o = o.normalized()
+	limit := newConnLimit(o.MaxConnsPerHost)
 	t := &Transport{
 		opt:     o,
 		clock:   h1.NewClock(),
 		factory: newFactory(o),
-		pool:    newPool(o.MaxIdleConnsPerHost, o.IdleConnTimeout),
+		limit:   limit,
+		pool:    newPool(o.MaxIdleConnsPerHost, o.IdleConnTimeout, limit),
 
 		h2factory: newH2Factory(o),
-		h2pool:    newMuxPool[*h2Conn](o.MaxIdleConnsPerHost > 0, 0),
+		h2pool:    newMuxPool[*h2Conn](o.MaxIdleConnsPerHost, 0, limit),
 
 		h3factory: newH3Factory(o),
-		h3pool:    newMuxPool[*h3Conn](o.MaxIdleConnsPerHost > 0, o.IdleConnTimeout),
+		h3pool:    newMuxPool[*h3Conn](o.MaxIdleConnsPerHost, o.IdleConnTimeout, limit),
 	}
 	if o.AcquireTimeout > 0 {
 		t.limits.Acquire = o.AcquireTimeout
@@ -256,22 +259,21 @@ type call struct {
 // one resend (RS08).
 const maxAttempts = 2
 
-// attemptFunc runs wire attempt n of a call with the given facts and
-// body; it returns the response, or the final error, or the next
-// attempt's start when fsm decided to resend.
-type attemptFunc func(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error)
+// attemptFunc runs wire attempt n of a call from its start; it returns
+// the response, or the final error, or the next attempt's start when fsm
+// decided to resend.
+type attemptFunc func(n int, start resend) (*http.Response, *resend, error)
 
 // attempts runs a call's wire attempts: the original and, when fsm
 // decides so, the resend, at once.
 func (c *call) attempts(attempt attemptFunc) (*http.Response, error) {
-	facts := c.facts
-	var body io.ReadCloser = c.req.Body
+	start := resend{facts: c.facts, body: c.req.Body}
 	for n := 1; n <= maxAttempts; n++ {
-		resp, next, err := attempt(n, facts, body)
+		resp, next, err := attempt(n, start)
 		if next == nil {
 			return resp, err
 		}
-		facts, body = next.facts, next.body
+		start = *next
 	}
 	panic("replaysafe: fsm decided a second resend") // RS08 forbids it
 }
@@ -288,10 +290,15 @@ func (c *call) refuse(err error) (*http.Response, error) {
 	return nil, err
 }
 
-// resend is what the next attempt starts from.
+// resend is what an attempt starts from: the request facts and body,
+// and, for a resend on a multiplexed protocol, which pooled connections
+// it may take: those that joined the pool after mark after (opened after
+// the failure), or same, the connection that refused only the stream.
 type resend struct {
 	facts fsm.Request
 	body  io.ReadCloser
+	after uint64
+	same  any // *h2Conn or *h3Conn, or nil
 }
 
 // attempt is one wire attempt of a call.
@@ -310,7 +317,8 @@ type attempt struct {
 // attempt runs wire attempt n with the given facts and body (the caller's
 // reader, or GetBody's for a buffered resend). It returns the response, or
 // the final error, or the next attempt's start when fsm decided to resend.
-func (c *call) attempt(n int, facts fsm.Request, body io.ReadCloser) (*http.Response, *resend, error) {
+func (c *call) attempt(n int, start resend) (*http.Response, *resend, error) {
+	facts, body := start.facts, start.body
 	ctx, cancel := context.WithCancelCause(c.ctx)
 	a := &attempt{c: c, n: n, ctx: ctx, cancel: cancel}
 	a.rec = h1.NewRecorder(facts, c.t.limits, c.t.clock, a.deadlinePassed)
@@ -362,22 +370,26 @@ func (c *call) attempt(n int, facts fsm.Request, body io.ReadCloser) (*http.Resp
 // recently pooled one that is still usable, else a new one. A resend
 // always gets a new one. The connection is attached to rec and reserved
 // for one request.
+//
+// A route at MaxConnsPerHost waits, under the acquisition deadline, until
+// a connection closes or (for an original attempt) one comes back idle.
 func (t *Transport) acquire(ctx context.Context, key connKey, pooled bool, rec *h1.Recorder) (*persistConn, bool, error) {
-	if pooled {
-		for range t.opt.MaxIdleConnsPerHost {
-			pc := t.pool.get(key)
-			if pc == nil {
-				break
-			}
-			if usable(pc, rec) {
-				rec.Acquired(true)
+	for {
+		if pooled {
+			if pc := t.pooled(key, rec); pc != nil {
 				return pc, true, nil
 			}
-			pc.close()
+		}
+		if t.limit.tryOpen(key) {
+			break
+		}
+		if err := t.limit.wait(ctx, key); err != nil {
+			return nil, false, err
 		}
 	}
 	pc, err := t.dial(ctx, key)
 	if err != nil {
+		t.limit.closed(key)
 		return nil, false, err
 	}
 	if !usable(pc, rec) {
@@ -386,6 +398,24 @@ func (t *Transport) acquire(ctx context.Context, key connKey, pooled bool, rec *
 	}
 	rec.Acquired(false)
 	return pc, false, nil
+}
+
+// pooled returns the most recently pooled connection for key that is
+// still usable, attached to rec, or nil; the unusable ones met on the way
+// close.
+func (t *Transport) pooled(key connKey, rec *h1.Recorder) *persistConn {
+	for range t.opt.MaxIdleConnsPerHost {
+		pc := t.pool.get(key)
+		if pc == nil {
+			return nil
+		}
+		if usable(pc, rec) {
+			rec.Acquired(true)
+			return pc
+		}
+		pc.close()
+	}
+	return nil
 }
 
 // usable attaches rec to pc and reserves pc's one request slot, unless pc
@@ -521,9 +551,11 @@ func (a *attempt) deliver(resp *http.Response) *http.Response {
 	a.resp = resp
 	switch {
 	case resp.StatusCode == http.StatusSwitchingProtocols:
-		// The caller owns the connection now (its body is writable).
+		// The caller owns the connection now (its body is writable); it
+		// no longer counts against MaxConnsPerHost.
 		a.rec.Stop()
 		a.pc.conn.Detach()
+		a.pc.release()
 		a.cancel(nil)
 		a.report(a.rec.Decision(), nil)
 		if a.body != nil {

@@ -1,0 +1,98 @@
+package replaysafe
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// connLimit counts the connections of each route, open or being dialed,
+// against Options.MaxConnsPerHost, and wakes the attempts waiting for
+// room: a connection closed, a stream ended, an idle connection came
+// back. A route's entry exists only while it has connections or
+// waiters, so the maps are bounded by the routes in use.
+type connLimit struct {
+	max int // <= 0: no limit; the counts are still kept
+
+	mu      sync.Mutex
+	open    map[connKey]int
+	changed map[connKey]chan struct{} // closed at the next change of the key
+}
+
+func newConnLimit(max int) *connLimit {
+	return &connLimit{max: max, open: map[connKey]int{}, changed: map[connKey]chan struct{}{}}
+}
+
+// tryOpen takes room for one new connection to key, or reports that the
+// route is at its limit.
+func (l *connLimit) tryOpen(key connKey) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.max > 0 && l.open[key] >= l.max {
+		return false
+	}
+	l.open[key]++
+	return true
+}
+
+// closed gives back the room of one connection to key (closed, or its
+// dial failed) and wakes the waiters.
+func (l *connLimit) closed(key connKey) {
+	l.mu.Lock()
+	if n := l.open[key] - 1; n > 0 {
+		l.open[key] = n
+	} else {
+		delete(l.open, key)
+	}
+	l.wakeLocked(key)
+	l.mu.Unlock()
+}
+
+// notify wakes the attempts waiting on key: room on a connection may
+// have freed.
+func (l *connLimit) notify(key connKey) {
+	l.mu.Lock()
+	l.wakeLocked(key)
+	l.mu.Unlock()
+}
+
+func (l *connLimit) wakeLocked(key connKey) {
+	if ch, ok := l.changed[key]; ok {
+		close(ch)
+		delete(l.changed, key)
+	}
+}
+
+// count returns the connections to key, open or being dialed.
+func (l *connLimit) count(key connKey) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.open[key]
+}
+
+// limitPoll bounds how long a waiting attempt sleeps without news: a
+// pooled connection the peer closed frees its room only when an attempt
+// looks at it, which the waiter then does itself.
+const limitPoll = 50 * time.Millisecond
+
+// wait blocks until something changed for key, limitPoll passed, or ctx
+// ended (its cause is returned).
+func (l *connLimit) wait(ctx context.Context, key connKey) error {
+	l.mu.Lock()
+	ch, ok := l.changed[key]
+	if !ok {
+		ch = make(chan struct{})
+		l.changed[key] = ch
+	}
+	l.mu.Unlock()
+	t := time.NewTimer(limitPoll)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return nil
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
