@@ -2,6 +2,7 @@ package forward_test
 
 import (
 	"bytes"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,15 +16,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go/http3"
+
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/forward"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
 
 // upstream is a receipt-counting scripted server behind the forwarder.
 type upstream struct {
 	url    string
+	tls    *tls.Config                // trusts the upstream's certificate; nil over cleartext
 	copies func(path string) [][]byte // bodies of the requests for path, in arrival order
 	close  func()
 }
@@ -55,6 +60,26 @@ func h2Upstream(t *testing.T, streams ...h2server.Action) upstream {
 		t.Fatal(err)
 	}
 	return upstream{url: s.URL(), close: func() { s.Close() }, copies: func(path string) [][]byte {
+		var out [][]byte
+		for _, r := range s.Requests() {
+			if r.Path == path {
+				out = append(out, r.Body)
+			}
+		}
+		return out
+	}}
+}
+
+func h3Upstream(t *testing.T, streams ...h3server.Action) upstream {
+	t.Helper()
+	s, err := h3server.New(h3server.Config{
+		Conns:   []h3server.ConnScript{{Streams: streams}},
+		Default: h3server.Every(h3server.OK("ok")),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return upstream{url: s.URL(), tls: s.ClientTLSConfig(), close: func() { s.Close() }, copies: func(path string) [][]byte {
 		var out [][]byte
 		for _, r := range s.Requests() {
 			if r.Path == path {
@@ -125,6 +150,18 @@ var faults = []fault{
 	{"h2 GOAWAY below the stream, POST", forward.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.GoAwayBelow())
 	}, 1, 502, true, true}, // as above (RS11)
+	{"h3 H3_REQUEST_REJECTED, GET", forward.EgressHTTP3, "GET", "", func(t *testing.T) upstream {
+		return h3Upstream(t, h3server.OK("first"), h3server.Reject())
+	}, 2, 200, false, true},
+	{"h3 GOAWAY rejecting the stream, GET", forward.EgressHTTP3, "GET", "", func(t *testing.T) upstream {
+		return h3Upstream(t, h3server.OK("first"), h3server.GoAwayRejecting().WithClose())
+	}, 2, 200, false, true},
+	// replaysafe starts a one-shot body on a new HTTP/3 connection (quic-go
+	// cannot hand it back unsent), so the close on the pooled one never
+	// meets it.
+	{"h3 close on the pooled connection, POST", forward.EgressHTTP3, "POST", "hello", func(t *testing.T) upstream {
+		return h3Upstream(t, h3server.OK("first"), h3server.CloseConnAfterBody())
+	}, 1, 200, false, false},
 	{"h2 close crossing idempotent GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.CloseConn())
 	}, 2, 200, false, false},
@@ -187,15 +224,19 @@ func run(t *testing.T, f fault, up upstream, h http.Handler, ingressProto string
 	return outcome{copies: len(copies), status: resp.StatusCode, rule: resp.Header.Get(forward.RuleHeader)}
 }
 
-// netHTTPTransport is net/http's Transport speaking egress e, for
-// httputil.ReverseProxy.
-func netHTTPTransport(e forward.Egress) *http.Transport {
-	tr := &http.Transport{}
+// netHTTPTransport is net/http's Transport speaking egress e (quic-go's
+// http3.Transport for HTTP/3), for httputil.ReverseProxy, and its close.
+func netHTTPTransport(e forward.Egress, tlsConf *tls.Config) (http.RoundTripper, func()) {
+	if e == forward.EgressHTTP3 {
+		tr := &http3.Transport{TLSClientConfig: tlsConf}
+		return tr, func() { tr.Close() }
+	}
+	tr := &http.Transport{TLSClientConfig: tlsConf}
 	if e == forward.EgressHTTP2 {
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetUnencryptedHTTP2(true)
 	}
-	return tr
+	return tr, tr.CloseIdleConnections
 }
 
 var (
@@ -210,14 +251,14 @@ var (
 func TestFaultsReceiptCounted(t *testing.T) {
 	for _, f := range faults {
 		for _, in := range []string{"h1", "h2"} {
-			pair := fmt.Sprintf("%s→%s", in, map[forward.Egress]string{forward.EgressHTTP1: "h1", forward.EgressHTTP2: "h2"}[f.egress])
+			pair := fmt.Sprintf("%s→%s", in, f.egress)
 			t.Run(pair+" "+f.name, func(t *testing.T) {
 				up := f.start(t)
 				defer up.close()
 				u, _ := url.Parse(up.url)
 				logs := &lineWriter{lines: make(chan string, 4)}
 				fw := forward.New(forward.Options{Upstream: u, Egress: f.egress,
-					TransportOptions: replaysafe.Options{AcquireTimeout: 5 * time.Second},
+					TransportOptions: replaysafe.Options{AcquireTimeout: 5 * time.Second, TLSClientConfig: up.tls},
 					Logger:           slog.New(slog.NewTextHandler(logs, nil))})
 				defer fw.Transport().CloseIdleConnections()
 				got := run(t, f, up, fw, in)
@@ -244,8 +285,8 @@ func TestFaultsReceiptCounted(t *testing.T) {
 				defer up2.close()
 				u2, _ := url.Parse(up2.url)
 				rp := httputil.NewSingleHostReverseProxy(u2)
-				tr := netHTTPTransport(f.egress)
-				defer tr.CloseIdleConnections()
+				tr, closeTr := netHTTPTransport(f.egress, up2.tls)
+				defer closeTr()
 				rp.Transport = tr
 				rp.ErrorLog = nil
 				rp.ErrorHandler = func(w http.ResponseWriter, r *http.Request, err error) { w.WriteHeader(http.StatusBadGateway) }

@@ -268,7 +268,8 @@ func Plan(req *http.Request, e Egress) Dispatch {
 
 	// RFC 9110 §7.8: Upgrade counts only when Connection names it, and a
 	// server ignores it in an HTTP/1.0 request.
-	if up := strings.TrimSpace(strings.Join(req.Header.Values("Upgrade"), ", ")); up != "" &&
+	// "h2c" asks this hop to switch (RFC 7540 §3.2), never the upstream.
+	if up := upgradeTokens(req.Header); up != "" &&
 		conn["upgrade"] && req.ProtoMajor == 1 && req.ProtoMinor >= 1 {
 		d.Mode, d.Upgrade = ModeUpgrade, up
 		switch {
@@ -339,4 +340,19 @@ func upstreamURL(u *url.URL, in *url.URL) *url.URL {
 		out.RawQuery = u.RawQuery + "&" + in.RawQuery
 	}
 	return &out
+}
+
+// upgradeTokens returns the Upgrade protocols of h, less "h2c", as one
+// field value.
+func upgradeTokens(h http.Header) string {
+	var keep []string
+	for _, v := range h.Values("Upgrade") {
+		for _, tok := range strings.Split(v, ",") {
+			tok = strings.TrimSpace(tok)
+			if tok != "" && !strings.EqualFold(tok, "h2c") {
+				keep = append(keep, tok)
+			}
+		}
+	}
+	return strings.Join(keep, ", ")
 }
