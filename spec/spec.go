@@ -4,6 +4,7 @@
 // the generators write docs/rules.md and docs/diagram.md from this package.
 //
 //go:generate go run ./internal/gendocs -dir ../docs
+//go:generate go run ./internal/genarch -o ../docs/architecture.md
 package spec
 
 import (

@@ -97,3 +97,45 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 		}
 	}
 }
+
+func TestEverySourceIsExplained(t *testing.T) {
+	used := map[string]bool{}
+	for _, r := range Rules() {
+		names := r.SourceNames()
+		if len(names) == 0 {
+			t.Errorf("%s cites no source", r.ID)
+		}
+		for _, n := range names {
+			used[n] = true
+			if _, ok := LookupSource(n); !ok {
+				t.Errorf("%s cites %q, which Sources does not explain", r.ID, n)
+			}
+		}
+	}
+	for _, s := range Sources() {
+		if !used[s.Name] {
+			t.Errorf("source %q is cited by no rule", s.Name)
+		}
+		if s.Title == "" || s.Doc == "" || s.Summary == "" {
+			t.Errorf("source %q: title, doc and summary are required", s.Name)
+		}
+	}
+}
+
+func TestSourceParts(t *testing.T) {
+	got := SourceParts(`RFC 9110 §9.2.2 ("A client SHOULD NOT."); replaysafe; request-dispatch-guarantees (acquisition); RFC 9114 §4.1.1 and §8.1`)
+	want := []SourcePart{
+		{"RFC 9110", ` §9.2.2 ("A client SHOULD NOT.")`},
+		{"replaysafe", ""},
+		{"request-dispatch-guarantees", " (acquisition)"},
+		{"RFC 9114", " §4.1.1 and §8.1"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("part %d: got %q, want %q", i, got[i], want[i])
+		}
+	}
+}

@@ -26,6 +26,12 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	for _, src := range spec.Sources() {
+		file, _, _ := strings.Cut(src.Doc, "#")
+		if _, err := os.Stat(filepath.Join(*dir, file)); err != nil {
+			log.Fatalf("source %s: %v", src.Name, err)
+		}
+	}
 	files := map[string][]byte{
 		"rules.md":   rulesTable(spec.Rules(), examples),
 		"diagram.md": diagram(spec.Rules()),
@@ -50,9 +56,31 @@ func rulesTable(rules []spec.Rule, examples []spec.Example) []byte {
 	b.WriteString("|---|---|---|---|---|---|\n")
 	for _, r := range rules {
 		decides, not := spec.ExamplesFor(examples, r.Value)
-		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s | %s |\n", r.ID, r.Slug, r.Action, cell(r.Statement), cell(r.Source), exampleRefs(decides, not))
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s | %s |\n", r.ID, r.Slug, r.Action, cell(r.Statement), cell(sourceLinks(r.Source)), exampleRefs(decides, not))
+	}
+	b.WriteString("\n## Sources\n\n")
+	b.WriteString("Each name in the source column links to a page in `docs/sources/` that says\n")
+	b.WriteString("what the document is and quotes the passages the rules rest on.\n\n")
+	b.WriteString("| source | what it is | what the rules take from it |\n")
+	b.WriteString("|---|---|---|\n")
+	for _, src := range spec.Sources() {
+		fmt.Fprintf(&b, "| [%s](%s) | %s | %s |\n", src.Name, src.Doc, cell(src.Title), cell(src.Summary))
 	}
 	return b.Bytes()
+}
+
+// sourceLinks turns each source name of a rule's Source field into a link
+// to its page under docs/sources.
+func sourceLinks(source string) string {
+	var parts []string
+	for _, p := range spec.SourceParts(source) {
+		src, ok := spec.LookupSource(p.Name)
+		if !ok {
+			log.Fatalf("source %q is not in spec.Sources", p.Name)
+		}
+		parts = append(parts, fmt.Sprintf("[%s](%s)%s", p.Name, src.Doc, p.Rest))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func exampleRefs(decides, not []spec.Example) string {
