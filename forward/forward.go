@@ -150,6 +150,12 @@ type exchange struct {
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{start: time.Now()}
 	defer h.log(r, x)
+	// The upload may still be running when the response starts: without
+	// full duplex net/http's HTTP/1 server would close the inbound body
+	// then, cutting the forwarded request short.
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		x.err = err
+	}
 
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
