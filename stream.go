@@ -100,7 +100,7 @@ func (a *streamAttempt) roundTripped(resp *http.Response, err error) (*http.Resp
 		}
 		ev := a.proto.failure(a.ctx, err)
 		if local := a.localErr(); local != nil && errors.Is(err, local) {
-			ev = fsm.Event{Kind: fsm.EventCanceled} // the caller's body failed: a local failure
+			ev = fsm.Event{Kind: fsm.EventLocalFailure} // the caller's body failed (RS21)
 		}
 		return a.failed(a.rec.feed(ev), a.cause(err))
 	}

@@ -503,7 +503,10 @@ func (c *call) afterFailure(n int, d fsm.Decision, err error, req fsm.Request, f
 	case fsm.ActionResend:
 		next, gerr := c.nextResend(req, facts, body)
 		if gerr != nil {
-			return nil, nil, &Error{Rule: d.Rule, Attempts: n, Err: gerr}
+			// The resend cannot be made as the caller meant it: a local
+			// failure (RS21), which keeps both causes.
+			return nil, nil, &Error{Rule: fsm.RuleLocalFailure, Attempts: n,
+				Err: fmt.Errorf("GetBody for the resend: %w; attempt %d had failed: %w", gerr, n, err)}
 		}
 		return nil, next, nil
 	case fsm.ActionFail:
@@ -530,7 +533,7 @@ func (c *call) nextResend(req fsm.Request, facts fsm.Facts, body *reqBody) (*res
 		body.release(false)
 		b, err := c.req.GetBody()
 		if err != nil {
-			return nil, fmt.Errorf("replaysafe: GetBody for the resend: %w", err)
+			return nil, err
 		}
 		return &resend{facts: next, body: b}, nil
 	}

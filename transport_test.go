@@ -150,7 +150,7 @@ func wantCopies(t *testing.T, s *replaysafetest.Server, path string, n int) []re
 	if len(cs) != n {
 		t.Fatalf("server received %d copies of %s, want %d", len(cs), path, n)
 	}
-	for _, c := range cs[1:] {
+	for _, c := range cs[min(1, len(cs)):] {
 		if !bytes.Equal(c.Raw, cs[0].Raw) {
 			t.Fatalf("copies differ:\n%q\n%q", cs[0].Raw, c.Raw)
 		}
@@ -576,9 +576,8 @@ func TestRequestBodyErrorIsLocal(t *testing.T) {
 	}
 	req.ContentLength = 5
 	_, _, err = roundTrip(tr, req)
-	// fsm has no event for a failure of the caller's own body; it is fed
-	// as a cancellation, which is never resent.
-	wantRule(t, err, fsm.RuleCanceled, 1)
+	// The caller's own body failed: a local failure (RS21), never resent.
+	wantRule(t, err, fsm.RuleLocalFailure, 1)
 	if !errors.Is(err, errBodyBroke) {
 		t.Errorf("error %v does not wrap the body's error", err)
 	}

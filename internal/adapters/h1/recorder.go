@@ -328,8 +328,8 @@ func (r *Recorder) Abandon() fsm.Decision {
 // In order: the caller's context ended (EventCanceled, or EventTimeout in
 // the current phase); the informational responses went over their bound
 // (EventMalformed: the server's response is unacceptable, whatever
-// net/http did with the connection since); err is the request body's own error (a local
-// failure, fed as EventCanceled: fsm has no event for it); Classify(err);
+// net/http did with the connection since); err is the request body's own error
+// (EventLocalFailure); Classify(err);
 // Classify of the read or write error the Conn saw; EventMalformed when a
 // response byte arrived (net/http's parse errors are untyped); else a local
 // failure, fed as EventCanceled.
@@ -343,7 +343,7 @@ func (r *Recorder) Fail(err error, ctx context.Context, local error) fsm.Decisio
 		return r.stepLocked(fsm.EventMalformed)
 	}
 	if local != nil && errors.Is(err, local) {
-		return r.stepLocked(fsm.EventCanceled)
+		return r.stepLocked(fsm.EventLocalFailure)
 	}
 	k, ok := Classify(err)
 	if !ok {
