@@ -359,6 +359,12 @@ func TestCoverageEnums(t *testing.T) {
 			t.Errorf("%v.Final() = %v", a, a.Final())
 		}
 	}
+	lim := fsm.Limits{Acquire: 1, Write: 2, Header: 3, Body: 4}
+	for p, want := range []time.Duration{0, 1, 2, 3, 4, 0} { // PhaseNone, the four phases, one past
+		if got := lim.For(fsm.Phase(p)); got != want {
+			t.Errorf("Limits.For(%v) = %v, want %v", fsm.Phase(p), got, want)
+		}
+	}
 	for k := fsm.EventKind(0); int(k) <= fsm.EventKinds; k++ {
 		if want := k >= fsm.EventClosed && int(k) < fsm.EventKinds; k.Failure() != want {
 			t.Errorf("%v.Failure() = %v", k, k.Failure())
