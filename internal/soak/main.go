@@ -24,9 +24,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	seed := fs.Uint64("seed", 0, "seed of the fault draws and the request mix; 0 picks one from the clock")
 	maxConns := fs.Int("maxconns", 0, "MaxConnsPerHost of the Transport; 0 means unlimited")
 	peer := fs.Bool("peer", false, "also run the soak with the reference client (net/http, x/net/http2, quic-go/http3) and print its numbers")
+	faultFree := fs.Bool("faultfree", false, "also run the soak without faults and compare the throughput")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound of each call")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: replaysafe soak [-proto h1|h1tls|h2|h2c|h3] [-n N] [-c 64] [-faults RATE] [-seed S] [-maxconns K] [-peer]")
+		fmt.Fprintln(stderr, "usage: replaysafe soak [-proto h1|h1tls|h2|h2c|h3] [-n N] [-c 64] [-faults RATE] [-seed S] [-maxconns K] [-peer] [-faultfree]")
 		fmt.Fprintln(stderr, "\nRuns N requests from c goroutines through one Transport against an in-process faulty server")
 		fmt.Fprintln(stderr, "on 127.0.0.1 and prints copies per request, success per method, errors by rule, dials and resources.")
 		fmt.Fprintln(stderr, "Exits 1 when a hard bound breaks: more than 2 copies, a duplicate non-idempotent delivery,")
@@ -63,6 +64,24 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	if len(res.Violations()) > 0 || err != nil {
 		status = 1
 	}
+	if *faultFree && cfg.Faults > 0 {
+		ff := cfg
+		ff.Faults = 0
+		fres, ferr := Run(ctx, ff)
+		if ferr != nil {
+			fmt.Fprintf(stderr, "replaysafe soak: fault-free run: %v\n", ferr)
+		}
+		if fres.Client != "" {
+			fmt.Fprintln(stdout)
+			fres.Print(stdout)
+			ratio := res.ReqPerSec() / max(fres.ReqPerSec(), 1e-9)
+			fmt.Fprintf(stdout, "\nthroughput under faults %.0f req/s = %.0f%% of the fault-free %.0f req/s (target ≥ 50%%: %s)\n",
+				res.ReqPerSec(), 100*ratio, fres.ReqPerSec(), met(ratio >= 0.5))
+			if len(fres.Violations()) > 0 {
+				status = 1
+			}
+		}
+	}
 	if *peer {
 		cfg.Peer = true
 		pres, perr := Run(ctx, cfg)
@@ -74,9 +93,19 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			pres.Print(stdout)
 			fmt.Fprintf(stdout, "\ndials: replaysafe %s, %s %s; server accepted: replaysafe %d, %s %d\n",
 				dialString(res.Dials), pres.Client, dialString(pres.Dials), res.Accepted, pres.Client, pres.Accepted)
+			if cfg.Proto == "h1" || cfg.Proto == "h1tls" {
+				fmt.Fprintf(stdout, "HTTP/1.1 dials ≤ %s's (target): %s\n", pres.Client, met(res.Dials <= pres.Dials))
+			}
 		}
 	}
 	return status
+}
+
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
 }
 
 func dialString(n int) string {

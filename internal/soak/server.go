@@ -119,6 +119,7 @@ type server struct {
 	roots   *x509.CertPool
 
 	accepted atomic.Int64
+	peakOpen int // most connections open at once; under mu
 	injected [faultCount]atomic.Int64
 	busyIdle atomic.Int64 // idle closes that found the connection still busy
 
@@ -210,6 +211,7 @@ func (s *server) addConn(c *sconn) bool {
 		return false
 	}
 	s.conns[c] = struct{}{}
+	s.peakOpen = max(s.peakOpen, len(s.conns))
 	if c.q != nil {
 		s.quics[c.q] = c
 	}
@@ -558,6 +560,13 @@ func (s *server) openConns() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.conns)
+}
+
+// peak returns the most connections open at the server at once.
+func (s *server) peak() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.peakOpen
 }
 
 // Close stops the server, closes every connection and waits (bounded)

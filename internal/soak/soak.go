@@ -33,6 +33,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/replaysafe/replaysafe"
 )
 
 // Protocols are the protocols a soak runs over.
@@ -159,6 +161,8 @@ type Result struct {
 	// last call returned, and OpenAfter after CloseIdleConnections and
 	// the settle wait.
 	OpenAtEnd, OpenAfter int
+	// PeakOpen is the most connections open at the server at once.
+	PeakOpen int
 
 	// Before is sampled with the server up, before the client exists;
 	// Peak is the largest of every sample during the run (its heap
@@ -226,6 +230,42 @@ func (r *Result) Violations() []string {
 		v = append(v, r.TraceErr.Error())
 	}
 	return v
+}
+
+// Target is one goal of the connection layer that a soak measures but
+// does not enforce: the numbers replaysafe aims at under faults.
+type Target struct {
+	// Name states the goal with the measured numbers.
+	Name string
+	// Met reports whether the run met it.
+	Met bool
+}
+
+// Targets returns the goals measured by one run: idempotent success of
+// at least 99.5%, idle connections at the end within the idle cap, and
+// over HTTP/2, h2c and HTTP/3 at most one dial per connection-ending
+// fault plus 8. The comparisons that need a second run (throughput
+// against a fault-free run, HTTP/1.1 dials against net/http's) are
+// printed by the soak command.
+func (r *Result) Targets() []Target {
+	rate := r.IdempotentRate()
+	ts := []Target{
+		{fmt.Sprintf("idempotent success %.2f%% ≥ 99.5%%", 100*rate), rate >= 0.995},
+		{fmt.Sprintf("idle connections at end %d ≤ idle cap %d", r.IdleAtEnd, replaysafe.DefaultMaxIdleConnsPerHost),
+			r.IdleAtEnd <= replaysafe.DefaultMaxIdleConnsPerHost},
+	}
+	switch r.Config.Proto {
+	case "h2", "h2c", "h3":
+		conns := r.Accepted
+		ts = append(ts, Target{fmt.Sprintf("connections %d ≤ connection faults %d + 8", conns, r.ConnFaults), conns <= r.ConnFaults+8})
+	}
+	if r.Config.MaxConns > 0 {
+		ts = append(ts, Target{fmt.Sprintf("peak connections open at the server %d ≤ MaxConnsPerHost %d", r.PeakOpen, r.Config.MaxConns),
+			r.PeakOpen <= r.Config.MaxConns})
+	}
+	ts = append(ts, Target{fmt.Sprintf("goroutines and fds back to before after CloseIdleConnections (%d/%d → %d/%d)",
+		r.Before.Goroutines, r.Before.FDs, r.After.Goroutines, r.After.FDs), r.Settled})
+	return ts
 }
 
 // Run runs one soak: it starts the faulty server, sends cfg.N requests
@@ -366,6 +406,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		cl.closeIdle()
 	}
 	res.OpenAfter = srv.openConns()
+	res.PeakOpen = srv.peak()
 	res.Dials = cl.dials()
 	cl.close()
 
@@ -399,9 +440,11 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	return res, nil
 }
 
-// sample reads the process's resources, after a collection when gc.
+// sample reads the process's resources, after two collections when gc
+// (the second empties the sync.Pool victim caches the first left).
 func sample(gc bool) Resources {
 	if gc {
+		runtime.GC()
 		runtime.GC()
 	}
 	var ms runtime.MemStats
@@ -454,7 +497,7 @@ func (r *Result) Print(w io.Writer) {
 	if r.IdleAtEnd < 0 {
 		idle = "n/a"
 	}
-	fmt.Fprintf(w, "  idle connections at end %s; open at the server at end %d, after CloseIdleConnections %d\n", idle, r.OpenAtEnd, r.OpenAfter)
+	fmt.Fprintf(w, "  idle connections at end %s; open at the server: peak %d, at end %d, after CloseIdleConnections %d\n", idle, r.PeakOpen, r.OpenAtEnd, r.OpenAfter)
 	fmt.Fprintf(w, "  before: %s\n  peak:   %s\n  end:    %s\n  after:  %s (back to before: %v)\n",
 		r.Before, r.Peak, r.End, r.After, r.Settled)
 	if !c.Peer {
@@ -463,6 +506,16 @@ func (r *Result) Print(w io.Writer) {
 			verdict = "FAILED"
 		}
 		fmt.Fprintf(w, "  tracecheck: %d attempt traces checked (%d calls), %s\n", r.TracesChecked, c.N, verdict)
+	}
+	if !c.Peer {
+		fmt.Fprintf(w, "  targets (measured, not enforced):\n")
+		for _, t := range r.Targets() {
+			mark := "met"
+			if !t.Met {
+				mark = "NOT met"
+			}
+			fmt.Fprintf(w, "    %-7s %s\n", mark, t.Name)
+		}
 	}
 	if v := r.Violations(); len(v) > 0 && c.Peer {
 		fmt.Fprintf(w, "  beyond replaysafe's bounds (the peer is not judged):\n")

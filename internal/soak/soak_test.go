@@ -204,3 +204,23 @@ func TestMainExitStatus(t *testing.T) {
 		t.Errorf("-proto h9: exit %d, stderr %q; want 2 and unknown protocol", code, errb.String())
 	}
 }
+
+// TestSoakMaxConns checks the -maxconns plumbing: Options.MaxConnsPerHost
+// is set when this build has it, and the soak refuses to run otherwise.
+// The bound itself is measured (PeakOpen), not asserted.
+func TestSoakMaxConns(t *testing.T) {
+	const n = 200
+	cfg := Config{Proto: "h1", N: n, Concurrency: 16, MaxConns: 4, Seed: testSeed}
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		if !strings.Contains(err.Error(), "MaxConnsPerHost") {
+			t.Fatalf("Run with MaxConns: %v, want success or an error naming MaxConnsPerHost", err)
+		}
+		t.Logf("this build: %v", err)
+		return
+	}
+	if _, ok := calls(res); ok != n || res.Copies[1] != n {
+		t.Errorf("MaxConns 4 without faults: %d of %d calls succeeded, ids by copies %v", ok, n, res.Copies)
+	}
+	t.Logf("MaxConnsPerHost 4: peak connections open at the server %d, dials %d", res.PeakOpen, res.Dials)
+}
