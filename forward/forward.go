@@ -202,6 +202,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.Body = http.NoBody
 	}
 
+	var wsKey string
+	if d.Mode == ModeExtendedConnect {
+		wsKey = websocketHandshake(out)
+	}
+
 	var n int
 	if h.opt.Transport == nil {
 		h.attempts.Store(out, &n)
@@ -213,11 +218,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	x.upstream = resp.Proto
-	if resp.StatusCode == http.StatusSwitchingProtocols {
+	switch {
+	case resp.StatusCode == http.StatusSwitchingProtocols && d.Mode == ModeExtendedConnect:
+		h.extendedConnect(w, r, resp, d, x, wsKey)
+		x.attempts = n
+		return
+	case resp.StatusCode == http.StatusSwitchingProtocols:
 		h.upgrade(w, resp, d, x)
 		x.attempts = n
 		return
 	}
+	h.respond(w, r, resp, d, x)
+	x.attempts = n
+}
+
+// respond copies an upstream response to the client: its cleaned header,
+// its body as it arrives, and its trailers.
+func (h *Handler) respond(w http.ResponseWriter, r *http.Request, resp *http.Response, d Dispatch, x *exchange) {
 	defer resp.Body.Close()
 
 	CleanResponseHeader(resp.Header, resp.StatusCode, d)
@@ -243,7 +260,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() == nil {
 			// The upstream body failed after the status went out: abort
 			// the client's response so that it is not taken as complete.
-			x.attempts = n
+			resp.Body.Close()
 			panic(http.ErrAbortHandler)
 		}
 	}
@@ -251,7 +268,6 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for k, vv := range resp.Trailer {
 		wh[http.TrailerPrefix+k] = vv
 	}
-	x.attempts = n
 }
 
 // copyFlushing copies the upstream body to the client, flushing after

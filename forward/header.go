@@ -41,7 +41,9 @@ func removeConnectionFields(h http.Header) {
 // hop-by-hop fields, then regenerates what the egress needs.
 //
 //   - ModeUpgrade keeps exactly "Connection: Upgrade" and the Upgrade
-//     value (RFC 9110 §7.8).
+//     value (RFC 9110 §7.8); ModeExtendedConnect, which goes out as an
+//     HTTP/1.1 Upgrade, gets them (and the pseudo-header field
+//     ":protocol" goes).
 //   - When d.Trailers, HTTP/1.1 egress gets "Connection: TE" and "TE:
 //     trailers" (RFC 9110 §10.1.4: a sender of TE also sends the TE
 //     connection option); HTTP/2 and HTTP/3 egress get "TE: trailers"
@@ -50,7 +52,12 @@ func removeConnectionFields(h http.Header) {
 //   - Without d.Trailers no TE goes out.
 func CleanRequestHeader(h http.Header, d Dispatch) {
 	removeConnectionFields(h)
-	if d.Mode == ModeUpgrade {
+	for k := range h {
+		if strings.HasPrefix(k, ":") {
+			delete(h, k) // a pseudo-header net/http's server left in (":protocol")
+		}
+	}
+	if d.Mode == ModeUpgrade || d.Mode == ModeExtendedConnect {
 		h["Connection"] = []string{"Upgrade"}
 		h["Upgrade"] = []string{d.Upgrade}
 		return

@@ -207,16 +207,15 @@ func Plan(req *http.Request, e Egress) Dispatch {
 	case strings.Contains(req.RequestURI, "://"):
 		d.InboundForm = FormAbsolute
 	}
+	protocol := ""
 	if req.ProtoMajor >= 2 && req.Method == http.MethodConnect {
 		d.InboundForm = FormAuthority
-		if p := req.Header.Get(":protocol"); p != "" {
-			d.Mode = ModeExtendedConnect
-			d.Upgrade = p
-			return refuse(d, http.StatusNotImplemented,
-				"extended CONNECT (:protocol %q) is not forwarded", p)
+		if protocol = req.Header.Get(":protocol"); protocol != "" {
+			d.InboundForm = FormOrigin // :path carries the target (RFC 8441 §4)
+			d.Mode, d.Upgrade = ModeExtendedConnect, protocol
 		}
 	}
-	if req.Method == http.MethodConnect {
+	if req.Method == http.MethodConnect && protocol == "" {
 		d.Mode = ModeConnect
 		return refuse(d, http.StatusNotImplemented, "CONNECT tunnels are not forwarded")
 	}
@@ -247,6 +246,21 @@ func Plan(req *http.Request, e Egress) Dispatch {
 		} else {
 			d.Version, d.Exact = VersionHTTP11, true
 		}
+	}
+
+	if d.Mode == ModeExtendedConnect {
+		// RFC 8441 §5: a WebSocket over an HTTP/2 (or, RFC 9220, HTTP/3)
+		// stream becomes an HTTP/1.1 Upgrade handshake upstream; the
+		// replaysafe Transport sends no extended CONNECT of its own.
+		switch {
+		case !strings.EqualFold(protocol, "websocket"):
+			return refuse(d, http.StatusNotImplemented, "extended CONNECT with :protocol %q is not forwarded (only websocket)", protocol)
+		case d.Version != VersionHTTP11:
+			return refuse(d, http.StatusNotImplemented,
+				"extended CONNECT is forwarded as an HTTP/1.1 Upgrade only, not over %v egress", d.Version)
+		}
+		d.Upgrade = "websocket"
+		return d
 	}
 
 	conn := connectionTokens(req.Header)

@@ -1,8 +1,12 @@
 package forward_test
 
+//lint:file-ignore SA1019 the test drives x/net/http2's Transport, whose client sends extended CONNECT
+
 import (
 	"bufio"
+	"context"
 	"crypto/sha1"
+	"crypto/tls"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -10,9 +14,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/forward"
 )
@@ -87,6 +95,62 @@ func TestUpgradeTunnel(t *testing.T) {
 		}
 		buf := make([]byte, len(msg))
 		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != msg {
+			t.Fatalf("echo %q, %v", buf, err)
+		}
+	}
+}
+
+// TestExtendedConnectToUpgrade: an HTTP/2 extended CONNECT for websocket
+// (RFC 8441) goes upstream as an HTTP/1.1 Upgrade handshake with a fresh
+// key, the client gets 200, and bytes flow both ways. net/http's server
+// accepts extended CONNECT only under GODEBUG=http2xconnect=1, read when
+// the process starts, so the test runs itself again with it.
+func TestExtendedConnectToUpgrade(t *testing.T) {
+	if !strings.Contains(os.Getenv("GODEBUG"), "http2xconnect=1") {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestExtendedConnectToUpgrade$", "-test.v")
+		cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestExtendedConnectToUpgrade") {
+			t.Fatalf("with GODEBUG=http2xconnect=1: %v\n%s", err, out)
+		}
+		return
+	}
+	got := make(chan http.Header, 1)
+	u := echoUpgrade(t, got)
+	fw := forward.New(forward.Options{Upstream: u})
+	defer fw.Transport().CloseIdleConnections()
+	base, _ := ingress(t, fw, "h2")
+	// net/http's client refuses the ":protocol" field; x/net's sends it.
+	h2t := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	defer h2t.CloseIdleConnections()
+	client := &http.Client{Transport: h2t, Timeout: 10 * time.Second}
+
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest(http.MethodConnect, base+"/chat", pr)
+	req.Header.Set(":protocol", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ProtoMajor != 2 || resp.Header.Get("Sec-Websocket-Accept") != "" || resp.Header.Get("Upgrade") != "" {
+		t.Fatalf("client got %s %s %v", resp.Proto, resp.Status, resp.Header)
+	}
+	h := <-got
+	if h.Get("Connection") != "Upgrade" || h.Get("Upgrade") != "websocket" || len(h.Get("Sec-Websocket-Key")) != 24 ||
+		h.Get("Sec-Websocket-Version") != "13" || h.Get("Via") != "2 replaysafe" || h.Get(":protocol") != "" {
+		t.Errorf("upstream handshake header %v", h)
+	}
+	for _, msg := range []string{"ping", "second message"} {
+		if _, err := io.WriteString(pw, msg); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != msg {
 			t.Fatalf("echo %q, %v", buf, err)
 		}
 	}

@@ -1,0 +1,78 @@
+package forward
+
+import (
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/base64"
+	"errors"
+	"io"
+	"net/http"
+)
+
+// websocketGUID is the key suffix of RFC 6455 §1.3.
+const websocketGUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+// websocketHandshake turns out, an HTTP/2 or HTTP/3 extended CONNECT
+// for the websocket protocol (RFC 8441 §5, RFC 9220), into the HTTP/1.1
+// opening handshake of RFC 6455 §4.1: a GET with a fresh
+// Sec-WebSocket-Key and no body (the inbound stream's body is the
+// tunnel). It returns the key.
+func websocketHandshake(out *http.Request) string {
+	var raw [16]byte
+	rand.Read(raw[:]) // crypto/rand.Read never fails
+	key := base64.StdEncoding.EncodeToString(raw[:])
+	out.Method = http.MethodGet
+	out.Header.Set("Sec-Websocket-Key", key)
+	if out.Header.Get("Sec-Websocket-Version") == "" {
+		out.Header.Set("Sec-Websocket-Version", "13")
+	}
+	out.Body, out.ContentLength, out.Trailer = http.NoBody, 0, nil
+	return key
+}
+
+// websocketAccept is the Sec-WebSocket-Accept value for key (RFC 6455
+// §4.2.2).
+func websocketAccept(key string) string {
+	sum := sha1.Sum([]byte(key + websocketGUID))
+	return base64.StdEncoding.EncodeToString(sum[:])
+}
+
+// extendedConnect completes an extended CONNECT whose HTTP/1.1 Upgrade
+// upstream got 101: it checks the upstream's Sec-WebSocket-Accept,
+// answers the client 200 (RFC 8441 §5) and tunnels the inbound stream's
+// body and the upgraded connection into each other until the upstream
+// side ends.
+func (h *Handler) extendedConnect(w http.ResponseWriter, r *http.Request, resp *http.Response, d Dispatch, x *exchange, key string) {
+	up, ok := resp.Body.(io.ReadWriteCloser)
+	if !ok || resp.Header.Get("Sec-Websocket-Accept") != websocketAccept(key) {
+		resp.Body.Close()
+		x.err = errors.New("forward: the upstream's WebSocket handshake answer does not match its key")
+		h.refuse(w, x, http.StatusBadGateway, "invalid WebSocket handshake from the upstream")
+		return
+	}
+	defer up.Close()
+	CleanResponseHeader(resp.Header, http.StatusOK, d)
+	resp.Header.Del("Sec-Websocket-Accept")
+	if !h.opt.DisableVia {
+		resp.Header.Add("Via", Via(resp.ProtoMajor, resp.ProtoMinor, h.via))
+	}
+	wh := w.Header()
+	for k, vv := range resp.Header {
+		wh[k] = vv
+	}
+	w.WriteHeader(http.StatusOK)
+	x.status = http.StatusOK
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		x.err = err
+		return
+	}
+	go func() {
+		// Client to upstream; a failed inbound stream ends the tunnel.
+		if _, err := io.Copy(up, r.Body); err != nil {
+			up.Close()
+		}
+	}()
+	if err := copyFlushing(w, up); err != nil && r.Context().Err() == nil {
+		x.err = err
+	}
+}
