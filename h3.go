@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -129,11 +130,17 @@ func (c *call) runH3() (*http.Response, error) {
 	return c.attempts(c.attemptH3)
 }
 
+// markH3Broken records that key's QUIC connection could not be
+// established: its route keeps to TCP for H3RetryAfter, and its Alt-Svc
+// advertisement is dropped.
+func (t *Transport) markH3Broken(key connKey) {
+	t.h3Broken.Store(key.addr, time.Now())
+	t.altSvc.forget(key.addr)
+}
+
 // fallBackToTCP moves a call whose HTTP/3 connection could not be had to
 // the TCP route under the negotiate policy.
 func (c *call) fallBackToTCP() error {
-	c.t.h3Broken.Store(c.key.addr, time.Now())
-	c.t.altSvc.forget(c.key.addr)
 	snap := routeFrom(c.ctx)
 	if snap == nil {
 		return nil
@@ -164,9 +171,20 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 		after = c.t.h3pool.mark() // only a connection opened from now on
 	}
 	same, _ := start.same.(*h3Conn)
-	hc, reused, err := c.t.acquireH3(a.ctx, c.key, after, same)
+	var hc *h3Conn
+	var reused bool
+	var err error
+	if n == 1 && c.t.opt.Protocol.fallsBack() && c.t.opt.HTTP3HeadStart > 0 {
+		hc, reused, err = c.t.raceH3(a.ctx, c.key, after)
+	} else {
+		hc, reused, err = c.t.acquireH3(a.ctx, c.key, after, same)
+		if err != nil && n == 1 && c.t.opt.Protocol.fallsBack() && !errors.Is(err, context.Canceled) {
+			c.t.markH3Broken(c.key)
+		}
+	}
 	if err != nil {
-		if n == 1 && c.t.opt.Protocol.fallsBack() && c.ctx.Err() == nil && !a.rec.isDecided() {
+		if n == 1 && c.t.opt.Protocol.fallsBack() && c.ctx.Err() == nil {
+			// Nothing was sent over QUIC: the call starts afresh over TCP.
 			a.rec.stop()
 			a.cancel(nil)
 			if ferr := c.fallBackToTCP(); ferr != nil {
@@ -249,6 +267,100 @@ func (s *h3Stream) uploaded(error) {
 func (t *Transport) acquireH3(ctx context.Context, key connKey, after uint64, same *h3Conn) (*h3Conn, bool, error) {
 	dial := func() (*h3Conn, error) { return t.dialH3(ctx, key) }
 	return t.h3pool.acquire(ctx, key, after, same, nil, dial)
+}
+
+// h3Dial is a QUIC connection being established ahead of the calls
+// that want it (raceH3).
+type h3Dial struct {
+	done chan struct{} // closed when the dial ended; err is then set
+	err  error
+	late atomic.Bool // a call's head start passed while it dialed
+}
+
+// raceH3 gets attempt 1 of a call under ProtocolPreferHTTP3 or
+// ProtocolDiscoverHTTP3 a connection: a pooled one (one that joined the
+// pool after mark after, for an untouched one-shot body), or one a
+// background dial establishes within HTTP3HeadStart. It returns
+// errFallbackTCP when the head start passed, the dial failed, or a dial
+// that already outlived a head start is still running: the call then
+// goes over TCP, nothing of it sent, while the dial goes on for later
+// calls.
+func (t *Transport) raceH3(ctx context.Context, key connKey, after uint64) (*h3Conn, bool, error) {
+	for range 2 { // the dial's connection may be taken by another call first
+		if hc, reused, _ := t.h3pool.take(key, after, nil); hc != nil {
+			return hc, reused, nil
+		}
+		d := t.startH3Dial(key)
+		if d == nil || d.late.Load() {
+			return nil, false, errFallbackTCP
+		}
+		head := time.NewTimer(t.headStart())
+		select {
+		case <-d.done:
+			head.Stop()
+			if d.err != nil {
+				return nil, false, errFallbackTCP
+			}
+		case <-head.C:
+			d.late.Store(true)
+			return nil, false, errFallbackTCP
+		case <-ctx.Done():
+			head.Stop()
+			return nil, false, context.Cause(ctx)
+		}
+	}
+	return nil, false, errFallbackTCP
+}
+
+// headStart returns how long a call waits for a new QUIC connection:
+// HTTP3HeadStart, but at most half the acquisition deadline, so that the
+// TCP fallback always has time.
+func (t *Transport) headStart() time.Duration {
+	if t.opt.AcquireTimeout > 0 {
+		return min(t.opt.HTTP3HeadStart, t.opt.AcquireTimeout/2)
+	}
+	return t.opt.HTTP3HeadStart
+}
+
+// startH3Dial returns key's background QUIC dial, starting one when none
+// runs, or nil when the route is at MaxConnsPerHost. The dial runs under
+// AcquireTimeout (DefaultAcquireTimeout when unlimited); its connection
+// joins the pool idle, and its failure marks the route broken.
+func (t *Transport) startH3Dial(key connKey) *h3Dial {
+	t.h3mu.Lock()
+	defer t.h3mu.Unlock()
+	if d := t.h3dials[key]; d != nil {
+		return d
+	}
+	if !t.limit.tryOpen(key) {
+		return nil
+	}
+	d := &h3Dial{done: make(chan struct{})}
+	if t.h3dials == nil {
+		t.h3dials = map[connKey]*h3Dial{}
+	}
+	t.h3dials[key] = d
+	budget := t.opt.AcquireTimeout
+	if budget <= 0 {
+		budget = DefaultAcquireTimeout
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		defer cancel()
+		hc, err := t.dialH3(ctx, key)
+		if err != nil {
+			t.limit.closed(key)
+			t.markH3Broken(key)
+		} else {
+			t.h3pool.addIdle(hc)
+		}
+		d.err = err
+		t.h3mu.Lock()
+		delete(t.h3dials, key)
+		t.h3mu.Unlock()
+		close(d.done)
+	}()
+	return d
 }
 
 // dialH3 makes a new HTTP/3 connection for key: it resolves the host and

@@ -200,6 +200,16 @@ func (p *muxPool[C]) add(c C) {
 	p.conns[m.key] = append(p.conns[m.key], c)
 }
 
+// addIdle registers c, dialed ahead of any attempt (the HTTP/3 race),
+// with no attempt running on it.
+func (p *muxPool[C]) addIdle(c C) {
+	p.add(c)
+	p.mu.Lock()
+	c.mux().started = 0
+	p.mu.Unlock()
+	p.done(c, false)
+}
+
 // done ends one attempt on c; clean reports a complete exchange. A
 // connection left idle beyond the route's idle cap closes.
 func (p *muxPool[C]) done(c C, clean bool) {

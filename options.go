@@ -24,6 +24,11 @@ const (
 	DefaultAcquireTimeout = 30 * time.Second
 	// DefaultKeepAlive is the TCP keep-alive period of the default dialer.
 	DefaultKeepAlive = 30 * time.Second
+	// DefaultHTTP3HeadStart is how long, under ProtocolPreferHTTP3 and
+	// ProtocolDiscoverHTTP3, a call waits for a new QUIC connection
+	// before it goes over TCP instead (curl and browsers race QUIC
+	// against TCP after a head start of this order).
+	DefaultHTTP3HeadStart = 300 * time.Millisecond
 	// DefaultMaxResponseHeaderBytes bounds a response's header section,
 	// as in net/http's Transport and x/net's (10 MiB).
 	DefaultMaxResponseHeaderBytes = 10 << 20
@@ -176,6 +181,25 @@ type Options struct {
 	// net.DefaultResolver. IdleConnTimeout closes a
 	// connection that carried no request for that long.
 	QUICConfig *quic.Config
+
+	// HTTP3HeadStart is how long, under ProtocolPreferHTTP3 and
+	// ProtocolDiscoverHTTP3, a call that finds no pooled HTTP/3 connection
+	// waits for a new one before it goes over TCP. The QUIC handshake
+	// goes on in the background, under AcquireTimeout (or
+	// DefaultAcquireTimeout when that is negative), and later calls use
+	// the connection if it is established; if it fails, the route is
+	// marked broken for H3RetryAfter and its Alt-Svc entry dropped. So a
+	// black-holed UDP path costs a call at most this delay, whatever
+	// AcquireTimeout is. Zero means DefaultHTTP3HeadStart; a negative
+	// value waits for the handshake under the attempt's AcquireTimeout,
+	// still falling back to TCP if it fails.
+	//
+	// A server that restarts loses its QUIC connections without telling
+	// the client (no stateless reset): a call on such a connection waits
+	// for QUICConfig.MaxIdleTimeout (quic-go's default 30 s) before it
+	// fails. Set MaxIdleTimeout (with KeepAlivePeriod below it) to bound
+	// that wait.
+	HTTP3HeadStart time.Duration
 }
 
 // normalized returns o with its defaults filled in.
@@ -192,6 +216,9 @@ func (o Options) normalized() Options {
 	}
 	if o.AcquireTimeout == 0 {
 		o.AcquireTimeout = DefaultAcquireTimeout
+	}
+	if o.HTTP3HeadStart == 0 {
+		o.HTTP3HeadStart = DefaultHTTP3HeadStart
 	}
 	return o
 }

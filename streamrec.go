@@ -156,13 +156,6 @@ func (r *streamRec) Events() []fsm.Event {
 	return append([]fsm.Event(nil), r.events...)
 }
 
-// isDecided reports whether the machine's decision is final.
-func (r *streamRec) isDecided() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m.Decision().Action.Final()
-}
-
 // isStopped reports whether stop was called: the attempt is over.
 func (r *streamRec) isStopped() bool {
 	r.mu.Lock()

@@ -73,6 +73,8 @@ type Transport struct {
 	h3factory *http3.Transport
 	h3pool    *muxPool[*h3Conn]
 	h3Broken  sync.Map
+	h3mu      sync.Mutex
+	h3dials   map[connKey]*h3Dial // background QUIC dials (raceH3)
 	altSvc    altSvcCache // ProtocolDiscoverHTTP3: origin → HTTP/3 port
 	udp       udpSockets  // the QUIC connections' shared UDP sockets
 
