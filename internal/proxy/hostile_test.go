@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -54,6 +55,19 @@ func connectReply(n int) []byte {
 	return append(b, "\r\n\r\n"...)
 }
 
+// measure runs f and returns how long it took and the bytes it (and
+// anything running meanwhile) allocated.
+func measure(f func()) (time.Duration, float64) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	f()
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	return took, float64(after.TotalAlloc-before.TotalAlloc) / (1 << 20)
+}
+
 // dribble runs a CONNECT exchange over a reply dribbled a byte at a time
 // and returns how long the exchange took.
 func dribble(t *testing.T, reply []byte) (time.Duration, error) {
@@ -92,7 +106,11 @@ func TestConnectReplyDribbleIsLinear(t *testing.T) {
 			tb = b
 		}
 	}
-	t.Logf("16 KiB reply: %v; 64 KiB reply: %v (%.1fx)", ts, tb, float64(tb)/float64(ts))
+	_, mib := measure(func() { dribble(t, big) })
+	t.Logf("16 KiB reply: %v; 64 KiB reply: %v (%.1fx), %.2f MiB allocated", ts, tb, float64(tb)/float64(ts), mib)
+	if mib > 16 {
+		t.Errorf("64 KiB reply allocated %.1f MiB", mib)
+	}
 	if tb > 8*ts+5*time.Millisecond || tb > time.Second {
 		t.Errorf("64 KiB took %v, 16 KiB %v: not linear", tb, ts)
 	}
@@ -160,7 +178,9 @@ func TestConnectErrorTextFromPeerIsCut(t *testing.T) {
 	reason := strings.Repeat("é", 1<<10) // 2 KiB, two bytes a rune: the cut keeps runes whole
 	p := startRawProxy(t, "HTTP/1.1 407 "+reason+"\r\nProxy-Authenticate: "+challenge+"\r\n\r\n")
 	hop := Hop{Hop: routeHop(route.ProxyHTTP, p.addr(), "")}
-	_, err := DialChain(context.Background(), nil, []Hop{hop}, "origin.example:80", budget(ample))
+	var err error
+	took, mib := measure(func() { _, err = DialChain(context.Background(), nil, []Hop{hop}, "origin.example:80", budget(ample)) })
+	t.Logf("407 with %d bytes of challenge: failed in %v, %.2f MiB allocated", len(challenge), took, mib)
 	var ce *ConnectError
 	if !errors.As(err, &ce) || ce.StatusCode != 407 {
 		t.Fatalf("err = %v, want a 407 ConnectError", err)
@@ -211,11 +231,13 @@ func TestPlainOriginEarlyBytesFail(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := DialRoute(context.Background(), nil, r, nil, nil, budget(ample))
+	var c net.Conn
+	took, mib := measure(func() { c, err = DialRoute(context.Background(), nil, r, nil, nil, budget(ample)) })
 	if err == nil {
 		c.Close()
 		t.Fatal("dial succeeded")
 	}
+	t.Logf("failed in %v, %.2f MiB allocated", took, mib)
 	var ee *EarlyResponseError
 	if !errors.As(err, &ee) || ee.Hop != 1 || ee.Bytes != len(forged) || !errors.Is(err, ErrEarlyResponse) {
 		t.Fatalf("err = %v, want an EarlyResponseError at hop 1 for %d bytes", err, len(forged))
