@@ -13,30 +13,38 @@ func runMain(args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
-func TestMainTable(t *testing.T) {
-	code, out, errs := runMain("-runs", "2", "-case", `^(get-crossing|resend-off)/tcp$`)
+func TestMainStreamsRows(t *testing.T) {
+	code, out, errs := runMain("-runs", "2", "-case", `^(get-crossing|resend-off)/tcp$|^h2-post-refused/h2$|^h3-post-rejected/h3$|^proxy-407/tls$`)
 	if code != 0 {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
 	}
-	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
-	if !strings.HasPrefix(lines[0], "  net") || !strings.Contains(lines[0], "copies") || !strings.Contains(lines[0], "outcome") {
-		t.Errorf("header %q", lines[0])
-	}
 	for _, want := range []string{
-		"GET, close crosses the request (get-crossing)\n  tcp  replaysafe  200 2/2",
-		"  tcp  net/http    200 2/2",
+		"== loopback scenarios\n  net ",
+		"GET, close crosses the request (get-crossing/tcp)\n  tcp         replaysafe     200 2/2",
+		"  tcp         net/http       200 2/2",
 		"RS20,RS02",
-		"error 2/2",
 		"RS09",
 		"n/a",
-		"2 cases, 2 runs each; replaysafe met its expectation in 2/2.",
+		"RS13,RS02", XNetHTTP2, NetHTTPH2,
+		"RS15,RS02", QuicGoHTTP3,
+		"GET through a CONNECT proxy that answers 407 (proxy-407/tls)",
+		"5 cases, 2 runs each, in ",
+		"replaysafe met its expectation in 5/5",
+		"attempt traces checked by tracecheck",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if len(lines) != 1+2+4+4 {
-		t.Errorf("%d lines, want 11:\n%s", len(lines), out)
+	// Every row, HTTP/1.1 and proxy rows included, has a slowest cell.
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 8 && (f[0] == "tcp" || f[0] == "tls") && f[2] != "n/a" && !strings.HasSuffix(f[7], "s") {
+			t.Errorf("row without a slowest cell: %q", line)
+		}
+	}
+	if n := strings.Count(errs, "[case "); n != 5 || !strings.Contains(errs, "[case 5/5, ") {
+		t.Errorf("%d progress lines:\n%s", n, errs)
 	}
 }
 
@@ -53,7 +61,7 @@ func TestMainJSON(t *testing.T) {
 		t.Fatalf("%d reports, want 2", len(reps))
 	}
 	rs, std := reps[0], reps[1]
-	if rs.Client != Replaysafe || rs.Case != "post-crossing/tls" || rs.Runs != 1 || !rs.OK ||
+	if rs.Client != Replaysafe || rs.Case != "post-crossing/tls" || rs.Runs != 1 || !rs.OK || rs.Traces != 2 ||
 		len(rs.Copies) != 1 || rs.Copies[0] != 1 || rs.Outcomes[0] != (Count{"error", 1}) || rs.Rules[0] != (Count{"RS18", 1}) {
 		t.Errorf("replaysafe report %+v", rs)
 	}
@@ -68,7 +76,7 @@ func TestMainFlags(t *testing.T) {
 		code int
 		err  string
 	}{
-		{[]string{"-runs", "0"}, 2, "-runs must be"},
+		{[]string{"-runs", "-1"}, 2, "-runs must be"},
 		{[]string{"-runs", "x"}, 2, "invalid value"},
 		{[]string{"-case", "("}, 2, "-case"},
 		{[]string{"-case", "no-such-case"}, 2, "no case matches"},
@@ -84,9 +92,12 @@ func TestMainFlags(t *testing.T) {
 }
 
 func TestCells(t *testing.T) {
-	r := Report{Runs: 3, Copies: []int{1, 2, 2}, Outcomes: []Count{{"200", 2}, {"error", 1}}, Rules: []Count{{"RS20,RS02", 3}}}
+	r := Report{Runs: 3, Copies: []int{1, 2, 2}, Conns: []int{1, 1, 1}, Outcomes: []Count{{"200", 2}, {"error", 1}}, Rules: []Count{{"RS20,RS02", 3}}}
 	if got := r.CopiesCell(); got != "1-2" {
 		t.Errorf("CopiesCell %q", got)
+	}
+	if got := r.ConnsCell(); got != "1" {
+		t.Errorf("ConnsCell %q", got)
 	}
 	if got := r.OutcomeCell(); got != "200 2/3, error 1/3" {
 		t.Errorf("OutcomeCell %q", got)
@@ -94,9 +105,12 @@ func TestCells(t *testing.T) {
 	if got := r.RulesCell(); got != "RS20,RS02" {
 		t.Errorf("RulesCell %q", got)
 	}
-	var buf bytes.Buffer
-	PrintTable(&buf, []Report{{Title: "t", Case: "t/tcp", Network: "tcp", Client: Replaysafe, Runs: 1, Copies: []int{3}, Outcomes: []Count{{"200", 1}}, Want: Want{200, "RS02", 1}}})
-	if !strings.Contains(buf.String(), "UNEXPECTED: want 200, 1 copies, RS02") || !strings.Contains(buf.String(), "met its expectation in 0/1") {
-		t.Errorf("table:\n%s", buf.String())
+	bad := Report{Case: "t/tcp", Network: "tcp", Client: Replaysafe, Runs: 1, Copies: []int{3}, Outcomes: []Count{{"200", 1}}, Want: Want{200, "RS02", 1}}
+	if got := strings.Join(Row(bad), " "); !strings.Contains(got, "UNEXPECTED: want 200, 1 copies, RS02") {
+		t.Errorf("row %q", got)
+	}
+	bad.Trace = "tracecheck: 1 of 1 attempt traces failed"
+	if got := strings.Join(Row(bad), " "); !strings.Contains(got, "TRACE FAILED") {
+		t.Errorf("row %q", got)
 	}
 }

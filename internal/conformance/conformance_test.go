@@ -1,55 +1,144 @@
 package conformance
 
 import (
-	"strings"
+	"flag"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 	"testing"
 )
 
-// runsPerCase is how many times the suite runs each case against each
-// client.
-const runsPerCase = DefaultRuns
+var (
+	rewrite  = flag.Bool("rewrite", false, "rewrite the expectations of testdata/*.txt from what the runs did")
+	runsFlag = flag.Int("runs", DefaultRuns, "runs of each case against each client")
+)
 
-// TestCases runs every case against both clients and checks every run:
-// the outcome, the rules that ended replaysafe's attempts, and the exact
-// number of byte-identical copies the server received. net/http's
-// expectations document its behaviour beside replaysafe's.
-func TestCases(t *testing.T) {
-	for _, c := range Cases() {
-		t.Run(c.Name(), func(t *testing.T) {
-			t.Parallel()
-			for _, client := range Clients {
-				wantRS, wantStd := c.Want(c.Network)
-				want := wantRS
-				if client == NetHTTP {
-					if c.Options != nil {
-						continue
+// TestScenarios reads every scenario file, runs each of its cases
+// against each client -runs times, and compares every run with the
+// file's expectation: the outcome, the rules that ended replaysafe's
+// attempts, and the exact number of identical copies the server
+// received. Every replaysafe attempt's trace goes through tracecheck.
+// With -rewrite it writes what the runs did back into the files instead
+// (a row whose runs differed becomes "measured").
+func TestScenarios(t *testing.T) {
+	scenarios, err := Load(os.DirFS("."), "testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(scenarios) < 40 {
+		t.Fatalf("%d scenarios", len(scenarios))
+	}
+	var traces atomic.Int64
+	set := Settings{Runs: *runsFlag}
+	t.Run("files", func(t *testing.T) {
+		for _, s := range scenarios {
+			t.Run(s.ID, func(t *testing.T) {
+				t.Parallel()
+				var exps []Expectation
+				for _, c := range Cases([]*Scenario{s}) {
+					for _, cl := range s.Clients {
+						rep := RunCase(c, cl, set)
+						traces.Add(int64(rep.Traces))
+						exps = append(exps, rep.Expectation())
+						if *rewrite {
+							continue
+						}
+						checkReport(t, c, rep)
 					}
-					want = wantStd
 				}
-				for i := range runsPerCase {
-					r := RunOnce(c, client)
-					if !r.Matches(want, client == Replaysafe) {
-						t.Fatalf("%s run %d: got %s, %d copies (%d partial, identical %v), rules %q, err %v, setup %v; want %s",
-							client, i+1, r.Outcome(), r.Copies, r.Partial, r.Identical, r.Rules, r.Err, r.Setup, wantCell(want, client))
+				if *rewrite {
+					name := filepath.Join("testdata", s.ID+".txt")
+					if err := os.WriteFile(name, []byte(s.Format(exps)), 0o644); err != nil {
+						t.Fatal(err)
 					}
 				}
-			}
-		})
+			})
+		}
+	})
+	t.Logf("%d attempt traces checked by tracecheck", traces.Load())
+	if traces.Load() == 0 {
+		t.Error("no trace checked")
 	}
 }
 
-func TestCaseNamesAreUnique(t *testing.T) {
+func checkReport(t *testing.T, c Case, rep Report) {
+	t.Helper()
+	exp, ok := c.Expectation(rep.Client)
+	switch {
+	case !ok:
+		t.Errorf("%s %s: no expectation in the file (run with -rewrite)", c.Name(), rep.Client)
+	case rep.Trace != "":
+		t.Errorf("%s %s: tracecheck:\n%s", c.Name(), rep.Client, rep.Trace)
+	case exp.NA != rep.Skipped:
+		t.Errorf("%s %s: n/a is %v in the file, skipped %v", c.Name(), rep.Client, exp.NA, rep.Skipped)
+	case rep.Measured:
+		t.Logf("%s %s (measured): %s, copies %s, conns %s, slowest %s, errors %q",
+			c.Name(), rep.Client, rep.OutcomeCell(), rep.CopiesCell(), rep.ConnsCell(), rep.Elapsed, rep.Errors)
+	case !rep.OK && !rep.Skipped:
+		t.Errorf("%s %s: %s, copies %v, rules %s, identical %v, errors %q; want %s",
+			c.Name(), rep.Client, rep.OutcomeCell(), rep.Copies, rep.RulesCell(), rep.Identical, rep.Errors, wantCell(rep.Want, rep.Client))
+	}
+}
+
+// Every file parses, its expectations cover every case and client, and
+// formatting its expectations again gives the file back.
+func TestFiles(t *testing.T) {
+	scenarios, err := Load(os.DirFS("."), "testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]bool{}
-	for _, c := range Cases() {
-		if seen[c.Name()] {
-			t.Errorf("duplicate case %s", c.Name())
+	for _, s := range scenarios {
+		for _, c := range Cases([]*Scenario{s}) {
+			if seen[c.Name()] {
+				t.Errorf("duplicate case %s", c.Name())
+			}
+			seen[c.Name()] = true
+			for _, cl := range s.Clients {
+				if _, ok := c.Expectation(cl); !ok {
+					t.Errorf("%s: no expectation for %s", c.Name(), cl)
+				}
+			}
 		}
-		seen[c.Name()] = true
-		if strings.ContainsAny(c.ID, " /") {
-			t.Errorf("scenario ID %q has a space or slash", c.ID)
+		b, err := os.ReadFile(filepath.Join("testdata", s.ID+".txt"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Format(s.Expect); got != string(b) && *rewrite {
+			if err := os.WriteFile(filepath.Join("testdata", s.ID+".txt"), []byte(got), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		} else if got != string(b) {
+			t.Errorf("%s: not in canonical form (go test -rewrite rewrites it):\n%s", s.ID, got)
 		}
 	}
-	if len(seen) < 80 {
+	if len(seen) < 90 {
 		t.Errorf("%d cases", len(seen))
+	}
+	embedded, err := Scenarios()
+	if err != nil || len(embedded) != len(scenarios) {
+		t.Errorf("embedded scenarios: %d, %v; on disk %d", len(embedded), err, len(scenarios))
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	for _, tc := range []struct{ name, text string }{
+		{"no-proto", "title t\nstep target GET none\n"},
+		{"bad-proto", "title t\nproto h9\nstep target GET none\n"},
+		{"no-step", "title t\nproto h1\n"},
+		{"bad-step", "title t\nproto h1\nstep jump\n"},
+		{"bad-action", "title t\nproto h2\nconn teleport\nstep target GET none\n"},
+		{"bad-1xx", "title t\nproto h2\nconn 204:refuse\nstep target GET none\n"},
+		{"bad-net", "title t\nproto h1\nnets h3\nstep target GET none\n"},
+		{"bad-client", "title t\nproto h3\nclients net/http\nstep target GET none\n"},
+		{"bad-expect", "title t\nproto h1\nstep target GET none\n----\ntcp replaysafe maybe\n"},
+		{"foreign-expect", "title t\nproto h1\nnets tcp\nstep target GET none\n----\ntls replaysafe 200 copies=1\n"},
+		{"bad-option", "title t\nproto h1\noption fly\nstep target GET none\n"},
+		{"bad-server", "title t\nproto h2\nserver max-requests=0\nstep target GET none\n"},
+		{"unknown", "title t\nproto h1\nfrobnicate\nstep target GET none\n"},
+	} {
+		if _, err := Parse("x", tc.text); err == nil {
+			t.Errorf("%s: parsed", tc.name)
+		}
 	}
 }

@@ -14,31 +14,34 @@ import (
 	"github.com/replaysafe/replaysafe/replaysafetest/connectproxy"
 )
 
-// runTimeout bounds one run of a case end to end.
-const runTimeout = 20 * time.Second
-
 // TargetPath is the path of the request whose copies a case counts.
 const TargetPath = "/target"
 
 // Env is what a scenario's steps drive: one scripted server, one client,
-// and the connections the client dialed. A new Env is made for every run.
+// and, over HTTP/1.1, the connections the client dialed. A new Env is
+// made for every run.
 type Env struct {
 	// Network is the case's network and close mode.
 	Network Network
 	// Server is the scripted origin.
-	Server *replaysafetest.Server
+	Server replaysafetest.Scripted
 	// Client is the client under test.
 	Client http.RoundTripper
-	// Dialer holds the client's connections.
+	// Dialer holds the client's connections (HTTP/1.1 only; nil
+	// otherwise).
 	Dialer *Dialer
-	// Signal is closed by IdleCloseSeen and IdleCloseInFlight; scripts
-	// pass it to replaysafetest.IdleCloseOn.
+	// Signal is closed by IdleCloseSeen and IdleCloseInFlight; the
+	// idle-close action passes it to replaysafetest.IdleCloseOn.
 	Signal chan struct{}
 	// Proxy is the CONNECT proxy of a proxy scenario, or nil.
 	Proxy *connectproxy.Server
 
+	h1         *replaysafetest.Server // Server, over HTTP/1.1
 	ctx        context.Context
 	signalOnce sync.Once
+	mu         sync.Mutex    // guards elapsed
+	deadline   time.Duration // bounds the target request when set
+	elapsed    time.Duration // the slowest target call's duration
 }
 
 // CloseMode is the close mode the case's server uses.
@@ -69,6 +72,19 @@ type oneShot struct{ r io.Reader }
 func (o *oneShot) Read(p []byte) (int, error) { return o.r.Read(p) }
 
 func (e *Env) url(path string) string { return e.Server.URL() + path }
+
+// parseBody reads a step's body argument: none, buffered or oneshot.
+func parseBody(s string) (Body, error) {
+	switch s {
+	case "none":
+		return NoBody, nil
+	case "buffered":
+		return Buffered, nil
+	case "oneshot":
+		return OneShot, nil
+	}
+	return 0, fmt.Errorf("body %q: want none, buffered or oneshot", s)
+}
 
 // newRequest builds a request to path.
 func (e *Env) newRequest(ctx context.Context, method, path string, body Body, header ...string) (*http.Request, error) {
@@ -131,15 +147,30 @@ func finish(resp *http.Response) error {
 
 // Target sends the counted request and reads its whole response.
 func (e *Env) Target(method string, body Body, header ...string) Result {
-	return e.TargetContext(e.ctx, method, body, header...)
+	ctx := e.ctx
+	if e.deadline > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, e.deadline)
+		defer cancel()
+	}
+	return e.TargetContext(ctx, TargetPath, method, body, header...)
 }
 
-// TargetContext is Target with the request's context.
-func (e *Env) TargetContext(ctx context.Context, method string, body Body, header ...string) Result {
-	req, err := e.newRequest(ctx, method, TargetPath, body, header...)
+// TargetContext sends method to path (TargetPath, or TargetPath with a
+// query naming one request of a burst) with ctx, reads the whole
+// response, and keeps the slowest call's duration.
+func (e *Env) TargetContext(ctx context.Context, path, method string, body Body, header ...string) Result {
+	req, err := e.newRequest(ctx, method, path, body, header...)
 	if err != nil {
 		return Result{Err: err}
 	}
+	start := time.Now()
+	defer func() {
+		d := time.Since(start)
+		e.mu.Lock()
+		e.elapsed = max(e.elapsed, d)
+		e.mu.Unlock()
+	}()
 	resp, err := e.Client.RoundTrip(req)
 	if err != nil {
 		return Result{Err: err}
@@ -157,7 +188,7 @@ func (e *Env) closeSignal() { e.signalOnce.Do(func() { close(e.Signal) }) }
 // IdleCloseOn) and waits until the client's stack noticed and closed it.
 func (e *Env) IdleCloseSeen() error {
 	e.closeSignal()
-	if err := e.Server.WaitConnClosed(e.ctx, 0); err != nil {
+	if err := e.h1.WaitConnClosed(e.ctx, 0); err != nil {
 		return err
 	}
 	return e.Dialer.WaitClosed(e.ctx, 0)
@@ -174,7 +205,7 @@ func (e *Env) IdleCloseInFlight() error {
 	}
 	c.Freeze()
 	e.closeSignal()
-	if err := e.Server.WaitConnClosed(e.ctx, 0); err != nil {
+	if err := e.h1.WaitConnClosed(e.ctx, 0); err != nil {
 		return err
 	}
 	return e.Dialer.WaitHeld(e.ctx, 0)
@@ -195,14 +226,14 @@ func (e *Env) Cancel(method string, body Body) Result {
 
 func (e *Env) endAfterReceipt(reason error, method string, body Body) Result {
 	ctx := newTriggerCtx(e.ctx)
-	n := e.Server.Count()
+	n := e.h1.Count()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		e.Server.WaitRequests(e.ctx, n+1) // on failure, end the request anyway
+		e.h1.WaitRequests(e.ctx, n+1) // on failure, end the request anyway
 		ctx.end(reason)
 	}()
-	res := e.TargetContext(ctx, method, body)
+	res := e.TargetContext(ctx, TargetPath, method, body)
 	ctx.end(reason)
 	<-done
 	return res

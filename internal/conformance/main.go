@@ -8,31 +8,59 @@ import (
 	"fmt"
 	"io"
 	"regexp"
-	"slices"
 	"strings"
+	"time"
 )
 
 // DefaultRuns is how many times Main runs each case.
 const DefaultRuns = 30
 
+// QuickRuns is how many times Main -quick runs each case.
+const QuickRuns = 3
+
 // maxRuns bounds -runs.
 const maxRuns = 10000
 
+// Section is a titled group of cases in the command's output. Main runs
+// the built-in scenarios as the first section and then every section
+// Extra returns, each streamed the same way; a later flag (real servers,
+// say) adds its cases by appending to Extra.
+type Section struct {
+	// Title heads the section's output.
+	Title string
+	// Cases are the section's cases, in table order.
+	Cases []Case
+}
+
+// Extra, when set, returns more sections for Main to run after the
+// built-in one, given the parsed flag set (so that it can read its own
+// flags, registered by ExtraFlags).
+var Extra func(fs *flag.FlagSet) ([]Section, error)
+
+// ExtraFlags, when set, registers flags for Extra on Main's flag set.
+var ExtraFlags func(fs *flag.FlagSet)
+
 // Main is the `replaysafe conformance` command: it runs the scenarios
-// over loopback against replaysafe and against net/http side by side,
-// counting at the server, and prints a table (or JSON with -json). It
-// returns the exit code: 0 when replaysafe met every expectation, 1 when
-// it did not, 2 for bad flags.
+// over loopback against replaysafe and its peers side by side, counting
+// at the server, checks every replaysafe attempt's trace with tracecheck,
+// and streams each case's rows as it finishes with a progress line (or
+// prints JSON at the end with -json). It returns the exit code: 0 when
+// replaysafe met every expectation, 1 when it did not, 2 for bad flags.
 func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print the reports as JSON")
-	runs := fs.Int("runs", DefaultRuns, "runs of each case")
+	asJSON := fs.Bool("json", false, "print the reports as JSON at the end")
+	runs := fs.Int("runs", 0, fmt.Sprintf("runs of each case (default %d, %d with -quick)", DefaultRuns, QuickRuns))
+	quick := fs.Bool("quick", false, "few runs, the slow proxy tunnel cuts shortened, each deadline-bound peer once")
 	pattern := fs.String("case", "", "run only the cases whose name (scenario/network) matches this regular expression")
+	if ExtraFlags != nil {
+		ExtraFlags(fs)
+	}
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: replaysafe conformance [-json] [-runs N] [-case REGEX]")
-		fmt.Fprintln(stderr, "\nRuns fault scenarios over loopback against replaysafe and net/http, each with a fresh")
-		fmt.Fprintln(stderr, "scripted server that counts the copies of the request it receives.")
+		fmt.Fprintln(stderr, "usage: replaysafe conformance [-quick] [-json] [-runs N] [-case REGEX]")
+		fmt.Fprintln(stderr, "\nRuns fault scenarios over loopback against replaysafe and its peers (net/http, x/net/http2,")
+		fmt.Fprintln(stderr, "quic-go/http3), each with a fresh scripted server that counts the copies of the request it")
+		fmt.Fprintln(stderr, "receives. The scenarios are the files of internal/conformance/testdata.")
 		fmt.Fprintln(stderr, "\nflags:")
 		fs.PrintDefaults()
 	}
@@ -47,7 +75,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	if *runs < 1 || *runs > maxRuns {
+	set := Settings{Runs: *runs, Quick: *quick}
+	if set.Runs == 0 {
+		set.Runs = DefaultRuns
+		if set.Quick {
+			set.Runs = QuickRuns
+		}
+	}
+	if set.Runs < 1 || set.Runs > maxRuns {
 		fmt.Fprintf(stderr, "conformance: -runs must be between 1 and %d\n", maxRuns)
 		return 2
 	}
@@ -56,41 +91,67 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "conformance: -case: %v\n", err)
 		return 2
 	}
-	var cases []Case
-	for _, c := range Cases() {
-		if re.MatchString(c.Name()) {
-			cases = append(cases, c)
-		}
+	scenarios, err := Scenarios()
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
 	}
-	var h2cases []H2Case // h2.go
-	for _, c := range H2Cases() {
-		if re.MatchString(c.Name()) {
-			h2cases = append(h2cases, c)
+	sections := []Section{{Title: "loopback scenarios", Cases: Cases(scenarios)}}
+	if Extra != nil {
+		more, err := Extra(fs)
+		if err != nil {
+			fmt.Fprintf(stderr, "conformance: %v\n", err)
+			return 2
 		}
+		sections = append(sections, more...)
 	}
-	var h3cases []H3Scenario // h3.go
-	for _, c := range H3Scenarios() {
-		if re.MatchString(c.Name()) {
-			h3cases = append(h3cases, c)
+	total := 0
+	for i := range sections {
+		var keep []Case
+		for _, c := range sections[i].Cases {
+			if re.MatchString(c.Name()) {
+				keep = append(keep, c)
+			}
 		}
+		sections[i].Cases = keep
+		total += len(keep)
 	}
-	if len(cases)+len(h2cases)+len(h3cases) == 0 {
+	if total == 0 {
 		fmt.Fprintf(stderr, "conformance: no case matches %q\n", *pattern)
 		return 2
 	}
 
-	reps := slices.Concat(RunAll(cases, *runs), RunAllH2(h2cases, *runs), RunAllH3(h3cases, *runs))
+	table, progress := stdout, stderr
+	if *asJSON {
+		table = io.Discard
+	}
+	start := time.Now()
+	fmt.Fprintf(progress, "conformance: %d cases, %d runs each, %d at once\n", total, set.Runs, Workers())
+	var all []Report
+	finished := 0
+	for _, sec := range sections {
+		if len(sec.Cases) == 0 {
+			continue
+		}
+		fmt.Fprintf(table, "== %s\n", sec.Title)
+		printHeader(table)
+		reps := RunAll(sec.Cases, set, func(i int, reps []Report) {
+			finished++
+			printCase(table, sec.Cases[i], reps)
+			fmt.Fprintf(progress, "[case %d/%d, %s] %s\n", finished, total, time.Since(start).Round(100*time.Millisecond), sec.Cases[i].Name())
+		})
+		all = append(all, reps...)
+	}
+	printSummary(table, all, set.Runs, time.Since(start))
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(reps); err != nil {
+		if err := enc.Encode(all); err != nil {
 			fmt.Fprintf(stderr, "conformance: %v\n", err)
 			return 1
 		}
-	} else {
-		PrintTable(stdout, reps)
 	}
-	for _, r := range reps {
+	for _, r := range all {
 		if r.Client == Replaysafe && !r.OK {
 			return 1
 		}
@@ -98,86 +159,89 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// PrintTable prints reports as a table: a title line per scenario (with
-// its ID, the first half of the names -case matches), then a line per
-// network and client, and a summary.
-func PrintTable(w io.Writer, reps []Report) {
-	header := []string{"net", "client", "outcome", "copies", "rules", "check"}
-	timed := slices.ContainsFunc(reps, func(r Report) bool { return r.Elapsed != "" })
-	if timed {
-		header = append(header, "slowest")
+// columns are the table's columns and their widths; a cell wider than
+// its column pushes the rest of the line right.
+var columns = []struct {
+	name  string
+	width int
+}{
+	{"net", 10}, {"client", 13}, {"outcome", 16}, {"copies", 6}, {"conns", 6}, {"rules", 14}, {"slowest", 9}, {"check", 0},
+}
+
+func printLine(w io.Writer, cells []string) {
+	var b strings.Builder
+	b.WriteString("  ")
+	pad := 0
+	for i, c := range cells {
+		b.WriteString(strings.Repeat(" ", pad))
+		b.WriteString(c)
+		pad = max(columns[i].width-len(c), 0) + 2
 	}
-	type group struct {
-		title string
-		rows  [][]string
+	fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
+}
+
+func printHeader(w io.Writer) {
+	cells := make([]string, len(columns))
+	for i, c := range columns {
+		cells[i] = c.name
 	}
-	var groups []group
-	widths := make([]int, len(header))
-	for i, h := range header {
-		widths[i] = len(h)
-	}
-	var rsOK, rsAll, runs int
+	printLine(w, cells)
+}
+
+// printCase prints a case's title line (with its scenario ID, the first
+// half of the names -case matches) and a row per client, then the trace
+// and errors of any row that failed.
+func printCase(w io.Writer, c Case, reps []Report) {
+	fmt.Fprintf(w, "%s (%s)\n", c.Title, c.Name())
 	for _, r := range reps {
-		title := r.Title + " (" + strings.TrimSuffix(r.Case, "/"+r.Network) + ")"
-		if len(groups) == 0 || groups[len(groups)-1].title != title {
-			groups = append(groups, group{title: title})
-		}
-		var row []string
-		switch {
-		case r.Skipped:
-			row = []string{r.Network, r.Client, "n/a", "-", "-", ""}
-		default:
-			check := "ok"
-			switch {
-			case r.Measured:
-				check = "measured"
-			case !r.OK:
-				check = "UNEXPECTED: want " + wantCell(r.Want, r.Client)
+		printLine(w, Row(r))
+	}
+	for _, r := range reps {
+		if r.Client == Replaysafe && !r.OK && !r.Skipped {
+			for _, e := range r.Errors {
+				fmt.Fprintf(w, "    error: %s\n", e)
 			}
-			if r.Client == Replaysafe {
-				rsAll++
-				if r.OK {
-					rsOK++
-				}
-				runs = r.Runs
+			if r.Trace != "" {
+				fmt.Fprintf(w, "    %s\n", strings.ReplaceAll(r.Trace, "\n", "\n    "))
 			}
-			row = []string{r.Network, r.Client, r.OutcomeCell(), r.CopiesCell(), r.RulesCell(), check}
 		}
-		if timed {
-			row = append(row, cmp.Or(r.Elapsed, "-"))
-		}
-		for i, c := range row {
-			widths[i] = max(widths[i], len(c))
-		}
-		g := &groups[len(groups)-1]
-		g.rows = append(g.rows, row)
 	}
-	line := func(cells []string) {
-		var b strings.Builder
-		b.WriteString("  ")
-		for i, c := range cells {
-			if i == len(cells)-1 {
-				b.WriteString(c)
-				break
+}
+
+// Row returns a report's table cells.
+func Row(r Report) []string {
+	if r.Skipped {
+		return []string{r.Network, r.Client, "n/a", "-", "-", "-", "-", ""}
+	}
+	check := "ok"
+	switch {
+	case r.Trace != "":
+		check = "TRACE FAILED"
+	case r.Measured:
+		check = "measured"
+	case !r.OK:
+		check = "UNEXPECTED: want " + wantCell(r.Want, r.Client)
+	}
+	return []string{r.Network, r.Client, r.OutcomeCell(), r.CopiesCell(), r.ConnsCell(), r.RulesCell(), cmp.Or(r.Elapsed, "-"), check}
+}
+
+// printSummary prints the totals and what the columns mean.
+func printSummary(w io.Writer, reps []Report, runs int, took time.Duration) {
+	var rsOK, rsAll, traces int
+	for _, r := range reps {
+		traces += r.Traces
+		if r.Client == Replaysafe {
+			rsAll++
+			if r.OK {
+				rsOK++
 			}
-			b.WriteString(c)
-			b.WriteString(strings.Repeat(" ", widths[i]-len(c)+2))
-		}
-		fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
-	}
-	line(header)
-	for _, g := range groups {
-		fmt.Fprintln(w, g.title)
-		for _, row := range g.rows {
-			line(row)
 		}
 	}
-	fmt.Fprintf(w, "\n%d cases, %d runs each; replaysafe met its expectation in %d/%d.\n", rsAll, runs, rsOK, rsAll)
-	fmt.Fprintln(w, "copies: complete copies of the request the server received, per run (ok means also byte-identical);")
-	fmt.Fprintln(w, "rules: the replaysafe rule that ended each wire attempt of the request (docs/rules.md).")
-	if timed {
-		fmt.Fprintln(w, "slowest: the slowest run's call of the request, resends included (HTTP/2 and HTTP/3 cases); measured: a peer shown, not checked.")
-	}
+	fmt.Fprintf(w, "\n%d cases, %d runs each, in %s; replaysafe met its expectation in %d/%d; %d attempt traces checked by tracecheck.\n",
+		rsAll, runs, took.Round(100*time.Millisecond), rsOK, rsAll, traces)
+	fmt.Fprintln(w, "copies: copies of the request the server received, per run (ok means also identical; a burst: the most any request got);")
+	fmt.Fprintln(w, "conns: connections the origin accepted per run; rules: the replaysafe rule that ended each wire attempt (docs/rules.md);")
+	fmt.Fprintln(w, "slowest: the slowest run's call of the request, resends included; measured: a peer shown, not checked.")
 }
 
 // wantCell prints an expectation like a table row.
