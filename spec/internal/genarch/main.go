@@ -42,6 +42,7 @@ var groups = []group{
 	{"public", "the rules as data (public)"},
 	{"adapters", "internal/adapters: one per stack"},
 	{"internal", "internal: dialing, conformance, trace checks"},
+	{"built", "built on the Transport (public)"},
 	{"checks", "the test kit (public), tests and tools"},
 }
 
@@ -50,7 +51,7 @@ var nodes = []node{
 	{"transport", "root", "replaysafe", "Transport.RoundTrip, Options, *Error, observers", "Transport"},
 	{"pool", "root", "replaysafe", "pool acquire: HTTP/1.1 pool and one pool for HTTP/2 and HTTP/3 connections", "pool acquire"},
 	{"driver", "root", "replaysafe", "attempt driver: runs one wire attempt, feeds the machine, acts on its decision", "attempt driver"},
-	{"plan", "pure", "fsm/plan", "dispatch plan: protocol, route and attempt facts of one call", ""},
+	{"plan", "pure", "fsm/plan", "dispatch plan: which protocols a call tries, in what order", ""},
 	{"route", "pure", "fsm/route", "route snapshot and the one acquisition deadline", ""},
 	{"fsm", "pure", "fsm", "the machine: request facts and events in, decision and rule out", ""},
 	{"spec", "public", "spec", "the rules as data, example traces, the doc generators", ""},
@@ -61,6 +62,7 @@ var nodes = []node{
 	{"altsvc", "internal", "internal/altsvc", "Alt-Svc cache for HTTP/3", ""},
 	{"conformance", "internal", "internal/conformance", "fault scenarios counted at the server", ""},
 	{"tracecheck", "internal", "internal/tracecheck", "replays observed attempt traces through fsm and the model", ""},
+	{"forward", "built", "forward", "streaming reverse proxy: an http.Handler forwarding through a Transport", ""},
 	{"rstest", "checks", "replaysafetest", "scripted servers that count what they receive", ""},
 	{"model", "checks", "model_test", "independent model of the rules", ""},
 	{"fuzz", "checks", "fuzz", "native fuzz targets and seed corpora", ""},
@@ -71,10 +73,9 @@ var nodes = []node{
 // decision, and the one resend.
 var flow = []step{
 	{"caller", "transport", "RoundTrip(req)"},
-	{"transport", "plan", "request and options"},
-	{"plan", "route", "route snapshot and acquisition deadline"},
-	{"plan", "pool", "dispatch plan"},
-	{"pool", "proxy", "dial through the hops"},
+	{"transport", "plan", "scheme, route snapshot, what earlier calls learned"},
+	{"plan", "pool", "dispatch plan: legs with protocol, pool policy, ALPN"},
+	{"pool", "proxy", "dial through the hops under one acquisition deadline"},
 	{"pool", "driver", "connection, reused or fresh"},
 	{"driver", "h1", "run the attempt on the stack"},
 	{"h1", "fsm", "events: Step(event)"},
@@ -83,6 +84,9 @@ var flow = []step{
 }
 
 var uses = []use{
+	{"plan", "route", ""},
+	{"pool", "route", "acquisition deadline"},
+	{"forward", "transport", "forwards through"},
 	{"spec", "fsm", "generates the rule constants"},
 	{"model", "fsm", "compares"},
 	{"fuzz", "fsm", "fuzzes against the model"},
@@ -130,8 +134,14 @@ func render() ([]byte, error) {
 	b.WriteString("The packages, and what one call goes through. Numbered solid arrows are\n")
 	b.WriteString("the data flow of one call (plan, acquire, attempt, machine, decision);\n")
 	b.WriteString("dotted arrows are the packages that check, generate or drive the others.\n")
-	b.WriteString("The adapters for HTTP/2 and HTTP/3 take the place of `h1` in steps 7 and\n")
-	b.WriteString("8 for those protocols. The tables behind the picture are in\n")
+	var viaH1 []string
+	for i, s := range flow {
+		if s.from == "h1" || s.to == "h1" {
+			viaH1 = append(viaH1, fmt.Sprint(i+1))
+		}
+	}
+	fmt.Fprintf(&b, "The adapters for HTTP/2 and HTTP/3 take the place of `h1` in steps %s for\n", strings.Join(viaH1, " and "))
+	b.WriteString("those protocols. The tables behind the picture are in\n")
 	b.WriteString("`spec/internal/genarch`.\n\n")
 	b.WriteString("```mermaid\nflowchart TB\n")
 	fmt.Fprintf(&b, "    %s([%q])\n", "caller", byID["caller"].role)
