@@ -203,7 +203,7 @@ func TestRecorderFailFallbacks(t *testing.T) {
 		}, err: untyped, want: fsm.RuleEvidenceNothingWritten},
 		{name: "bytes then unknown error", setup: func(r *h1.Recorder) { r.Wrote(); r.Read(3, nil) }, err: untyped, want: fsm.RuleResponseStarted},
 		{name: "unknown, no evidence", setup: func(r *h1.Recorder) { r.Wrote() }, err: untyped, want: fsm.RuleCanceled},
-		{name: "body error", setup: func(r *h1.Recorder) { r.Wrote() }, err: io.ErrUnexpectedEOF, local: io.ErrUnexpectedEOF, want: fsm.RuleCanceled},
+		{name: "body error", setup: func(r *h1.Recorder) { r.Wrote() }, err: io.ErrUnexpectedEOF, local: io.ErrUnexpectedEOF, want: fsm.RuleLocalFailure},
 		{name: "caller canceled", setup: func(r *h1.Recorder) { r.Wrote() }, err: io.EOF, ctx: func() context.Context {
 			ctx, cancel := context.WithCancel(context.Background())
 			cancel()
