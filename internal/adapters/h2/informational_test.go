@@ -1,5 +1,7 @@
 package h2_test
 
+//lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn) so that x/net's own retry loop never runs, as e2e_test.go explains.
+
 import (
 	"bytes"
 	"context"
