@@ -3,9 +3,11 @@ package forward_test
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/forward"
+	"github.com/replaysafe/replaysafe/internal/selfsigned"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
@@ -94,6 +97,9 @@ func h3Upstream(t *testing.T, streams ...h3server.Action) upstream {
 // (prior knowledge) listener and returns its URL and a client for it.
 func ingress(t *testing.T, h http.Handler, proto string) (string, *http.Client) {
 	t.Helper()
+	if proto == "h3" {
+		return h3Ingress(t, h)
+	}
 	srv := httptest.NewUnstartedServer(h)
 	tr := &http.Transport{}
 	if proto == "h2" {
@@ -107,6 +113,28 @@ func ingress(t *testing.T, h http.Handler, proto string) (string, *http.Client) 
 	t.Cleanup(srv.Close)
 	t.Cleanup(tr.CloseIdleConnections)
 	return srv.URL, &http.Client{Transport: tr, Timeout: 20 * time.Second}
+}
+
+// h3Ingress serves h over HTTP/3 (quic-go's http3.Server) on a loopback
+// UDP port, with a self-signed certificate the returned client trusts.
+func h3Ingress(t *testing.T, h http.Handler) (string, *http.Client) {
+	t.Helper()
+	cert, leaf, err := selfsigned.New("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http3.Server{Handler: h, TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}})}
+	go srv.Serve(pc)
+	t.Cleanup(func() { srv.Close(); pc.Close() })
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	tr := &http3.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}
+	t.Cleanup(func() { tr.Close() })
+	return "https://" + pc.LocalAddr().String(), &http.Client{Transport: tr, Timeout: 20 * time.Second}
 }
 
 // fault is one scenario: a warm-up request that pools the upstream
@@ -250,7 +278,7 @@ var (
 // fault; it prints the comparison table (docs/forwarding.md).
 func TestFaultsReceiptCounted(t *testing.T) {
 	for _, f := range faults {
-		for _, in := range []string{"h1", "h2"} {
+		for _, in := range []string{"h1", "h2", "h3"} {
 			pair := fmt.Sprintf("%s→%s", in, f.egress)
 			t.Run(pair+" "+f.name, func(t *testing.T) {
 				up := f.start(t)

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -159,7 +160,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
-	out.Trailer = r.Trailer // the server fills it when the body ends
+	out.Trailer = nil
+	if len(r.Trailer) > 0 && r.Body != nil {
+		// The announced trailers go out announced; their values are
+		// copied when the inbound body ends (net/http's server fills
+		// r.Trailer then, quic-go's replaces it).
+		out.Trailer = make(http.Header, len(r.Trailer))
+		for k := range r.Trailer {
+			out.Trailer[k] = nil
+		}
+		out.Body = &trailerBody{ReadCloser: r.Body, in: r, out: out.Trailer}
+	}
 	out.Close = false
 	if h.opt.Director != nil {
 		h.opt.Director(out)
@@ -192,6 +203,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.addForwarding(out, r)
 	CleanRequestHeader(out.Header, d)
+	if out.ContentLength < 0 && len(r.Trailer) == 0 && r.ProtoMajor >= 2 &&
+		(out.Method == http.MethodGet || out.Method == http.MethodHead) {
+		out.Body, out.ContentLength = peekEmpty(out.Body)
+	}
 	if out.ContentLength == 0 && len(r.Trailer) == 0 {
 		// A bodyless request (HTTP/1 Content-Length: 0 or none, HTTP/2
 		// and HTTP/3 END_STREAM on the header section) goes out as one,
@@ -268,6 +283,55 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, resp *http.Res
 	for k, vv := range resp.Trailer {
 		wh[http.TrailerPrefix+k] = vv
 	}
+}
+
+// trailerBody is an inbound body that copies the inbound request's
+// trailers to the outbound request when it ends.
+type trailerBody struct {
+	io.ReadCloser
+	in  *http.Request
+	out http.Header
+}
+
+func (b *trailerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		for k, vv := range b.in.Trailer {
+			b.out[k] = vv
+		}
+	}
+	return n, err
+}
+
+// peekEmpty reads the first byte of an HTTP/2 or HTTP/3 GET or HEAD body
+// of unknown length: a stream that ends at once (quic-go's server cannot
+// tell END_STREAM on the header section apart) has no body and returns
+// length 0, so that the Transport may resend it; otherwise the body comes
+// back whole, the byte put in front, with length -1.
+func peekEmpty(body io.ReadCloser) (io.ReadCloser, int64) {
+	var b [1]byte
+	n, err := io.ReadFull(body, b[:])
+	if n == 0 && err == io.EOF {
+		return body, 0
+	}
+	return &peekedBody{Reader: io.MultiReader(bytes.NewReader(b[:n]), errReader{err}, body), Closer: body}, -1
+}
+
+// peekedBody is a body whose first bytes were read ahead.
+type peekedBody struct {
+	io.Reader
+	io.Closer
+}
+
+// errReader returns err once, or nothing (io.EOF) when err is nil, so that
+// a failed peek fails the body where it failed.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) {
+	if e.err != nil {
+		return 0, e.err
+	}
+	return 0, io.EOF
 }
 
 // copyFlushing copies the upstream body to the client, flushing after

@@ -42,7 +42,7 @@ func egressOf(proto string) forward.Egress {
 	return forward.EgressHTTP1
 }
 
-var pairs = [][2]string{{"h1", "h1"}, {"h1", "h2"}, {"h2", "h1"}, {"h2", "h2"}}
+var pairs = [][2]string{{"h1", "h1"}, {"h1", "h2"}, {"h2", "h1"}, {"h2", "h2"}, {"h3", "h1"}, {"h3", "h2"}}
 
 // TestTrailers: request trailers reach the upstream and response trailers
 // reach the client on every pair.
