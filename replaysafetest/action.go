@@ -1,5 +1,7 @@
 package replaysafetest
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind,CloseMode -linecomment -output=enum_string.go
+
 import (
 	"fmt"
 	"net/http"
@@ -9,82 +11,59 @@ import (
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
-// enumString prints names[v], or Type(v) for a value outside the enum.
-func enumString(typ string, names []string, v uint8) string {
-	if int(v) < len(names) && names[v] != "" {
-		return names[v]
-	}
-	return typ + "(" + strconv.Itoa(int(v)) + ")"
-}
-
 // Kind says what the server does with one request. Every kind except
 // KindRespond ends the connection (KindRespond too, if the client asked
 // for that with "Connection: close" or HTTP/1.0).
 type Kind uint8
 
-// Action kinds. To add one: add a constant before kindCount, a name in
-// kindNames, a handler in handlers (server.go) and, usually, a constructor.
+// Action kinds. To add one: add a constant at the end with its name as a
+// line comment, make kindCount count it, run go generate, add
+// a handler in handlers (server.go) and, usually, a constructor.
 const (
 	// KindRespond writes a response (Status, Header, Body) and keeps the
 	// connection open for the next request. The zero Action is a
 	// KindRespond with status 200 and an empty body.
-	KindRespond Kind = iota
+	KindRespond Kind = iota // respond
 	// KindRespondClose writes a response carrying "Connection: close" and
 	// then closes the connection with Close.
-	KindRespondClose
+	KindRespondClose // respond-close
 	// KindRespondThenCloseOnNext writes a response, keeps the connection
 	// open, reads (and records) the next request in full and then closes
 	// with Close without answering it: a close crossing the request.
-	KindRespondThenCloseOnNext
+	KindRespondThenCloseOnNext // respond-then-close-on-next
 	// KindDrop closes the connection with Close without any response.
-	KindDrop
+	KindDrop // drop
 	// KindIdleClose writes a response and then closes the idle connection
 	// with Close after Delay (zero: at once), or when Signal is closed.
-	KindIdleClose
+	KindIdleClose // idle-close
 	// KindPartialStatus writes Raw (a truncated status line such as
 	// "HTTP/1.1 2") and closes with Close.
-	KindPartialStatus
+	KindPartialStatus // partial-status
 	// KindInterim writes Raw (one or more 1xx responses, with no final
 	// response) and closes with Close.
-	KindInterim
+	KindInterim // interim
 	// KindMalformed writes Raw (bytes that are not an HTTP response) and
 	// closes with Close.
-	KindMalformed
+	KindMalformed // malformed
 	// KindRaw writes Raw, whatever it is, and closes with Close.
-	KindRaw
+	KindRaw // raw
 	// KindHang never answers: it keeps reading (and recording) whatever
 	// the client sends until the client goes away, the server is closed,
 	// or Delay (zero: Config.HangTimeout) elapses; then it closes with
 	// Close.
-	KindHang
+	KindHang // hang
 	// KindEndlessInterim writes Raw (one 1xx response) again and again,
 	// without end: until a write fails (the client went away), the
 	// server is closed, or EndlessMaxResponses copies or
 	// EndlessMaxDuration is reached; then it closes with Close.
-	KindEndlessInterim
-
-	kindCount // number of valid kinds; keep last
+	KindEndlessInterim // endless-interim
 )
 
-var kindNames = [kindCount]string{
-	KindRespond:                "respond",
-	KindRespondClose:           "respond-close",
-	KindRespondThenCloseOnNext: "respond-then-close-on-next",
-	KindDrop:                   "drop",
-	KindIdleClose:              "idle-close",
-	KindPartialStatus:          "partial-status",
-	KindInterim:                "interim",
-	KindMalformed:              "malformed",
-	KindRaw:                    "raw",
-	KindHang:                   "hang",
-	KindEndlessInterim:         "endless-interim",
-}
-
-// String returns the kind's name, or Kind(n) for an invalid value.
-func (k Kind) String() string { return enumString("Kind", kindNames[:], uint8(k)) }
+// kindCount is the number of valid values of Kind.
+const kindCount = int(KindEndlessInterim) + 1
 
 // Valid reports whether k is one of the defined kinds.
-func (k Kind) Valid() bool { return k < kindCount }
+func (k Kind) Valid() bool { return int(k) < kindCount }
 
 // CloseMode says how the server closes a connection.
 type CloseMode uint8
@@ -93,28 +72,20 @@ type CloseMode uint8
 const (
 	// CloseFIN is an orderly close: over TLS a close_notify alert
 	// (tls.Conn.Close), then a TCP FIN. The client reads io.EOF.
-	CloseFIN CloseMode = iota
+	CloseFIN CloseMode = iota // fin
 	// CloseFINNoNotify closes the TCP connection (FIN) without sending a
 	// TLS close_notify: an abrupt TLS close (truncation).
-	CloseFINNoNotify
+	CloseFINNoNotify // fin-no-notify
 	// CloseRST sets SO_LINGER to 0 and closes, so the kernel sends a TCP
 	// RST (and no close_notify). The client reads syscall.ECONNRESET.
-	CloseRST
-
-	closeModeCount // number of valid modes; keep last
+	CloseRST // rst
 )
 
-var closeModeNames = [closeModeCount]string{
-	CloseFIN:         "fin",
-	CloseFINNoNotify: "fin-no-notify",
-	CloseRST:         "rst",
-}
-
-// String returns the mode's name, or CloseMode(n) for an invalid value.
-func (m CloseMode) String() string { return enumString("CloseMode", closeModeNames[:], uint8(m)) }
+// closeModeCount is the number of valid values of CloseMode.
+const closeModeCount = int(CloseRST) + 1
 
 // Valid reports whether m is one of the defined modes.
-func (m CloseMode) Valid() bool { return m < closeModeCount }
+func (m CloseMode) Valid() bool { return int(m) < closeModeCount }
 
 // Action is what the server does with one request on a connection. Build
 // one with a constructor (OK, Respond, Drop, ...) and adjust it with the

@@ -275,7 +275,7 @@ func TestEnumStrings(t *testing.T) {
 		{KindRespondThenCloseOnNext.String(), "respond-then-close-on-next"},
 		{KindHang.String(), "hang"},
 		{Kind(42).String(), "Kind(42)"},
-		{kindCount.String(), fmt.Sprintf("Kind(%d)", kindCount)},
+		{Kind(kindCount).String(), fmt.Sprintf("Kind(%d)", kindCount)},
 		{CloseFIN.String(), "fin"},
 		{CloseFINNoNotify.String(), "fin-no-notify"},
 		{CloseRST.String(), "rst"},
@@ -294,7 +294,7 @@ func TestEnumStrings(t *testing.T) {
 	if derived := base.WithHeader("B", "2"); base.Header.Get("B") != "" || derived.Header.Get("A") != "1" {
 		t.Error("WithHeader modified its receiver or lost fields")
 	}
-	for k := Kind(0); k < kindCount; k++ {
+	for k := Kind(0); int(k) < kindCount; k++ {
 		if strings.HasPrefix(k.String(), "Kind(") || handlers[k] == nil {
 			t.Errorf("kind %d has no name or no handler", k)
 		}

@@ -453,7 +453,7 @@ func closedPort(t *testing.T) string {
 func TestPointString(t *testing.T) {
 	var names []string
 	for p := range pointCount + 1 {
-		names = append(names, p.String())
+		names = append(names, Point(p).String())
 	}
 	if got := strings.Join(names, ","); got != "none,before-handshake,after-handshake,before-request,after-request,mid-response,Point(6)" {
 		t.Errorf("names = %s", got)

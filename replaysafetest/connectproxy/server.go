@@ -29,6 +29,8 @@
 // DefaultTunnelIdle.
 package connectproxy
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Point -linecomment -output=enum_string.go
+
 import (
 	"bufio"
 	"crypto/tls"
@@ -52,24 +54,27 @@ type Point uint8
 
 // Stall points, in the order a connection reaches them.
 const (
-	StallNone            Point = iota // zero value: never stall
-	StallBeforeHandshake              // before the TLS handshake (TLS proxies only); the client is in tls-to-proxy
-	StallAfterHandshake               // after the TLS handshake, before reading (TLS proxies only)
-	StallBeforeRequest                // before reading the CONNECT (or SOCKS greeting); the client is in connect (or socks)
-	StallAfterRequest                 // after reading the request, before answering
-	StallMidResponse                  // after the first bytes of the status line (CONNECT only)
-	pointCount
+	// StallNone never stalls: the zero value.
+	StallNone Point = iota // none
+	// StallBeforeHandshake stalls before the TLS handshake (TLS proxies
+	// only); the client is in tls-to-proxy.
+	StallBeforeHandshake // before-handshake
+	// StallAfterHandshake stalls after the TLS handshake, before reading
+	// (TLS proxies only).
+	StallAfterHandshake // after-handshake
+	// StallBeforeRequest stalls before reading the CONNECT (or SOCKS
+	// greeting); the client is in connect (or socks).
+	StallBeforeRequest // before-request
+	// StallAfterRequest stalls after reading the request, before
+	// answering.
+	StallAfterRequest // after-request
+	// StallMidResponse stalls after the first bytes of the status line
+	// (CONNECT only).
+	StallMidResponse // mid-response
 )
 
-var pointNames = []string{"none", "before-handshake", "after-handshake", "before-request", "after-request", "mid-response"}
-
-// String returns the point's name, or Point(n) for an invalid value.
-func (p Point) String() string {
-	if int(p) < len(pointNames) {
-		return pointNames[p]
-	}
-	return "Point(" + strconv.Itoa(int(p)) + ")"
-}
+// pointCount is the number of valid values of Point.
+const pointCount = int(StallMidResponse) + 1
 
 // Credentials are a user name and password.
 type Credentials struct {
@@ -258,7 +263,7 @@ func Start(cfg Config) (*Server, error) {
 
 func (s *Server) validate(sc Script) error {
 	switch {
-	case sc.Stall >= pointCount:
+	case int(sc.Stall) >= pointCount:
 		return errors.New("unknown stall point " + sc.Stall.String())
 	case !s.cfg.TLS && (sc.Stall == StallBeforeHandshake || sc.Stall == StallAfterHandshake):
 		return errors.New("stall point " + sc.Stall.String() + " needs TLS")

@@ -1,5 +1,7 @@
 package h2server
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind,Moment,CloseMode -linecomment -output=enum_string.go
+
 import (
 	"net/http"
 	"strconv"
@@ -10,64 +12,45 @@ import (
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
-// enumString prints names[v], or Type(v) for a value outside the enum.
-func enumString(typ string, names []string, v uint8) string {
-	if int(v) < len(names) && names[v] != "" {
-		return names[v]
-	}
-	return typ + "(" + strconv.Itoa(int(v)) + ")"
-}
-
 // Kind says what the server does with one stream.
 type Kind uint8
 
-// Action kinds. To add one: add a constant before kindCount, its name in
-// kindNames, its case in (*conn).act and, usually, a constructor.
+// Action kinds. To add one: add a constant at the end with its name as a
+// line comment, make kindCount count it, run go generate, add
+// its case in (*conn).act and, usually, a constructor.
 const (
 	// KindRespond answers with Status, Header and Body, then Trailer if
 	// set. The zero Action is a KindRespond with status 200 and an empty
 	// body, sent once the request is complete.
-	KindRespond Kind = iota
+	KindRespond Kind = iota // respond
 	// KindRefuse resets the stream with RST_STREAM(REFUSED_STREAM), which
 	// promises the client that nothing was processed (RFC 9113 §8.7).
-	KindRefuse
+	KindRefuse // refuse
 	// KindReset resets the stream with RST_STREAM(Code).
-	KindReset
+	KindReset // reset
 	// KindGoAway sends GOAWAY(last stream ID, Code); see Action.LastStream.
 	// With Close the server then closes the connection; without it, a
 	// stream at or below the last stream ID is answered as KindRespond
 	// would, and a stream above it is dropped unanswered.
-	KindGoAway
+	KindGoAway // goaway
 	// KindClose closes the connection (see Action.Close) without answering.
-	KindClose
+	KindClose // close
 	// KindPartialHeaders sends a HEADERS frame carrying the first half of
 	// the response's header block without END_HEADERS, then closes the
 	// connection: a response cut off inside its header section.
-	KindPartialHeaders
+	KindPartialHeaders // partial-headers
 	// KindHang never answers the stream. The server keeps reading (and
 	// recording) the connection until the client goes away, the server is
 	// closed, or Delay (zero: Config.HangTimeout) elapses; then it closes
 	// the connection.
-	KindHang
-
-	kindCount // number of valid kinds; keep last
+	KindHang // hang
 )
 
-var kindNames = [kindCount]string{
-	KindRespond:        "respond",
-	KindRefuse:         "refuse",
-	KindReset:          "reset",
-	KindGoAway:         "goaway",
-	KindClose:          "close",
-	KindPartialHeaders: "partial-headers",
-	KindHang:           "hang",
-}
-
-// String returns the kind's name, or Kind(n) for an invalid value.
-func (k Kind) String() string { return enumString("Kind", kindNames[:], uint8(k)) }
+// kindCount is the number of valid values of Kind.
+const kindCount = int(KindHang) + 1
 
 // Valid reports whether k is one of the defined kinds.
-func (k Kind) Valid() bool { return k < kindCount }
+func (k Kind) Valid() bool { return int(k) < kindCount }
 
 // Moment says when in a stream's life the server carries out its action.
 type Moment uint8
@@ -77,24 +60,17 @@ const (
 	// AfterBody acts once the request is complete: END_STREAM arrived
 	// (on HEADERS, on the last DATA frame or on the trailers). The zero
 	// value.
-	AfterBody Moment = iota
+	AfterBody Moment = iota // after-body
 	// OnHeaders acts as soon as the request's header block arrives,
 	// before any of its body is read.
-	OnHeaders
-
-	momentCount // number of valid moments; keep last
+	OnHeaders // on-headers
 )
 
-var momentNames = [momentCount]string{
-	AfterBody: "after-body",
-	OnHeaders: "on-headers",
-}
-
-// String returns the moment's name, or Moment(n) for an invalid value.
-func (m Moment) String() string { return enumString("Moment", momentNames[:], uint8(m)) }
+// momentCount is the number of valid values of Moment.
+const momentCount = int(OnHeaders) + 1
 
 // Valid reports whether m is one of the defined moments.
-func (m Moment) Valid() bool { return m < momentCount }
+func (m Moment) Valid() bool { return int(m) < momentCount }
 
 // CloseMode says how the server closes a connection.
 type CloseMode uint8
@@ -106,26 +82,19 @@ const (
 	// discards what the client still sends for up to Config.DrainTimeout
 	// so that the kernel does not turn the FIN into an RST; the client
 	// reads io.EOF. The zero value.
-	CloseFIN CloseMode = iota
+	CloseFIN CloseMode = iota // fin
 	// CloseRST sets SO_LINGER to 0 and closes, so the kernel sends a TCP
 	// RST and no close_notify. The client reads ECONNRESET — unless one of
 	// its writes meets the reset first: Linux reports a reset once, and
 	// the next read then returns io.EOF.
-	CloseRST
-
-	closeModeCount // number of valid modes; keep last
+	CloseRST // rst
 )
 
-var closeModeNames = [closeModeCount]string{
-	CloseFIN: "fin",
-	CloseRST: "rst",
-}
-
-// String returns the mode's name, or CloseMode(n) for an invalid value.
-func (m CloseMode) String() string { return enumString("CloseMode", closeModeNames[:], uint8(m)) }
+// closeModeCount is the number of valid values of CloseMode.
+const closeModeCount = int(CloseRST) + 1
 
 // Valid reports whether m is one of the defined modes.
-func (m CloseMode) Valid() bool { return m < closeModeCount }
+func (m CloseMode) Valid() bool { return int(m) < closeModeCount }
 
 // LastStream chooses the last stream ID a GOAWAY carries.
 type LastStream struct {

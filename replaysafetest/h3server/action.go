@@ -1,5 +1,7 @@
 package h3server
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind,Moment -linecomment -output=enum_string.go
+
 import (
 	"net/http"
 	"strconv"
@@ -11,35 +13,28 @@ import (
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
-// enumString prints names[v], or Type(v) for a value outside the enum.
-func enumString(typ string, names []string, v uint8) string {
-	if int(v) < len(names) && names[v] != "" {
-		return names[v]
-	}
-	return typ + "(" + strconv.Itoa(int(v)) + ")"
-}
-
 // Kind says what the server does with one request stream.
 type Kind uint8
 
-// Action kinds. To add one: add a constant before kindCount, its name in
-// kindNames, its case in (*stream).act and, usually, a constructor.
+// Action kinds. To add one: add a constant at the end with its name as a
+// line comment, make kindCount count it, run go generate, add
+// its case in (*stream).act and, usually, a constructor.
 const (
 	// KindRespond answers with Status, Header and Body, then Trailer if
 	// set, and ends the stream with a FIN. The zero Action is a
 	// KindRespond with status 200 and an empty body, sent once the
 	// request is complete; run OnHeaders it is an early response, and the
 	// server goes on reading the request until its FIN.
-	KindRespond Kind = iota
+	KindRespond Kind = iota // respond
 	// KindReject resets the stream in both directions (RESET_STREAM and
 	// STOP_SENDING) with H3_REQUEST_REJECTED, which promises the client
 	// that nothing was processed (RFC 9114 §4.1.1).
-	KindReject
+	KindReject // reject
 	// KindReset resets the stream with Code: RESET_STREAM, and
 	// STOP_SENDING too when the request is still arriving. Unlike
 	// H3_REQUEST_REJECTED, no code but that one tells the client that the
 	// request was not processed.
-	KindReset
+	KindReset // reset
 	// KindGoAway sends a GOAWAY frame on the server's control stream
 	// carrying the first request stream ID the server will not process
 	// (RFC 9114 §5.2; see Action.GoAwayID). With Close the server then
@@ -47,10 +42,10 @@ const (
 	// rejected with H3_REQUEST_REJECTED (or, with Drop, never answered),
 	// and a stream below it is answered as KindRespond would, once its
 	// request is complete.
-	KindGoAway
+	KindGoAway // goaway
 	// KindClose closes the connection with CONNECTION_CLOSE(Code) without
 	// answering: the close crosses the request.
-	KindClose
+	KindClose // close
 	// KindStopSending sends the response (Status, Header, Body, Trailer)
 	// and then STOP_SENDING(Code), telling the client to stop uploading
 	// the request body (RFC 9114 §4.1: a server that does not need the
@@ -59,31 +54,19 @@ const (
 	// (zero: Config.HangTimeout) it closes the connection with
 	// H3_NO_ERROR. Run it OnHeaders: once the request is complete there
 	// is nothing left to stop.
-	KindStopSending
+	KindStopSending // stop-sending
 	// KindHang never answers the stream. The server keeps reading (and
 	// recording) the request until it ends, the client goes away, the
 	// server is closed, or Delay (zero: Config.HangTimeout) elapses; then
 	// it closes the connection with CONNECTION_CLOSE(Code).
-	KindHang
-
-	kindCount // number of valid kinds; keep last
+	KindHang // hang
 )
 
-var kindNames = [kindCount]string{
-	KindRespond:     "respond",
-	KindReject:      "reject",
-	KindReset:       "reset",
-	KindGoAway:      "goaway",
-	KindClose:       "close",
-	KindStopSending: "stop-sending",
-	KindHang:        "hang",
-}
-
-// String returns the kind's name, or Kind(n) for an invalid value.
-func (k Kind) String() string { return enumString("Kind", kindNames[:], uint8(k)) }
+// kindCount is the number of valid values of Kind.
+const kindCount = int(KindHang) + 1
 
 // Valid reports whether k is one of the defined kinds.
-func (k Kind) Valid() bool { return k < kindCount }
+func (k Kind) Valid() bool { return int(k) < kindCount }
 
 // Moment says when in a stream's life the server carries out its action.
 type Moment uint8
@@ -92,24 +75,17 @@ type Moment uint8
 const (
 	// AfterBody acts once the request is complete: the FIN arrived after
 	// its HEADERS, DATA or trailers. The zero value.
-	AfterBody Moment = iota
+	AfterBody Moment = iota // after-body
 	// OnHeaders acts as soon as the request's HEADERS frame arrives,
 	// before any of its body is read.
-	OnHeaders
-
-	momentCount // number of valid moments; keep last
+	OnHeaders // on-headers
 )
 
-var momentNames = [momentCount]string{
-	AfterBody: "after-body",
-	OnHeaders: "on-headers",
-}
-
-// String returns the moment's name, or Moment(n) for an invalid value.
-func (m Moment) String() string { return enumString("Moment", momentNames[:], uint8(m)) }
+// momentCount is the number of valid values of Moment.
+const momentCount = int(OnHeaders) + 1
 
 // Valid reports whether m is one of the defined moments.
-func (m Moment) Valid() bool { return m < momentCount }
+func (m Moment) Valid() bool { return int(m) < momentCount }
 
 // GoAwayID chooses the stream ID a GOAWAY carries. From a server that ID
 // is the first client-initiated bidirectional stream the server will not
