@@ -12,21 +12,6 @@ import (
 	"github.com/replaysafe/replaysafe/internal/proxy"
 )
 
-// routeKey is the context key under which a call carries its route
-// snapshot down to dial.
-type routeKey struct{}
-
-// withRoute returns ctx carrying snap, for every wire attempt of a call.
-func withRoute(ctx context.Context, snap *routeSnapshot) context.Context {
-	return context.WithValue(ctx, routeKey{}, snap)
-}
-
-// routeFrom returns the snapshot ctx carries, or nil: a direct route.
-func routeFrom(ctx context.Context) *routeSnapshot {
-	s, _ := ctx.Value(routeKey{}).(*routeSnapshot)
-	return s
-}
-
 // budgetClock reads the Transport's clock, the one fsm deadlines are on,
 // as route instants, so the acquisition budget and the machine's acquire
 // phase are measured alike.
