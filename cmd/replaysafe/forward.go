@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/quic-go/quic-go/http3"
+
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/forward"
 )
@@ -45,10 +47,11 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	cert := fs.String("tls-cert", "", "serve TLS (HTTP/1.1 and HTTP/2 by ALPN) with this PEM certificate file")
 	key := fs.String("tls-key", "", "the PEM private key file of -tls-cert")
 	h2c := fs.Bool("h2c", false, "also accept cleartext HTTP/2 with prior knowledge")
+	h3 := fs.Bool("h3", false, "also serve HTTP/3 on the same port over UDP (needs -tls-cert)")
 	egressName := fs.String("egress", "h1", "upstream protocol: h1, h2, h3 or negotiate")
 	acquire := fs.Duration("acquire-timeout", replaysafe.DefaultAcquireTimeout, "deadline for getting an upstream connection (504 when it passes)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: replaysafe forward -to URL [-listen ADDR] [-tls-cert F -tls-key F] [-h2c] [-egress h1|h2|h3|negotiate]")
+		fmt.Fprintln(stderr, "usage: replaysafe forward -to URL [-listen ADDR] [-tls-cert F -tls-key F] [-h2c] [-h3] [-egress h1|h2|h3|negotiate]")
 		fmt.Fprintln(stderr, "\nForwards every request to the upstream and logs one line per request to stderr.")
 		fs.PrintDefaults()
 	}
@@ -78,6 +81,9 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	}
 	if (*cert == "") != (*key == "") {
 		return fail("-tls-cert and -tls-key go together")
+	}
+	if *h3 && *cert == "" {
+		return fail("-h3 needs -tls-cert and -tls-key")
 	}
 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
@@ -109,8 +115,19 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	if err != nil {
 		return fail("%v", err)
 	}
+	errc := make(chan error, 2)
+	if *h3 {
+		pc, err := net.ListenPacket("udp", ln.Addr().String())
+		if err != nil {
+			ln.Close()
+			return fail("%v", err)
+		}
+		h3srv := &http3.Server{Handler: fw, TLSConfig: http3.ConfigureTLSConfig(srv.TLSConfig.Clone())}
+		defer h3srv.Close()
+		go func() { errc <- h3srv.Serve(pc) }()
+		fmt.Fprintf(stderr, "replaysafe forward: HTTP/3 on udp %s\n", pc.LocalAddr())
+	}
 	fmt.Fprintf(stderr, "replaysafe forward: listening on %s://%s, forwarding to %s (egress %v)\n", scheme, ln.Addr(), up, egress)
-	errc := make(chan error, 1)
 	go func() {
 		if *cert != "" {
 			errc <- srv.ServeTLS(ln, "", "")

@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe/internal/selfsigned"
 	"github.com/replaysafe/replaysafe/replaysafetest"
@@ -71,6 +76,7 @@ func TestForwardFlagErrors(t *testing.T) {
 		{"-to", "http://x", "-egress", "h9"},
 		{"-to", "http://x", "-egress", "h3"},
 		{"-to", "http://x", "-tls-cert", "c.pem"},
+		{"-to", "http://x", "-h3"},
 	} {
 		var errOut bytes.Buffer
 		if code := serveForward(context.Background(), args, &errOut, nil); code != 2 {
@@ -164,5 +170,33 @@ func TestForwardWithCurl(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestForwardHTTP3: with -h3 the command also serves HTTP/3 on the same
+// port over UDP; quic-go's client is the real client here.
+func TestForwardHTTP3(t *testing.T) {
+	certFile, keyFile := tlsFiles(t)
+	up, err := replaysafetest.Start(replaysafetest.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	addr, logs := startForward(t, "-to", up.URL(), "-tls-cert", certFile, "-tls-key", keyFile, "-h3")
+	tr := &http3.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}
+	defer tr.Close()
+	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
+	resp, err := client.Post("https://"+addr+"/h3", "text/plain", strings.NewReader("over quic"))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, logs)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.ProtoMajor != 3 || resp.StatusCode != 200 || string(body) != "ok" {
+		t.Errorf("client got %s %s %q", resp.Proto, resp.Status, body)
+	}
+	rs := up.Requests()
+	if len(rs) != 1 || rs[0].Target != "/h3" || string(rs[0].Body) != "over quic" || rs[0].Header.Get("Via") != "3 replaysafe" {
+		t.Errorf("upstream received %+v", rs)
 	}
 }
