@@ -44,15 +44,15 @@ func newFactory(o Options) *http.Transport {
 	}
 }
 
-// dial makes a new connection for key over the route of the call ctx
-// belongs to (see withRoute; a direct route when it carries none): the
+// dial makes a new connection for key over snap, the call's route (nil: a
+// direct route route.New could not build): the
 // TCP connection or the proxy tunnel and TLS with the origin for https
 // (connect), the counting h1.Conn on top, and net/http's client
 // connection over that. The scheme given to NewClientConn is always
 // "http": TLS is already done, and net/http only ever sees the plaintext
 // side.
-func (t *Transport) dial(ctx context.Context, key connKey) (*persistConn, error) {
-	c, err := t.connect(ctx, key, routeFrom(ctx), h1Connect)
+func (t *Transport) dial(ctx context.Context, key connKey, snap *routeSnapshot, alpn []string) (*persistConn, error) {
+	c, err := t.connect(ctx, key, snap, connectOpts{alpn: alpn, countWire: true})
 	if err != nil {
 		return nil, err
 	}
@@ -84,9 +84,6 @@ type connectOpts struct {
 	// observes the plaintext side instead (internal/adapters/h2.Observe).
 	countWire bool
 }
-
-// h1Connect is how the HTTP/1.1 path connects.
-var h1Connect = connectOpts{alpn: []string{"http/1.1"}, countWire: true}
 
 // connect establishes a connection for key over snap's route. A direct
 // route dials key.addr through Options.DialContext; a proxied one goes

@@ -14,17 +14,13 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/fsm/plan"
 	"github.com/replaysafe/replaysafe/internal/adapters/h2"
 )
 
 // errFallbackH1 means ALPN selected HTTP/1.1 under ProtocolNegotiate: the
 // call goes to the HTTP/1.1 path, nothing of it having been sent.
 var errFallbackH1 = errors.New("replaysafe: ALPN selected HTTP/1.1")
-
-// errH2Proxied means ProtocolHTTP2 met an http (h2c) route through a
-// proxy, which the HTTP/2 path does not dial: HTTP/2 through a proxy is
-// TLS with the origin inside the tunnel, ALPN h2.
-var errH2Proxied = errors.New("replaysafe: h2c (HTTP/2 over cleartext) through a proxy is not supported")
 
 // newH2Factory returns the http2.Transport whose only use is
 // NewClientConn: its RoundTrip, and with it x/net's retry loop and
@@ -79,7 +75,7 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	body := start.body
 	a := c.newStreamAttempt(n, start.facts, body, false)
 	same, _ := start.same.(*h2Conn)
-	hc, reused, err := c.t.acquireH2(a.ctx, c.key, start.after, same)
+	hc, reused, err := c.t.acquireH2(a.ctx, c.key, c.snap, c.leg, start.after, same)
 	if err != nil {
 		if n == 1 && errors.Is(err, errFallbackH1) {
 			a.rec.stop()
@@ -150,38 +146,31 @@ func (s *h2Stream) uploading() bool { return false }
 // acquireH2 returns a connection with a stream reserved for one
 // attempt: a pooled one that can take a stream and joined the pool after
 // mark after (or is same), else a new one (muxPool.acquire).
-func (t *Transport) acquireH2(ctx context.Context, key connKey, after uint64, same *h2Conn) (*h2Conn, bool, error) {
+func (t *Transport) acquireH2(ctx context.Context, key connKey, snap *routeSnapshot, leg plan.Leg, after uint64, same *h2Conn) (*h2Conn, bool, error) {
 	check := func() error {
 		if _, h1 := t.h1Only.Load(key); h1 {
 			return errFallbackH1
 		}
 		return nil
 	}
-	dial := func() (*h2Conn, error) { return t.dialH2(ctx, key) }
+	dial := func() (*h2Conn, error) { return t.dialH2(ctx, key, snap, leg) }
 	return t.h2pool.acquire(ctx, key, after, same, check, dial)
 }
 
-// dialH2 makes a new HTTP/2 connection for key: connect, as the HTTP/1.1
-// path does (direct, or through the route's proxies under one acquisition
-// deadline), with the ALPN list of the protocol policy for TLS with an
-// https origin (h2c with prior knowledge for a direct http route), the
-// ALPN check, the internal/adapters/h2 observer over the plaintext side, and
-// x/net's ClientConn over that.
-func (t *Transport) dialH2(ctx context.Context, key connKey) (*h2Conn, error) {
-	snap := routeFrom(ctx)
-	if key.scheme != "https" && snap != nil && snap.route.Proxied() {
-		if t.opt.Protocol.negotiates() {
-			return nil, errFallbackH1 // not reached: h2For keeps http on HTTP/1.1
-		}
-		return nil, errH2Proxied
-	}
-	c, err := t.connect(ctx, key, snap, t.h2Connect())
+// dialH2 makes a new HTTP/2 connection for key over snap: connect, as the
+// HTTP/1.1 path does (direct, or through the route's proxies under one
+// acquisition deadline), with the leg's ALPN list for TLS with an https
+// origin (h2c with prior knowledge for a direct http route; the plan
+// refuses h2c through a proxy), the ALPN check, the internal/adapters/h2
+// observer over the plaintext side, and x/net's ClientConn over that.
+func (t *Transport) dialH2(ctx context.Context, key connKey, snap *routeSnapshot, leg plan.Leg) (*h2Conn, error) {
+	c, err := t.connect(ctx, key, snap, connectOpts{alpn: leg.ALPN})
 	if err != nil {
 		return nil, err
 	}
 	if c.tls != nil && c.tls.NegotiatedProtocol != http2.NextProtoTLS {
 		c.conn.Close()
-		if t.opt.Protocol.negotiates() {
+		if leg.Next == plan.FallbackALPN {
 			t.h1Only.Store(key, true)
 			return nil, errFallbackH1
 		}
@@ -200,24 +189,4 @@ func (t *Transport) dialH2(ctx context.Context, key connKey) (*h2Conn, error) {
 		return nil, fmt.Errorf("replaysafe: new HTTP/2 connection to %s takes no stream", key.addr)
 	}
 	return &h2Conn{cc: cc, wire: wire, tls: c.tls, conn: oc, pool: muxState{key: key}}, nil
-}
-
-// h2Connect is how the HTTP/2 path connects: ALPN offers h2 alone, or h2
-// then http/1.1 under ProtocolNegotiate; no WireCounter under TLS, the
-// observer watches the plaintext side.
-func (t *Transport) h2Connect() connectOpts {
-	alpn := []string{http2.NextProtoTLS}
-	if t.opt.Protocol.negotiates() {
-		alpn = append(alpn, "http/1.1")
-	}
-	return connectOpts{alpn: alpn}
-}
-
-// usesH2 reports whether a call for key starts on the HTTP/2 path.
-func (t *Transport) usesH2(key connKey) bool {
-	if !t.opt.Protocol.h2For(key) {
-		return false
-	}
-	_, h1 := t.h1Only.Load(key)
-	return !h1
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/fsm/plan"
 	"github.com/replaysafe/replaysafe/fsm/route"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/connectproxy"
@@ -557,8 +558,9 @@ func TestH2CThroughProxyRefused(t *testing.T) {
 	proxied := func(*http.Request) (*url.URL, error) { return url.Parse("http://127.0.0.1:1") }
 	tr, _ := h2Client(t, s, replaysafe.Options{Proxy: proxied})
 	_, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/x", ""))
-	wantRule(t, err, fsm.RuleAcquireFailed, 1)
-	if !strings.Contains(err.Error(), "h2c") || !strings.Contains(err.Error(), "through a proxy") || s.Count() != 0 {
+	// The plan refuses it before any connection (fsm/plan).
+	var pe *replaysafe.ProxyError
+	if !errors.As(err, &pe) || !errors.Is(err, plan.ErrH2CProxied) || s.Count() != 0 {
 		t.Errorf("%v, %d streams", err, s.Count())
 	}
 }

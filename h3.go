@@ -17,7 +17,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/fsm/route"
+	"github.com/replaysafe/replaysafe/fsm/plan"
 	"github.com/replaysafe/replaysafe/internal/adapters/h3"
 )
 
@@ -30,10 +30,6 @@ const H3RetryAfter = 5 * time.Minute
 // connection for the call's first attempt: the call goes over TCP,
 // nothing of it having been sent.
 var errFallbackTCP = errors.New("replaysafe: no HTTP/3 connection; falling back to TCP")
-
-// errH3Scheme means an http URL met ProtocolHTTP3: HTTP/3 runs over QUIC,
-// which always has TLS.
-var errH3Scheme = errors.New("replaysafe: HTTP/3 needs an https URL")
 
 // newH3Factory returns the http3.Transport whose only use is
 // NewClientConn: its RoundTrip, and with it quic-go's retry of requests
@@ -58,24 +54,6 @@ func (t *Transport) quicConfig(w *h3.Watch) *quic.Config {
 	cfg.MaxIncomingStreams = -1 // servers open no request streams (RFC 9114 §6.1)
 	cfg.Tracer = w.Tracer
 	return cfg
-}
-
-// h3Wanted reports whether a call for key, on a direct route, starts on
-// HTTP/3 under ProtocolPreferHTTP3 or ProtocolDiscoverHTTP3: an https URL
-// whose route has not failed to connect over QUIC within H3RetryAfter
-// and, under ProtocolDiscoverHTTP3, whose origin advertised HTTP/3.
-func (t *Transport) h3Wanted(key connKey) bool {
-	if key.scheme != "https" {
-		return false
-	}
-	if v, ok := t.h3Broken.Load(key.addr); ok && time.Since(v.(time.Time)) < H3RetryAfter {
-		return false
-	}
-	if t.opt.Protocol == ProtocolDiscoverHTTP3 {
-		_, ok := t.altSvc.lookup(key.addr, time.Now())
-		return ok
-	}
-	return true
 }
 
 // h3Addr returns the UDP address to dial for key: the advertised
@@ -103,28 +81,10 @@ func (t *Transport) learnAltSvc(key connKey, resp *http.Response) {
 	}
 }
 
-// usesH3 reports whether a call for key over snap starts on HTTP/3.
-func (t *Transport) usesH3(key connKey, snap *routeSnapshot) bool {
-	switch t.opt.Protocol {
-	case ProtocolHTTP3:
-		return true
-	case ProtocolPreferHTTP3, ProtocolDiscoverHTTP3:
-		if snap != nil {
-			return snap.route.Policy() == route.PolicyH3
-		}
-		return t.h3Wanted(key)
-	}
-	return false
-}
-
 // runH3 is call.run for HTTP/3: at most two wire attempts, the resend at
 // once on a new connection.
 func (c *call) runH3() (*http.Response, error) {
-	err := checkStreamHeader("HTTP/3", c.req.Header)
-	if err == nil && c.key.scheme != "https" {
-		err = errH3Scheme
-	}
-	if err != nil {
+	if err := checkStreamHeader("HTTP/3", c.req.Header); err != nil {
 		return c.refuse(err)
 	}
 	return c.attempts(c.attemptH3)
@@ -136,22 +96,6 @@ func (c *call) runH3() (*http.Response, error) {
 func (t *Transport) markH3Broken(key connKey) {
 	t.h3Broken.Store(key.addr, time.Now())
 	t.altSvc.forget(key.addr)
-}
-
-// fallBackToTCP moves a call whose HTTP/3 connection could not be had to
-// the TCP route under the negotiate policy.
-func (c *call) fallBackToTCP() error {
-	snap := routeFrom(c.ctx)
-	if snap == nil {
-		return nil
-	}
-	tcp, err := snap.withPolicy(route.PolicyNegotiate)
-	if err != nil {
-		return err
-	}
-	c.key.route = tcp.route.Key()
-	c.ctx = withRoute(c.ctx, tcp)
-	return nil
 }
 
 // attemptH3 runs wire attempt n over HTTP/3. It returns the response, or
@@ -174,22 +118,21 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	var hc *h3Conn
 	var reused bool
 	var err error
-	if n == 1 && c.t.opt.Protocol.fallsBack() && c.t.opt.HTTP3HeadStart > 0 {
+	fallback := n == 1 && c.leg.Next == plan.FallbackNoConn
+	if fallback && c.leg.Race && c.t.opt.HTTP3HeadStart > 0 {
 		hc, reused, err = c.t.raceH3(a.ctx, c.key, after)
 	} else {
 		hc, reused, err = c.t.acquireH3(a.ctx, c.key, after, same)
-		if err != nil && n == 1 && c.t.opt.Protocol.fallsBack() && !errors.Is(err, context.Canceled) {
+		if err != nil && fallback && !errors.Is(err, context.Canceled) {
 			c.t.markH3Broken(c.key)
 		}
 	}
 	if err != nil {
-		if n == 1 && c.t.opt.Protocol.fallsBack() && c.ctx.Err() == nil {
-			// Nothing was sent over QUIC: the call starts afresh over TCP.
+		if fallback && c.ctx.Err() == nil {
+			// Nothing was sent over QUIC: the call starts afresh over TCP
+			// (call.run), as one more leg of its plan.
 			a.rec.stop()
 			a.cancel(nil)
-			if ferr := c.fallBackToTCP(); ferr != nil {
-				return a.acquireFailed(ferr)
-			}
 			return nil, nil, errFallbackTCP
 		}
 		return a.acquireFailed(err)
@@ -363,15 +306,13 @@ func (t *Transport) startH3Dial(key connKey) *h3Dial {
 	return d
 }
 
-// dialH3 makes a new HTTP/3 connection for key: it resolves the host and
+// dialH3 makes a new HTTP/3 connection for key (an https origin on a
+// direct route: the plan allows no other): it resolves the host and
 // dials QUIC, from the Transport's shared UDP socket of the address's
 // family, with TLS offering ALPN "h3" under the attempt's acquisition
 // deadline, observed by an internal/adapters/h3 Watch; quic-go's ClientConn runs
 // over that.
 func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
-	if key.scheme != "https" {
-		return nil, errH3Scheme
-	}
 	addr, err := t.h3Addr(key)
 	if err != nil {
 		return nil, err

@@ -54,26 +54,3 @@ func (p Protocol) String() string {
 	}
 	return fmt.Sprintf("Protocol(%d)", uint8(p))
 }
-
-// h2For reports whether a new connection for key starts as HTTP/2 under
-// policy p: always under ProtocolHTTP2, over TLS under ProtocolNegotiate
-// (where ALPN may still select HTTP/1.1).
-func (p Protocol) h2For(key connKey) bool {
-	switch p {
-	case ProtocolHTTP2:
-		return true
-	case ProtocolNegotiate, ProtocolPreferHTTP3, ProtocolDiscoverHTTP3:
-		return key.scheme == "https"
-	}
-	return false
-}
-
-// negotiates reports whether ALPN over TLS may select HTTP/1.1 or HTTP/2
-// under policy p.
-func (p Protocol) negotiates() bool {
-	return p == ProtocolNegotiate || p == ProtocolPreferHTTP3 || p == ProtocolDiscoverHTTP3
-}
-
-// fallsBack reports whether policy p moves a call to TCP when no QUIC
-// connection can be had.
-func (p Protocol) fallsBack() bool { return p == ProtocolPreferHTTP3 || p == ProtocolDiscoverHTTP3 }

@@ -95,4 +95,3 @@ func TestPreferHTTP3BlackHoledUDP(t *testing.T) {
 		})
 	}
 }
-

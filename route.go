@@ -96,31 +96,37 @@ func (e *ProxyError) Error() string {
 // Unwrap returns the cause.
 func (e *ProxyError) Unwrap() error { return e.Err }
 
-// snapshot resolves req's route for key (its scheme and destination):
-// the proxy selector, then the credential resolver for every hop, each
-// called once. The result's connKey carries the route's Key.
-func (t *Transport) snapshot(req *http.Request, key connKey) (connKey, *routeSnapshot, error) {
-	var urls []*url.URL
+// proxies returns req's proxy chain in dial order (none: direct), from
+// the proxy selector, called once per call.
+func (t *Transport) proxies(req *http.Request) ([]*url.URL, error) {
 	switch {
 	case t.opt.ProxyChain != nil:
 		us, err := t.opt.ProxyChain(req)
 		if err != nil {
-			return key, nil, &ProxyError{Err: err}
+			return nil, &ProxyError{Err: err}
 		}
-		urls = us
+		return us, nil
 	case t.opt.Proxy != nil:
 		u, err := t.opt.Proxy(req)
 		if err != nil {
-			return key, nil, &ProxyError{Err: err}
+			return nil, &ProxyError{Err: err}
 		}
 		if u != nil {
-			urls = []*url.URL{u}
+			return []*url.URL{u}, nil
 		}
 	}
+	return nil, nil
+}
+
+// snapshot resolves req's route for key (its scheme and destination)
+// through the proxies urls under protocol policy p (the plan's first
+// leg): the credential resolver for every hop, each called once. The
+// result's connKey carries the route's Key.
+func (t *Transport) snapshot(req *http.Request, key connKey, urls []*url.URL, p route.Policy) (connKey, *routeSnapshot, error) {
 	if len(urls) == 0 {
-		return t.directSnapshot(key)
+		return t.directSnapshot(key, p)
 	}
-	return t.buildSnapshot(req, key, urls)
+	return t.buildSnapshot(req, key, urls, p)
 }
 
 // directRoute is the identity of a direct route before it is built: the
@@ -144,13 +150,13 @@ type cachedSnapshot struct {
 // directSnapshot returns the snapshot of a direct route to key. A direct
 // route depends only on the destination and the policy, so it is built
 // once and shared: a snapshot is immutable.
-func (t *Transport) directSnapshot(key connKey) (connKey, *routeSnapshot, error) {
-	dk := directRoute{scheme: key.scheme, addr: key.addr, host: key.host, policy: t.policy(key, false)}
+func (t *Transport) directSnapshot(key connKey, p route.Policy) (connKey, *routeSnapshot, error) {
+	dk := directRoute{scheme: key.scheme, addr: key.addr, host: key.host, policy: p}
 	if v, ok := t.directRoutes.Load(dk); ok {
 		c := v.(cachedSnapshot)
 		return c.key, c.snap, nil
 	}
-	k, snap, err := t.buildSnapshot(nil, key, nil)
+	k, snap, err := t.buildSnapshot(nil, key, nil, p)
 	if err == nil && t.directRouteCount.Add(1) <= maxDirectRoutes {
 		t.directRoutes.Store(dk, cachedSnapshot{key: k, snap: snap})
 	}
@@ -158,15 +164,15 @@ func (t *Transport) directSnapshot(key connKey) (connKey, *routeSnapshot, error)
 }
 
 // buildSnapshot builds the route to key through the proxies urls (none:
-// direct), resolving each hop's credentials for req.
-func (t *Transport) buildSnapshot(req *http.Request, key connKey, urls []*url.URL) (connKey, *routeSnapshot, error) {
+// direct) under policy p, resolving each hop's credentials for req.
+func (t *Transport) buildSnapshot(req *http.Request, key connKey, urls []*url.URL, p route.Policy) (connKey, *routeSnapshot, error) {
 	scheme, _ := route.ParseScheme(key.scheme)
 	port, portOK := portOf(key.addr)
 	host := key.host
 	if a, err := idna.Lookup.ToASCII(host); err == nil {
 		host = a // as net/http sends and dials it
 	}
-	spec := route.Spec{Scheme: scheme, Host: host, Port: port, UseProxy: len(urls) > 0, Policy: t.policy(key, len(urls) > 0)}
+	spec := route.Spec{Scheme: scheme, Host: host, Port: port, UseProxy: len(urls) > 0, Policy: p}
 	var configs []proxy.HopConfig
 	for i, u := range urls {
 		if u == nil {
@@ -271,26 +277,4 @@ func (s *routeSnapshot) header(h http.Header) http.Header {
 	h = h.Clone()
 	delete(h, "Proxy-Authorization")
 	return h
-}
-
-// policy is the route policy of the Transport's Protocol for a call to
-// key, proxied or not. Under ProtocolPreferHTTP3 and ProtocolDiscoverHTTP3
-// a route that will use TCP (proxied, http, QUIC recently unavailable, or
-// no advertisement) gets the negotiate policy, so its connections never
-// share a pool key with HTTP/3 ones.
-func (t *Transport) policy(key connKey, proxied bool) route.Policy {
-	switch t.opt.Protocol {
-	case ProtocolHTTP2:
-		return route.PolicyH2
-	case ProtocolNegotiate:
-		return route.PolicyNegotiate
-	case ProtocolHTTP3:
-		return route.PolicyH3
-	case ProtocolPreferHTTP3, ProtocolDiscoverHTTP3:
-		if !proxied && t.h3Wanted(key) {
-			return route.PolicyH3
-		}
-		return route.PolicyNegotiate
-	}
-	return route.PolicyH1
 }

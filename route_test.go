@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/replaysafe/replaysafe/fsm/plan"
 )
 
 func snapshotOf(t *testing.T, tr *Transport, rawURL string) (connKey, *routeSnapshot, error) {
@@ -18,7 +20,12 @@ func snapshotOf(t *testing.T, tr *Transport, rawURL string) (connKey, *routeSnap
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tr.snapshot(req, key)
+	urls, err := tr.proxies(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plan.Make(tr.planInput(key, len(urls) > 0))
+	return tr.snapshot(req, key, urls, p.First().Route)
 }
 
 func TestSnapshotKeys(t *testing.T) {
@@ -69,6 +76,17 @@ func TestProxyCredentialsHidePassword(t *testing.T) {
 	for _, s := range []string{fmt.Sprintf("%v", c), fmt.Sprintf("%+v", *c), fmt.Sprintf("%#v", c), fmt.Sprint((*ProxyCredentials)(nil))} {
 		if strings.Contains(s, "hunter2") {
 			t.Errorf("%q shows the password", s)
+		}
+	}
+}
+
+// TestProtocolIsPlanPolicy: the plan's policies are the Transport's
+// Protocol values, in the same order (RoundTrip converts one to the
+// other).
+func TestProtocolIsPlanPolicy(t *testing.T) {
+	for p := ProtocolHTTP1; p < protocolCount; p++ {
+		if got := plan.Policy(p).String(); got != p.String() {
+			t.Errorf("Protocol %s is plan policy %s", p, got)
 		}
 	}
 }

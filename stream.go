@@ -70,7 +70,7 @@ func (c *call) newStreamAttempt(n int, facts fsm.Request, body io.ReadCloser, fi
 // attempt's body.
 func (a *streamAttempt) outgoing(body io.ReadCloser, trace func(context.Context) context.Context) *http.Request {
 	out := a.c.req.WithContext(trace(a.ctx))
-	out.Header = routeFrom(a.c.ctx).header(out.Header)
+	out.Header = a.c.snap.header(out.Header)
 	if a.body != nil {
 		out.Body = a.body
 	} else {

@@ -20,6 +20,8 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/fsm/plan"
+	"github.com/replaysafe/replaysafe/fsm/route"
 	"github.com/replaysafe/replaysafe/internal/adapters/h1"
 )
 
@@ -75,8 +77,8 @@ type Transport struct {
 	h3Broken  sync.Map
 	h3mu      sync.Mutex
 	h3dials   map[connKey]*h3Dial // background QUIC dials (raceH3)
-	altSvc    altSvcCache // ProtocolDiscoverHTTP3: origin → HTTP/3 port
-	udp       udpSockets  // the QUIC connections' shared UDP sockets
+	altSvc    altSvcCache         // ProtocolDiscoverHTTP3: origin → HTTP/3 port
+	udp       udpSockets          // the QUIC connections' shared UDP sockets
 
 	// Direct routes built once (route.go): directRoute → cachedSnapshot.
 	directRoutes     sync.Map
@@ -135,24 +137,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	key, snap, err := t.snapshot(req, key) // route.go: once per call, the resend included
+	urls, err := t.proxies(req) // once per call, the resend and fallbacks included
 	if err != nil {
-		if req.Body != nil {
-			req.Body.Close()
-		}
-		return nil, err
+		return nil, closeBody(req, err)
 	}
-	c := &call{t: t, req: req, ctx: withRoute(req.Context(), snap), key: key, facts: factsOf(req, t.opt)}
+	in := t.planInput(key, len(urls) > 0)
+	p := plan.Make(in)
+	if p.Err != nil {
+		err := fmt.Errorf("replaysafe: %w", p.Err)
+		if in.Proxied {
+			err = &ProxyError{Err: p.Err}
+		}
+		return nil, closeBody(req, err)
+	}
+	key, snap, err := t.snapshot(req, key, urls, p.First().Route) // route.go
+	if err != nil {
+		return nil, closeBody(req, err)
+	}
+	c := &call{t: t, req: req, ctx: req.Context(), key: key, snap: snap, facts: factsOf(req, t.opt)}
 	t.opt.Observer.request(req)
-	var resp *http.Response
-	if t.usesH3(key, snap) {
-		resp, err = c.runH3()
-		if errors.Is(err, errFallbackTCP) {
-			resp, err = c.runTCP() // no QUIC connection; nothing was sent
-		}
-	} else {
-		resp, err = c.runTCP()
-	}
+	resp, err := c.run(in, p)
 	if err != nil {
 		t.opt.Observer.fail(req, err)
 		return nil, err
@@ -162,17 +166,99 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// runTCP runs a call over TCP: HTTP/2 when the policy and ALPN say so,
-// else HTTP/1.1.
-func (c *call) runTCP() (*http.Response, error) {
-	if !c.t.usesH2(c.key) {
-		return c.run()
+// closeBody closes req's body, as a RoundTripper must also on error, and
+// returns err.
+func closeBody(req *http.Request, err error) error {
+	if req.Body != nil {
+		req.Body.Close()
 	}
-	resp, err := c.runH2()
-	if errors.Is(err, errFallbackH1) {
-		return c.run() // ALPN chose HTTP/1.1; nothing was sent
+	return err
+}
+
+// planInput is what the dispatch plan of a call to key is made from: the
+// policy, the URL's scheme and route, and what earlier calls learned
+// about the destination (a failed QUIC handshake, an Alt-Svc
+// advertisement). Whether ALPN chose HTTP/1.1 is keyed by the route, so
+// run fills it in once the route is known.
+func (t *Transport) planInput(key connKey, proxied bool) plan.Input {
+	in := plan.Input{Policy: plan.Policy(t.opt.Protocol), HTTPS: key.scheme == "https", Proxied: proxied}
+	if in.HTTPS && !proxied && (t.opt.Protocol == ProtocolPreferHTTP3 || t.opt.Protocol == ProtocolDiscoverHTTP3) {
+		if v, ok := t.h3Broken.Load(key.addr); ok && time.Since(v.(time.Time)) < H3RetryAfter {
+			in.H3Broken = true
+		}
+		if t.opt.Protocol == ProtocolDiscoverHTTP3 {
+			_, in.AltSvcH3 = t.altSvc.lookup(key.addr, time.Now())
+		}
 	}
-	return resp, err
+	return in
+}
+
+// run carries out plan p, made from in: the first leg, and the next one
+// only when the leg hands over (plan.Fallback) before anything was sent,
+// re-planning with what the leg showed: no QUIC connection, or ALPN's
+// HTTP/1.1. Each hand-over sets one more fact, so it ends within
+// three legs.
+func (c *call) run(in plan.Input, p plan.Plan) (*http.Response, error) {
+	for {
+		leg := p.First()
+		if leg.Route == route.PolicyNegotiate && !in.ALPNChoseH1 {
+			if _, h1 := c.t.h1Only.Load(c.key); h1 {
+				in.ALPNChoseH1 = true
+				p = plan.Make(in)
+				continue
+			}
+		}
+		c.leg = leg
+		resp, err := c.runLeg()
+		switch {
+		case leg.Next == plan.FallbackNoConn && errors.Is(err, errFallbackTCP):
+			in.H3Broken = true // for this call: no QUIC connection now
+		case leg.Next == plan.FallbackALPN && errors.Is(err, errFallbackH1):
+			in.ALPNChoseH1 = true
+		default:
+			return resp, err
+		}
+		p = plan.Make(in)
+		if next := p.First(); next.Route != leg.Route {
+			if err := c.reroute(next.Route); err != nil {
+				return nil, closeBody(c.req, err)
+			}
+		}
+	}
+}
+
+// reroute moves the call to the same route under policy p (a fallback
+// before anything was sent): the same destination, proxies and
+// credentials, none of the selectors called again.
+func (c *call) reroute(p route.Policy) error {
+	if c.snap == nil || !c.snap.route.Proxied() {
+		key := c.key
+		key.route = route.Key{}
+		k, snap, err := c.t.directSnapshot(key, p)
+		if err != nil {
+			return err
+		}
+		c.key, c.snap = k, snap
+		return nil
+	}
+	snap, err := c.snap.withPolicy(p)
+	if err != nil {
+		return err
+	}
+	c.key.route = snap.route.Key()
+	c.snap = snap
+	return nil
+}
+
+// runLeg runs the call's wire attempts on its current leg.
+func (c *call) runLeg() (*http.Response, error) {
+	switch c.leg.Proto {
+	case plan.ProtoH3:
+		return c.runH3()
+	case plan.ProtoH2:
+		return c.runH2()
+	}
+	return c.attempts(c.attempt)
 }
 
 // validate checks what net/http's ClientConn would reject only after a
@@ -248,12 +334,15 @@ func factsOf(req *http.Request, o Options) fsm.Request {
 	return f
 }
 
-// call is one RoundTrip: at most two wire attempts.
+// call is one RoundTrip: at most two wire attempts on each leg of its
+// plan, a later leg only when nothing was sent on the one before.
 type call struct {
 	t     *Transport
 	req   *http.Request
-	ctx   context.Context
+	ctx   context.Context // the caller's
 	key   connKey
+	snap  *routeSnapshot // the route of every attempt; nil for a direct one route.New could not build
+	leg   plan.Leg       // the leg running
 	facts fsm.Request
 }
 
@@ -279,9 +368,6 @@ func (c *call) attempts(attempt attemptFunc) (*http.Response, error) {
 	}
 	panic("replaysafe: fsm decided a second resend") // RS08 forbids it
 }
-
-// run runs the call over HTTP/1.1.
-func (c *call) run() (*http.Response, error) { return c.attempts(c.attempt) }
 
 // refuse fails a call before any attempt: it closes the request body, as
 // a RoundTripper must, and returns err.
@@ -328,7 +414,7 @@ func (c *call) attempt(n int, start resend) (*http.Response, *resend, error) {
 		a.body = newReqBody(body, a.rec.BodyRead, false)
 	}
 
-	pc, reused, err := c.t.acquire(ctx, c.key, n == 1, a.rec)
+	pc, reused, err := c.t.acquire(ctx, c.key, c.snap, c.leg.ALPN, n == 1, a.rec)
 	if err != nil {
 		if a.body != nil {
 			a.body.stackFinished() // net/http never saw it
@@ -346,7 +432,7 @@ func (c *call) attempt(n int, start resend) (*http.Response, *resend, error) {
 	c.t.gotConn(c.ctx, pc, reused)
 
 	out := c.req.WithContext(httptrace.WithClientTrace(ctx, a.rec.ClientTrace()))
-	out.Header = routeFrom(c.ctx).header(out.Header) // no Proxy-Authorization to the origin
+	out.Header = c.snap.header(out.Header) // no Proxy-Authorization to the origin
 	if a.body != nil {
 		out.Body = a.body
 	} else {
@@ -375,7 +461,7 @@ func (c *call) attempt(n int, start resend) (*http.Response, *resend, error) {
 //
 // A route at MaxConnsPerHost waits, under the acquisition deadline, until
 // a connection closes or (for an original attempt) one comes back idle.
-func (t *Transport) acquire(ctx context.Context, key connKey, pooled bool, rec *h1.Recorder) (*persistConn, bool, error) {
+func (t *Transport) acquire(ctx context.Context, key connKey, snap *routeSnapshot, alpn []string, pooled bool, rec *h1.Recorder) (*persistConn, bool, error) {
 	for {
 		if pooled {
 			if pc := t.pooled(key, rec); pc != nil {
@@ -389,7 +475,7 @@ func (t *Transport) acquire(ctx context.Context, key connKey, pooled bool, rec *
 			return nil, false, err
 		}
 	}
-	pc, err := t.dial(ctx, key)
+	pc, err := t.dial(ctx, key, snap, alpn)
 	if err != nil {
 		t.limit.closed(key)
 		return nil, false, err

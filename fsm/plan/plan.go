@@ -1,0 +1,212 @@
+// Package plan decides, for one call, which protocols a transport tries
+// and in what order: the dispatch plan. It is pure, like fsm: the caller
+// passes the request's scheme and route and what it learned from earlier
+// calls (ALPN answers, failed QUIC handshakes, Alt-Svc advertisements) as
+// values, and gets back the ordered legs, each with its protocol, the
+// route policy its connections are pooled under, the ALPN list it offers,
+// and the one condition under which the next leg may be taken. Every
+// protocol decision of the transport is made here; the transport only
+// carries the plan out.
+//
+// A leg hands over to the next only before anything of the request was
+// sent: when no connection could be had on it (FallbackNoConn, HTTP/3),
+// or when ALPN selected HTTP/1.1 (FallbackALPN). The next leg is then the
+// same call's first wire attempt, on the same route snapshot with the
+// next leg's policy.
+package plan
+
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -linecomment -type Policy,Proto,Fallback -output enum_string.go
+
+import (
+	"errors"
+
+	"github.com/replaysafe/replaysafe/fsm/route"
+)
+
+// Policy is the transport's protocol policy, as configured.
+type Policy uint8
+
+// Policies: the transport's Protocol values, in the same order.
+const (
+	// HTTP1 speaks HTTP/1.1 only.
+	HTTP1 Policy = iota // http1
+	// HTTP2 speaks HTTP/2 only: ALPN h2 over TLS, prior knowledge (h2c)
+	// in cleartext.
+	HTTP2 // http2
+	// Negotiate lets ALPN choose HTTP/2 or HTTP/1.1 over TLS, HTTP/1.1 in
+	// cleartext.
+	Negotiate // negotiate
+	// HTTP3 speaks HTTP/3 only: https on direct routes.
+	HTTP3 // http3
+	// PreferHTTP3 tries HTTP/3 first for https on direct routes, then
+	// falls back as Negotiate.
+	PreferHTTP3 // prefer-http3
+	// DiscoverHTTP3 speaks as Negotiate until the origin advertised
+	// HTTP/3 (Alt-Svc), then as PreferHTTP3.
+	DiscoverHTTP3 // discover-http3
+
+	policyCount
+)
+
+// Proto is the HTTP version a leg speaks.
+type Proto uint8
+
+// Protocols of a leg.
+const (
+	// ProtoH1 is HTTP/1.1 over TCP or TLS.
+	ProtoH1 Proto = iota + 1 // h1
+	// ProtoH2 is HTTP/2 over TLS (ALPN) or cleartext with prior
+	// knowledge. Under negotiation ALPN may still answer HTTP/1.1.
+	ProtoH2 // h2
+	// ProtoH3 is HTTP/3 over QUIC.
+	ProtoH3 // h3
+)
+
+// Fallback is when a leg hands the call to the next one.
+type Fallback uint8
+
+// Fallbacks.
+const (
+	// FallbackNever: the leg's outcome is the call's.
+	FallbackNever Fallback = iota // never
+	// FallbackNoConn: no connection could be had on the leg (for HTTP/3
+	// a QUIC handshake that failed, or did not finish within the head
+	// start): nothing was sent.
+	FallbackNoConn // no-conn
+	// FallbackALPN: ALPN selected HTTP/1.1 on the leg's TLS connection:
+	// nothing was sent.
+	FallbackALPN // alpn-h1
+)
+
+// Input is what a plan is made from.
+type Input struct {
+	// Policy is the configured protocol policy.
+	Policy Policy
+	// HTTPS reports an https URL (else http).
+	HTTPS bool
+	// Proxied reports a route through at least one proxy.
+	Proxied bool
+	// ALPNChoseH1 reports that ALPN on this route already selected
+	// HTTP/1.1 under negotiation: its calls go straight to HTTP/1.1.
+	ALPNChoseH1 bool
+	// H3Broken reports that a QUIC handshake to the destination failed
+	// recently (within the transport's retry window).
+	H3Broken bool
+	// AltSvcH3 reports that the origin advertised HTTP/3 on its own host
+	// and the advertisement still holds.
+	AltSvcH3 bool
+}
+
+// Leg is one protocol a call may run on.
+type Leg struct {
+	// Proto is the HTTP version spoken.
+	Proto Proto
+	// Route is the route policy the leg's connections are pooled under:
+	// connections made under one policy never serve another.
+	Route route.Policy
+	// ALPN is what a TLS handshake offers, in preference order; nil in
+	// cleartext.
+	ALPN []string
+	// Race reports an HTTP/3 leg that waits for a new QUIC connection at
+	// most the transport's head start before it hands over (with
+	// FallbackNoConn) while the handshake goes on for later calls.
+	Race bool
+	// Next says when the next leg may be taken; FallbackNever on the
+	// last leg.
+	Next Fallback
+}
+
+// Plan is the ordered legs of one call, or the reason it cannot be made.
+type Plan struct {
+	Legs []Leg
+	// Err, when set, refuses the call before any connection: the policy
+	// cannot carry the request over its route.
+	Err error
+}
+
+// Refusals.
+var (
+	// ErrH3Scheme: HTTP/3 only, for an http URL (QUIC always has TLS).
+	ErrH3Scheme = errors.New("HTTP/3 needs an https URL")
+	// ErrH3Proxied: HTTP/3 only, through a proxy (no CONNECT-UDP).
+	ErrH3Proxied = errors.New("HTTP/3 through a proxy is not supported")
+	// ErrH2CProxied: HTTP/2 only, for an http URL through a proxy: h2c
+	// with prior knowledge is not tunnelled.
+	ErrH2CProxied = errors.New("h2c (HTTP/2 over cleartext) through a proxy is not supported")
+	// ErrPolicy: a policy value outside the list.
+	ErrPolicy = errors.New("unknown protocol policy")
+)
+
+// Make returns the plan for in. It allocates only the legs.
+func Make(in Input) Plan {
+	if in.Policy >= policyCount {
+		return Plan{Err: ErrPolicy}
+	}
+	h1 := Leg{Proto: ProtoH1, Route: route.PolicyH1}
+	if in.HTTPS {
+		h1.ALPN = []string{"http/1.1"}
+	}
+	switch in.Policy {
+	case HTTP1:
+		return Plan{Legs: []Leg{h1}}
+	case HTTP2:
+		if !in.HTTPS && in.Proxied {
+			return Plan{Err: ErrH2CProxied}
+		}
+		return Plan{Legs: []Leg{h2Leg(route.PolicyH2, in.HTTPS)}}
+	case HTTP3:
+		switch {
+		case !in.HTTPS:
+			return Plan{Err: ErrH3Scheme}
+		case in.Proxied:
+			return Plan{Err: ErrH3Proxied}
+		}
+		return Plan{Legs: []Leg{h3Leg(false)}}
+	}
+	// Negotiate, and the TCP part of the HTTP/3 preferences.
+	var legs []Leg
+	wantH3 := in.HTTPS && !in.Proxied && !in.H3Broken &&
+		(in.Policy == PreferHTTP3 || in.Policy == DiscoverHTTP3 && in.AltSvcH3)
+	if wantH3 {
+		legs = append(legs, h3Leg(true))
+	}
+	if !in.HTTPS {
+		// Cleartext negotiation has no ALPN: HTTP/1.1 (no h2c upgrade).
+		h1.Route = route.PolicyNegotiate
+		return Plan{Legs: append(legs, h1)}
+	}
+	// The HTTP/1.1 leg of a negotiation is pooled with it (the route's
+	// policy), and offers http/1.1 alone: the server already answered.
+	h1.Route = route.PolicyNegotiate
+	if in.ALPNChoseH1 {
+		return Plan{Legs: append(legs, h1)}
+	}
+	h2 := h2Leg(route.PolicyNegotiate, true)
+	h2.Next = FallbackALPN
+	return Plan{Legs: append(legs, h2, h1)}
+}
+
+func h2Leg(p route.Policy, https bool) Leg {
+	l := Leg{Proto: ProtoH2, Route: p}
+	if https {
+		l.ALPN = p.ALPN()
+	}
+	return l
+}
+
+// h3Leg is the HTTP/3 leg: alone (fallback false), or racing ahead of TCP.
+func h3Leg(fallback bool) Leg {
+	l := Leg{Proto: ProtoH3, Route: route.PolicyH3, ALPN: route.PolicyH3.ALPN()}
+	if fallback {
+		l.Race, l.Next = true, FallbackNoConn
+	}
+	return l
+}
+
+// First returns the plan's first leg; the zero Leg for a refused plan.
+func (p Plan) First() Leg {
+	if len(p.Legs) == 0 {
+		return Leg{}
+	}
+	return p.Legs[0]
+}
