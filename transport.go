@@ -591,9 +591,12 @@ func (c *call) afterFailure(n int, d fsm.Decision, err error, req fsm.Request, f
 	case fsm.ActionResend:
 		next, gerr := c.nextResend(req, facts, body)
 		if gerr != nil {
-			// The resend cannot be made as the caller meant it: a local
-			// failure (RS21), which keeps both causes.
-			return nil, nil, &Error{Rule: fsm.RuleLocalFailure, Attempts: n,
+			// The resend cannot be made as the caller meant it: the
+			// resend's machine decides the local failure (RS21) before any
+			// connection, and the error keeps both causes.
+			m := fsm.New(req.Resend(), c.t.limits, c.t.clock.Now())
+			ld := m.Step(fsm.Event{Kind: fsm.EventLocalFailure, At: c.t.clock.Now()})
+			return nil, nil, &Error{Rule: ld.Rule, Attempts: n,
 				Err: fmt.Errorf("GetBody for the resend: %w; attempt %d had failed: %w", gerr, n, err)}
 		}
 		return nil, next, nil
