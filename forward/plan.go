@@ -196,7 +196,7 @@ func refuse(d Dispatch, status int, format string, args ...any) Dispatch {
 // policy e. It reads req only: no I/O, no clock. req.Proto* is the
 // ingress version, req.RequestURI the inbound target, and an HTTP/2 or
 // HTTP/3 extended CONNECT carries its :protocol as net/http's server
-// does, in req.Header[":protocol"].
+// does, in req.Header[":protocol"], or as quic-go's does, in req.Proto.
 func Plan(req *http.Request, e Egress) Dispatch {
 	d := Dispatch{Protocol: e.Protocol()}
 	switch {
@@ -210,7 +210,11 @@ func Plan(req *http.Request, e Egress) Dispatch {
 	protocol := ""
 	if req.ProtoMajor >= 2 && req.Method == http.MethodConnect {
 		d.InboundForm = FormAuthority
-		if protocol = req.Header.Get(":protocol"); protocol != "" {
+		protocol = req.Header.Get(":protocol")
+		if protocol == "" && req.ProtoMajor == 3 && req.Proto != "HTTP/3.0" && req.Proto != "HTTP/3" {
+			protocol = req.Proto // quic-go's server puts :protocol there
+		}
+		if protocol != "" {
 			d.InboundForm = FormOrigin // :path carries the target (RFC 8441 §4)
 			d.Mode, d.Upgrade = ModeExtendedConnect, protocol
 		}

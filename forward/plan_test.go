@@ -85,6 +85,11 @@ func TestPlan(t *testing.T) {
 			egress: EgressHTTP1, mode: ModeExtendedConnect, version: VersionHTTP11, exact: true},
 		{name: "h3 extended CONNECT websocket to h1 is an Upgrade", req: inbound("HTTP/3.0", "CONNECT", "/ws", tls, ":protocol", "websocket"),
 			egress: EgressHTTP1, mode: ModeExtendedConnect, version: VersionHTTP11, exact: true},
+		{name: "h3 extended CONNECT as quic-go's server hands it over", req: func() *http.Request {
+			r := inbound("HTTP/3.0", "CONNECT", "/ws", tls)
+			r.Proto = "websocket"
+			return r
+		}(), egress: EgressHTTP1, mode: ModeExtendedConnect, version: VersionHTTP11, exact: true},
 		{name: "extended CONNECT to negotiate over http is h1", req: inbound("HTTP/2.0", "CONNECT", "/ws", plain, ":protocol", "websocket"),
 			egress: EgressNegotiate, mode: ModeExtendedConnect, version: VersionHTTP11, exact: true, proto: replaysafe.ProtocolNegotiate},
 		{name: "extended CONNECT to h2 refused", req: inbound("HTTP/2.0", "CONNECT", "/ws", plain, ":protocol", "websocket"),

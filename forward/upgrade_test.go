@@ -155,3 +155,41 @@ func TestExtendedConnectToUpgrade(t *testing.T) {
 		}
 	}
 }
+
+// TestExtendedConnectH3ToUpgrade: the same over HTTP/3 (RFC 9220), with
+// quic-go's server (which enables extended CONNECT) and client (which
+// sends :protocol from Request.Proto).
+func TestExtendedConnectH3ToUpgrade(t *testing.T) {
+	got := make(chan http.Header, 1)
+	u := echoUpgrade(t, got)
+	fw := forward.New(forward.Options{Upstream: u})
+	defer fw.Transport().CloseIdleConnections()
+	base, client := h3Ingress(t, fw)
+
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest(http.MethodConnect, base+"/chat", pr)
+	req.Proto = "websocket"
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || resp.ProtoMajor != 3 || resp.Header.Get("Sec-Websocket-Accept") != "" {
+		t.Fatalf("client got %s %s %v", resp.Proto, resp.Status, resp.Header)
+	}
+	h := <-got
+	if h.Get("Connection") != "Upgrade" || h.Get("Upgrade") != "websocket" || len(h.Get("Sec-Websocket-Key")) != 24 ||
+		h.Get("Via") != "3 replaysafe" {
+		t.Errorf("upstream handshake header %v", h)
+	}
+	for _, msg := range []string{"ping", "second message"} {
+		if _, err := io.WriteString(pw, msg); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != msg {
+			t.Fatalf("echo %q, %v", buf, err)
+		}
+	}
+}
