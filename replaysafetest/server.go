@@ -61,7 +61,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/replaysafe/replaysafe/internal/selfsigned"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // Defaults for the zero fields of Config.
@@ -161,7 +161,7 @@ type Server struct {
 	cfg    Config
 	ln     net.Listener
 	tlsCfg *tls.Config
-	cert   *x509.Certificate
+	cert   kit.Cert
 	done   chan struct{} // closed when Close starts
 	wg     sync.WaitGroup
 
@@ -169,13 +169,12 @@ type Server struct {
 	closeErr  error
 
 	mu         sync.Mutex
-	closing    bool // Close has started: accept no more connections
-	finished   bool // Close has finished: nothing will change any more
+	board      kit.Board // wakes the waiters on every change of the records
+	closing    bool      // Close has started: accept no more connections
 	active     map[*conn]struct{}
 	connClosed []bool // per accepted connection: the server side is closed
 	reqs       []Received
 	partial    []Received
-	changed    chan struct{} // closed and replaced on every change
 }
 
 // Start starts a server on 127.0.0.1 with a kernel-chosen port.
@@ -183,22 +182,12 @@ func Start(cfg Config) (*Server, error) {
 	if err := normalize(&cfg); err != nil {
 		return nil, err
 	}
-	s := &Server{
-		cfg:     cfg,
-		done:    make(chan struct{}),
-		active:  map[*conn]struct{}{},
-		changed: make(chan struct{}),
-	}
+	s := &Server{cfg: cfg, done: make(chan struct{}), active: map[*conn]struct{}{}}
+	s.board.Init(&s.mu)
 	if cfg.TLS {
-		cert, leaf, err := selfsigned.New("replaysafe scripted test server")
-		if err != nil {
+		var err error
+		if s.tlsCfg, s.cert, err = kit.NewCert("replaysafe scripted test server", []string{"http/1.1"}, tls.VersionTLS12); err != nil {
 			return nil, err
-		}
-		s.cert = leaf
-		s.tlsCfg = &tls.Config{
-			Certificates: []tls.Certificate{cert},
-			NextProtos:   []string{"http/1.1"},
-			MinVersion:   tls.VersionTLS12,
 		}
 	}
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -309,10 +298,7 @@ func (s *Server) Close() error {
 			c.raw.Close()
 		}
 		s.wg.Wait()
-		s.mu.Lock()
-		s.finished = true
-		s.notifyLocked()
-		s.mu.Unlock()
+		s.board.Finish()
 	})
 	return s.closeErr
 }
@@ -333,33 +319,16 @@ func (s *Server) TLS() bool { return s.cfg.TLS }
 
 // Certificate returns the server's self-signed certificate, or nil
 // without TLS.
-func (s *Server) Certificate() *x509.Certificate { return s.cert }
+func (s *Server) Certificate() *x509.Certificate { return s.cert.Certificate() }
 
 // CertPool returns a new pool holding only the server's certificate, or
 // nil without TLS.
-func (s *Server) CertPool() *x509.CertPool {
-	if s.cert == nil {
-		return nil
-	}
-	p := x509.NewCertPool()
-	p.AddCert(s.cert)
-	return p
-}
+func (s *Server) CertPool() *x509.CertPool { return s.cert.CertPool() }
 
 // ClientTLSConfig returns a new client configuration that trusts only the
 // server's certificate, with ServerName "127.0.0.1" (an IP SAN of the
 // certificate) and ALPN "http/1.1". It returns nil without TLS.
-func (s *Server) ClientTLSConfig() *tls.Config {
-	if s.cert == nil {
-		return nil
-	}
-	return &tls.Config{
-		RootCAs:    s.CertPool(),
-		ServerName: "127.0.0.1",
-		NextProtos: []string{"http/1.1"},
-		MinVersion: tls.VersionTLS12,
-	}
-}
+func (s *Server) ClientTLSConfig() *tls.Config { return s.cert.ClientTLSConfig() }
 
 // Requests returns copies of the complete requests received so far, in
 // the order they were completed.
@@ -424,27 +393,11 @@ func (s *Server) ConnClosed(i int) bool {
 // cond is still false. cond must not block; it may call the server's
 // methods.
 func (s *Server) Wait(ctx context.Context, cond func() bool) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.WaitTimeout)
-		defer cancel()
+	err := s.board.Wait(ctx, s.cfg.WaitTimeout, "scripted", false, cond)
+	if errors.Is(err, kit.ErrClosed) {
+		return ErrClosed
 	}
-	for {
-		s.mu.Lock()
-		ch, finished := s.changed, s.finished
-		s.mu.Unlock()
-		if cond() {
-			return nil
-		}
-		if finished {
-			return ErrClosed
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	return err
 }
 
 // WaitRequests waits until at least n complete requests have been
@@ -474,11 +427,6 @@ func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
 	return nil
 }
 
-func (s *Server) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
 func (s *Server) logf(format string, args ...any) {
 	if s.cfg.Logf != nil {
 		s.cfg.Logf("scripted: "+format, args...)
@@ -493,7 +441,7 @@ func (s *Server) record(r Received) {
 	} else {
 		s.reqs = append(s.reqs, r)
 	}
-	s.notifyLocked()
+	s.board.NotifyLocked()
 }
 
 func (s *Server) markClosed(c *conn) {
@@ -501,7 +449,7 @@ func (s *Server) markClosed(c *conn) {
 	defer s.mu.Unlock()
 	if !s.connClosed[c.idx] {
 		s.connClosed[c.idx] = true
-		s.notifyLocked()
+		s.board.NotifyLocked()
 	}
 }
 
@@ -544,7 +492,7 @@ func (s *Server) startConn(raw *net.TCPConn) {
 	s.connClosed = append(s.connClosed, false)
 	s.active[c] = struct{}{}
 	s.wg.Add(1)
-	s.notifyLocked()
+	s.board.NotifyLocked()
 	s.mu.Unlock()
 
 	c.script = s.script(c.idx)

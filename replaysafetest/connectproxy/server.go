@@ -46,7 +46,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/replaysafe/replaysafe/internal/selfsigned"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // Point is a moment in a proxy connection where a Script can stall.
@@ -219,7 +219,7 @@ type Server struct {
 	base
 	cfg    Config
 	tlsCfg *tls.Config
-	cert   *x509.Certificate
+	cert   kit.Cert
 	reqs   []Request // guarded by base.mu
 }
 
@@ -243,16 +243,14 @@ func Start(cfg Config) (*Server, error) {
 		s.cfg.Default = &d
 	}
 	if cfg.TLS {
-		cert, leaf, err := selfsigned.New("replaysafe connectproxy test proxy")
-		if err != nil {
-			return nil, err
-		}
-		alpn := cfg.ALPN
+		alpn := slices.Clone(cfg.ALPN)
 		if alpn == nil {
 			alpn = []string{"http/1.1"}
 		}
-		s.cert = leaf
-		s.tlsCfg = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: slices.Clone(alpn), MinVersion: tls.VersionTLS12}
+		var err error
+		if s.tlsCfg, s.cert, err = kit.NewCert("replaysafe connectproxy test proxy", alpn, tls.VersionTLS12); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.init("connectproxy", cfg.ReadTimeout, cfg.WriteTimeout, cfg.DialTimeout, cfg.IdleCut, cfg.Logf); err != nil {
 		return nil, err
@@ -299,27 +297,21 @@ func (s *Server) URL() string {
 
 // Certificate returns the proxy's self-signed certificate, or nil without
 // TLS.
-func (s *Server) Certificate() *x509.Certificate { return s.cert }
+func (s *Server) Certificate() *x509.Certificate { return s.cert.Certificate() }
 
 // CertPool returns a new pool holding only the proxy's certificate, or nil
 // without TLS.
-func (s *Server) CertPool() *x509.CertPool {
-	if s.cert == nil {
-		return nil
-	}
-	p := x509.NewCertPool()
-	p.AddCert(s.cert)
-	return p
-}
+func (s *Server) CertPool() *x509.CertPool { return s.cert.CertPool() }
 
 // ClientTLSConfig returns a new client configuration that trusts only the
 // proxy's certificate, with ServerName "127.0.0.1" and ALPN "http/1.1";
 // nil without TLS.
 func (s *Server) ClientTLSConfig() *tls.Config {
-	if s.cert == nil {
-		return nil
+	c := s.cert.ClientTLSConfig()
+	if c != nil {
+		c.NextProtos = []string{"http/1.1"}
 	}
-	return &tls.Config{RootCAs: s.CertPool(), ServerName: "127.0.0.1", NextProtos: []string{"http/1.1"}, MinVersion: tls.VersionTLS12}
+	return c
 }
 
 // Requests returns copies of the CONNECT requests read so far, in order.

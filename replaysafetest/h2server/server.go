@@ -44,7 +44,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/replaysafe/replaysafe/internal/selfsigned"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // Defaults for the zero fields of Config.
@@ -267,18 +267,17 @@ type Server struct {
 	cfg    Config
 	ln     net.Listener
 	tlsCfg *tls.Config
-	cert   *x509.Certificate
+	cert   kit.Cert
 	done   chan struct{} // closed when Close starts
 	wg     sync.WaitGroup
 
 	closeOnce sync.Once
 
-	mu       sync.Mutex
-	life     *time.Timer   // closes the server after Config.Lifetime
-	changed  chan struct{} // closed and replaced whenever a record changes
-	closing  bool          // Close has started: accept no more connections
-	finished bool          // Close has finished: nothing changes any more
-	conns    []*connRecord
+	mu      sync.Mutex
+	board   kit.Board   // wakes the waiters on every change of the records
+	life    *time.Timer // closes the server after Config.Lifetime
+	closing bool        // Close has started: accept no more connections
+	conns   []*connRecord
 	reqs     []*Received
 	live     map[*conn]struct{}
 }
@@ -287,21 +286,15 @@ type Server struct {
 func New(cfg Config) (*Server, error) {
 	cfg.setDefaults()
 	s := &Server{
-		cfg:     cfg,
-		done:    make(chan struct{}),
-		changed: make(chan struct{}),
-		live:    make(map[*conn]struct{}),
+		cfg:  cfg,
+		done: make(chan struct{}),
+		live: make(map[*conn]struct{}),
 	}
+	s.board.Init(&s.mu)
 	if cfg.TLS {
-		cert, leaf, err := selfsigned.New("replaysafe h2server")
-		if err != nil {
+		var err error
+		if s.tlsCfg, s.cert, err = kit.NewCert("replaysafe h2server", []string{http2.NextProtoTLS}, tls.VersionTLS12); err != nil {
 			return nil, err
-		}
-		s.cert = leaf
-		s.tlsCfg = &tls.Config{
-			Certificates: []tls.Certificate{cert},
-			NextProtos:   []string{http2.NextProtoTLS},
-			MinVersion:   tls.VersionTLS12,
 		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -336,32 +329,15 @@ func (s *Server) TLS() bool { return s.cfg.TLS }
 
 // Certificate returns the server's self-signed certificate, or nil for
 // h2c.
-func (s *Server) Certificate() *x509.Certificate { return s.cert }
+func (s *Server) Certificate() *x509.Certificate { return s.cert.Certificate() }
 
 // CertPool returns a new pool holding only the server's certificate, or
 // nil for h2c.
-func (s *Server) CertPool() *x509.CertPool {
-	if s.cert == nil {
-		return nil
-	}
-	p := x509.NewCertPool()
-	p.AddCert(s.cert)
-	return p
-}
+func (s *Server) CertPool() *x509.CertPool { return s.cert.CertPool() }
 
 // ClientTLSConfig returns a new client configuration that trusts only
 // the server's certificate and offers ALPN "h2", or nil for h2c.
-func (s *Server) ClientTLSConfig() *tls.Config {
-	if s.cert == nil {
-		return nil
-	}
-	return &tls.Config{
-		RootCAs:    s.CertPool(),
-		ServerName: "127.0.0.1",
-		NextProtos: []string{http2.NextProtoTLS},
-		MinVersion: tls.VersionTLS12,
-	}
-}
+func (s *Server) ClientTLSConfig() *tls.Config { return s.cert.ClientTLSConfig() }
 
 // Dial opens a client connection to the server: a TCP connection for h2c,
 // or a TLS connection whose handshake (ALPN "h2") is complete.
@@ -476,27 +452,11 @@ func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
 // or the server has finished closing with cond still false. A context
 // without a deadline gets Config.WaitTimeout.
 func (s *Server) wait(ctx context.Context, cond func() bool) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.WaitTimeout)
-		defer cancel()
+	err := s.board.Wait(ctx, s.cfg.WaitTimeout, "h2server", true, cond)
+	if errors.Is(err, kit.ErrClosed) {
+		return ErrClosed
 	}
-	for {
-		s.mu.Lock()
-		ok, ch, finished := cond(), s.changed, s.finished
-		s.mu.Unlock()
-		switch {
-		case ok:
-			return nil
-		case finished:
-			return ErrClosed
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("h2server: wait: %w", ctx.Err())
-		}
-	}
+	return err
 }
 
 // Close stops the server: it stops accepting, closes every connection and
@@ -521,27 +481,13 @@ func (s *Server) Close() error {
 			c.tcp.Close() // unblocks the connection's read; it then cleans up
 		}
 		s.wg.Wait()
-		s.mu.Lock()
-		s.finished = true
-		s.notifyLocked()
-		s.mu.Unlock()
+		s.board.Finish()
 	})
 	return nil
 }
 
-// notifyLocked wakes every waiter; the caller holds s.mu.
-func (s *Server) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
 // update runs f with s.mu held and wakes the waiters.
-func (s *Server) update(f func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f()
-	s.notifyLocked()
-}
+func (s *Server) update(f func()) { s.board.Update(f) }
 
 func (s *Server) logf(format string, args ...any) {
 	if s.cfg.Logf != nil {
@@ -585,7 +531,7 @@ func (s *Server) acceptLoop() {
 		c := newConn(s, rec, tcp)
 		s.live[c] = struct{}{}
 		s.wg.Add(1)
-		s.notifyLocked()
+		s.board.NotifyLocked()
 		s.mu.Unlock()
 		go c.serve()
 	}

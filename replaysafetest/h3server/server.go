@@ -59,7 +59,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/replaysafe/replaysafe/internal/selfsigned"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // Defaults for the zero fields of Config.
@@ -293,26 +293,25 @@ type Server struct {
 	udp    *net.UDPConn
 	tr     *quic.Transport
 	ln     *quic.Listener
-	cert   *x509.Certificate
+	cert   kit.Cert
 	ctx    context.Context // canceled when Close starts
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	closeOnce sync.Once
 
-	mu       sync.Mutex
-	life     *time.Timer   // closes the server after Config.Lifetime
-	changed  chan struct{} // closed and replaced whenever a record changes
-	closing  bool          // Close has started: accept no more connections
-	finished bool          // Close has finished: nothing changes any more
-	conns    []*connRecord
-	reqs     []*Received
+	mu      sync.Mutex
+	board   kit.Board   // wakes the waiters on every change of the records
+	life    *time.Timer // closes the server after Config.Lifetime
+	closing bool        // Close has started: accept no more connections
+	conns   []*connRecord
+	reqs    []*Received
 }
 
 // New starts a server on UDP 127.0.0.1 with an ephemeral port.
 func New(cfg Config) (*Server, error) {
 	cfg.setDefaults()
-	cert, leaf, err := selfsigned.New("replaysafe h3server")
+	tlsCfg, cert, err := kit.NewCert("replaysafe h3server", []string{http3.NextProtoH3}, tls.VersionTLS13)
 	if err != nil {
 		return nil, err
 	}
@@ -321,25 +320,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("h3server: listen: %w", err)
 	}
 	tr := &quic.Transport{Conn: udp}
-	tlsCfg := &tls.Config{
-		Certificates: []tls.Certificate{cert},
-		NextProtos:   []string{http3.NextProtoH3},
-		MinVersion:   tls.VersionTLS13,
-	}
 	ln, err := tr.Listen(tlsCfg, cfg.quicConfig())
 	if err != nil {
 		tr.Close()
 		udp.Close()
 		return nil, fmt.Errorf("h3server: listen: %w", err)
 	}
-	s := &Server{
-		cfg:     cfg,
-		udp:     udp,
-		tr:      tr,
-		ln:      ln,
-		cert:    leaf,
-		changed: make(chan struct{}),
-	}
+	s := &Server{cfg: cfg, udp: udp, tr: tr, ln: ln, cert: cert}
+	s.board.Init(&s.mu)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -359,26 +347,14 @@ func (s *Server) Addr() string { return s.udp.LocalAddr().String() }
 func (s *Server) URL() string { return "https://" + s.Addr() }
 
 // Certificate returns the server's self-signed certificate.
-func (s *Server) Certificate() *x509.Certificate { return s.cert }
+func (s *Server) Certificate() *x509.Certificate { return s.cert.Certificate() }
 
 // CertPool returns a new pool holding only the server's certificate.
-func (s *Server) CertPool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(s.cert)
-	return p
-}
+func (s *Server) CertPool() *x509.CertPool { return s.cert.CertPool() }
 
-// ClientTLSConfig returns a new client configuration that trusts only the
-// server's certificate, names it 127.0.0.1 and offers ALPN "h3" over TLS
-// 1.3.
-func (s *Server) ClientTLSConfig() *tls.Config {
-	return &tls.Config{
-		RootCAs:    s.CertPool(),
-		ServerName: "127.0.0.1",
-		NextProtos: []string{http3.NextProtoH3},
-		MinVersion: tls.VersionTLS13,
-	}
-}
+// ClientTLSConfig returns a new client configuration that trusts only
+// the server's certificate, with ALPN "h3" and TLS 1.3.
+func (s *Server) ClientTLSConfig() *tls.Config { return s.cert.ClientTLSConfig() }
 
 // Dial opens a QUIC connection to the server from a fresh UDP socket on
 // 127.0.0.1, with ClientTLSConfig and conf (nil: quic-go's defaults), and
@@ -487,27 +463,11 @@ func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
 // or the server has finished closing with cond still false. A context
 // without a deadline gets Config.WaitTimeout.
 func (s *Server) wait(ctx context.Context, cond func() bool) error {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, s.cfg.WaitTimeout)
-		defer cancel()
+	err := s.board.Wait(ctx, s.cfg.WaitTimeout, "h3server", true, cond)
+	if errors.Is(err, kit.ErrClosed) {
+		return ErrClosed
 	}
-	for {
-		s.mu.Lock()
-		ok, ch, finished := cond(), s.changed, s.finished
-		s.mu.Unlock()
-		switch {
-		case ok:
-			return nil
-		case finished:
-			return ErrClosed
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return fmt.Errorf("h3server: wait: %w", ctx.Err())
-		}
-	}
+	return err
 }
 
 // Close stops the server: it stops accepting, closes every connection
@@ -538,27 +498,13 @@ func (s *Server) Close() error {
 		s.wg.Wait()
 		s.tr.Close()
 		s.udp.Close()
-		s.mu.Lock()
-		s.finished = true
-		s.notifyLocked()
-		s.mu.Unlock()
+		s.board.Finish()
 	})
 	return nil
 }
 
-// notifyLocked wakes every waiter; the caller holds s.mu.
-func (s *Server) notifyLocked() {
-	close(s.changed)
-	s.changed = make(chan struct{})
-}
-
 // update runs f with s.mu held and wakes the waiters.
-func (s *Server) update(f func()) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	f()
-	s.notifyLocked()
-}
+func (s *Server) update(f func()) { s.board.Update(f) }
 
 func (s *Server) logf(format string, args ...any) {
 	if s.cfg.Logf != nil {
@@ -599,7 +545,7 @@ func (s *Server) acceptLoop() {
 		rec.conn = c
 		s.conns = append(s.conns, rec)
 		s.wg.Add(1)
-		s.notifyLocked()
+		s.board.NotifyLocked()
 		s.mu.Unlock()
 		go c.serve()
 	}
