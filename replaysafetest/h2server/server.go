@@ -278,8 +278,8 @@ type Server struct {
 	life    *time.Timer // closes the server after Config.Lifetime
 	closing bool        // Close has started: accept no more connections
 	conns   []*connRecord
-	reqs     []*Received
-	live     map[*conn]struct{}
+	reqs    []*Received
+	live    map[*conn]struct{}
 }
 
 // New starts a server on 127.0.0.1 with an ephemeral port.
