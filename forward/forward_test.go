@@ -15,34 +15,38 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go/http3"
+
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/forward"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 )
 
-// httpUpstream starts a net/http upstream, HTTP/1.1 or h2c (prior
-// knowledge) by proto, and returns its URL.
-func httpUpstream(t *testing.T, proto string, h http.HandlerFunc) *url.URL {
+// httpUpstream starts an upstream serving h, HTTP/1.1, h2c (prior
+// knowledge) or HTTP/3 (quic-go's server) by proto, and returns the
+// forwarder options that reach it.
+func httpUpstream(t *testing.T, proto string, h http.HandlerFunc) forward.Options {
 	t.Helper()
+	if proto == "h3" {
+		base, client := h3Ingress(t, h)
+		u, _ := url.Parse(base)
+		tlsConf := client.Transport.(*http3.Transport).TLSClientConfig
+		return forward.Options{Upstream: u, Egress: forward.EgressHTTP3, TransportOptions: replaysafe.Options{TLSClientConfig: tlsConf}}
+	}
 	srv := httptest.NewUnstartedServer(h)
+	egress := forward.EgressHTTP1
 	if proto == "h2" {
 		srv.Config.Protocols = new(http.Protocols)
 		srv.Config.Protocols.SetUnencryptedHTTP2(true)
+		egress = forward.EgressHTTP2
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL)
-	return u
+	return forward.Options{Upstream: u, Egress: egress}
 }
 
-func egressOf(proto string) forward.Egress {
-	if proto == "h2" {
-		return forward.EgressHTTP2
-	}
-	return forward.EgressHTTP1
-}
-
-var pairs = [][2]string{{"h1", "h1"}, {"h1", "h2"}, {"h2", "h1"}, {"h2", "h2"}, {"h3", "h1"}, {"h3", "h2"}}
+var pairs = [][2]string{{"h1", "h1"}, {"h1", "h2"}, {"h1", "h3"}, {"h2", "h1"}, {"h2", "h2"}, {"h2", "h3"}, {"h3", "h1"}, {"h3", "h2"}, {"h3", "h3"}}
 
 // TestTrailers: request trailers reach the upstream and response trailers
 // reach the client on every pair.
@@ -53,7 +57,7 @@ func TestTrailers(t *testing.T) {
 				sync.Mutex
 				body, trailer, te string
 			}
-			u := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
+			o := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
 				b, _ := io.ReadAll(r.Body)
 				got.Lock()
 				got.body, got.trailer, got.te = string(b), r.Trailer.Get("X-Req-Sum"), r.Header.Get("Te")
@@ -62,7 +66,7 @@ func TestTrailers(t *testing.T) {
 				io.WriteString(w, "response")
 				w.Header().Set("X-Resp-Sum", "42")
 			})
-			fw := forward.New(forward.Options{Upstream: u, Egress: egressOf(p[1])})
+			fw := forward.New(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 
@@ -99,7 +103,7 @@ func TestStreaming(t *testing.T) {
 		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
 			firstIn := make(chan string, 1)
 			release := make(chan struct{})
-			u := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
+			o := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
 				buf := make([]byte, 5)
 				_, err := io.ReadFull(r.Body, buf)
 				firstIn <- string(buf)
@@ -112,7 +116,7 @@ func TestStreaming(t *testing.T) {
 				<-release
 				io.WriteString(w, ":tail")
 			})
-			fw := forward.New(forward.Options{Upstream: u, Egress: egressOf(p[1])})
+			fw := forward.New(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 
@@ -154,7 +158,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	for _, p := range pairs {
 		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
 			arrived, canceled := make(chan struct{}), make(chan struct{})
-			u := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
+			o := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
 				close(arrived)
 				select {
 				case <-r.Context().Done():
@@ -162,7 +166,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 				case <-time.After(10 * time.Second):
 				}
 			})
-			fw := forward.New(forward.Options{Upstream: u, Egress: egressOf(p[1])})
+			fw := forward.New(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 			ctx, cancel := context.WithCancel(context.Background())
