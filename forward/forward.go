@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"sync"
@@ -222,6 +224,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wsKey = websocketHandshake(out)
 	}
 
+	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, header textproto.MIMEHeader) error {
+			relay1xx(w, code, http.Header(header), d)
+			return nil
+		},
+	}))
+
 	var n int
 	if h.opt.Transport == nil {
 		h.attempts.Store(out, &n)
@@ -245,6 +254,26 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.respond(w, r, resp, d, x)
 	x.attempts = n
+}
+
+// relay1xx passes an interim response on to the client (103 Early Hints,
+// 102 Processing, ...), cleaned like a final one. 100 Continue stays
+// with net/http's server, which sends its own when the handler reads the
+// body; 101 is the upgrade's.
+func relay1xx(w http.ResponseWriter, code int, header http.Header, d Dispatch) {
+	if code == http.StatusContinue || code == http.StatusSwitchingProtocols {
+		return
+	}
+	header = header.Clone()
+	CleanResponseHeader(header, code, d)
+	wh := w.Header()
+	for k, vv := range header {
+		wh[k] = vv
+	}
+	w.WriteHeader(code)
+	for k := range header {
+		delete(wh, k) // net/http keeps the header for the final response
+	}
 }
 
 // respond copies an upstream response to the client: its cleaned header,

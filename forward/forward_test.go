@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"net/url"
 	"strings"
 	"sync"
@@ -358,4 +361,47 @@ type lineWriter struct{ lines chan string }
 func (w *lineWriter) Write(p []byte) (int, error) {
 	w.lines <- string(bytes.TrimSpace(p))
 	return len(p), nil
+}
+
+// TestEarlyHintsRelayed: a 103 from the upstream reaches the client before
+// the final response, on every pair.
+func TestEarlyHintsRelayed(t *testing.T) {
+	for _, p := range pairs {
+		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
+			o := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Link", "</style.css>; rel=preload")
+				w.WriteHeader(http.StatusEarlyHints)
+				w.Header().Del("Link")
+				io.WriteString(w, "final")
+			})
+			fw := forward.New(o)
+			defer fw.Transport().CloseIdleConnections()
+			base, client := ingress(t, fw, p[0])
+			var mu sync.Mutex
+			var hints []string
+			ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+				Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+					mu.Lock()
+					hints = append(hints, fmt.Sprint(code, " ", h.Get("Link")))
+					mu.Unlock()
+					return nil
+				},
+			})
+			req, _ := http.NewRequestWithContext(ctx, "GET", base+"/page", nil)
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			mu.Lock()
+			defer mu.Unlock()
+			if string(b) != "final" || len(hints) != 1 || hints[0] != "103 </style.css>; rel=preload" {
+				t.Errorf("client got %q after 1xx %q", b, hints)
+			}
+			if resp.Header.Get("Link") != "" {
+				t.Errorf("the final response carries the 103's Link %q", resp.Header.Get("Link"))
+			}
+		})
+	}
 }
