@@ -365,42 +365,20 @@ func (s *Server) Dial(ctx context.Context) (net.Conn, error) {
 // Requests returns a copy of every stream received, in the order their
 // HEADERS arrived.
 func (s *Server) Requests() []Received {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Received, len(s.reqs))
-	for i, r := range s.reqs {
-		out[i] = r.clone()
-	}
-	return out
+	return kit.Snapshot(&s.mu, func() []*Received { return s.reqs }, nil, (*Received).clone)
 }
 
 // RequestsOn returns a copy of the streams received on connection i.
 func (s *Server) RequestsOn(i int) []Received {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Received
-	for _, r := range s.reqs {
-		if r.Conn == i {
-			out = append(out, r.clone())
-		}
-	}
-	return out
+	return kit.Snapshot(&s.mu, func() []*Received { return s.reqs }, func(r *Received) bool { return r.Conn == i }, (*Received).clone)
 }
 
 // Count returns the number of streams received so far, on every
 // connection, ignored ones included.
-func (s *Server) Count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.reqs)
-}
+func (s *Server) Count() int { return kit.Locked(&s.mu, func() int { return len(s.reqs) }) }
 
 // Accepted returns the number of connections accepted so far.
-func (s *Server) Accepted() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
-}
+func (s *Server) Accepted() int { return kit.Locked(&s.mu, func() int { return len(s.conns) }) }
 
 // Conns returns a snapshot of every accepted connection.
 func (s *Server) Conns() []ConnInfo {

@@ -378,36 +378,18 @@ func (s *Server) Dial(ctx context.Context, conf *quic.Config) (*quic.Conn, error
 // Requests returns a copy of every request stream received, in the order
 // their HEADERS arrived.
 func (s *Server) Requests() []Received {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Received, len(s.reqs))
-	for i, r := range s.reqs {
-		out[i] = r.clone()
-	}
-	return out
+	return kit.Snapshot(&s.mu, func() []*Received { return s.reqs }, nil, (*Received).clone)
 }
 
 // RequestsOn returns a copy of the request streams received on connection
 // i.
 func (s *Server) RequestsOn(i int) []Received {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []Received
-	for _, r := range s.reqs {
-		if r.Conn == i {
-			out = append(out, r.clone())
-		}
-	}
-	return out
+	return kit.Snapshot(&s.mu, func() []*Received { return s.reqs }, func(r *Received) bool { return r.Conn == i }, (*Received).clone)
 }
 
 // Count returns the number of request streams received so far, on every
 // connection, ignored ones included.
-func (s *Server) Count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.reqs)
-}
+func (s *Server) Count() int { return kit.Locked(&s.mu, func() int { return len(s.reqs) }) }
 
 // Conns returns a snapshot of every accepted connection.
 func (s *Server) Conns() []ConnInfo {

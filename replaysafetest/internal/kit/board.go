@@ -79,3 +79,24 @@ func (b *Board) Wait(ctx context.Context, timeout time.Duration, name string, lo
 		}
 	}
 }
+
+// Snapshot returns clones of the records recs returns (called with mu
+// held) for which keep (nil: every record) holds, in order.
+func Snapshot[R any](mu *sync.Mutex, recs func() []*R, keep func(*R) bool, clone func(*R) R) []R {
+	mu.Lock()
+	defer mu.Unlock()
+	out := []R{}
+	for _, r := range recs() {
+		if keep == nil || keep(r) {
+			out = append(out, clone(r))
+		}
+	}
+	return out
+}
+
+// Locked returns f's result, computed with mu held.
+func Locked[T any](mu *sync.Mutex, f func() T) T {
+	mu.Lock()
+	defer mu.Unlock()
+	return f()
+}
