@@ -1,19 +1,26 @@
 // Package conformance runs fault scenarios over loopback against
-// replaysafe's Transport and net/http's, side by side, and counts at the
-// server how many copies of the request arrived.
+// replaysafe's Transport and its peers (net/http, x/net/http2,
+// quic-go/http3) side by side, and counts at the server how many copies
+// of the request arrived.
 //
-// Each Scenario scripts a replaysafetest server per connection (a
-// close crossing a request, an idle close the client saw or that is still
-// in flight, a partial status line, a malformed response, a lone 1xx, a
-// hang) and drives a client through it; each runs over every Network
-// (plain TCP with FIN or RST, TLS with close_notify or cut abruptly). A run
-// uses a fresh server and a fresh client, so runs never share state.
+// Every scenario is a text file under testdata/ (see Scenario for the
+// format): the scripted server (replaysafetest, h2server or h3server, and
+// optionally a connectproxy in front), the client's steps, and the
+// expected outcome and copies per network and client. One runner serves
+// every protocol: each run gets a fresh server, proxy and client, so runs
+// never share state. Adding a case is adding a file;
+// `go test ./internal/conformance -rewrite` writes what the runs did back
+// into the files' expectations.
 //
-// A close still in flight is modelled by the Dialer's TapConn: it holds
-// back what the client's read returns once the server closed an idle
-// connection, until the client has written its next request, as when the
-// FIN crosses the request on the wire. Both clients dial through the same
-// Dialer.
+// Every replaysafe attempt of every run goes through a tracecheck.Checker
+// (via Options.Observer): a trace that fsm and the model replay
+// differently fails its row, and the trace is printed.
+//
+// Over HTTP/1.1 a close still in flight is modelled by the Dialer's
+// TapConn: it holds back what the client's read returns once the server
+// closed an idle connection, until the client has written its next
+// request, as when the FIN crosses the request on the wire. Both clients
+// dial through the same Dialer.
 //
 // Main is the `replaysafe conformance` command; docs/guarantees.md shows
 // its table.

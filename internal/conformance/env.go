@@ -147,13 +147,18 @@ func finish(resp *http.Response) error {
 
 // Target sends the counted request and reads its whole response.
 func (e *Env) Target(method string, body Body, header ...string) Result {
-	ctx := e.ctx
-	if e.deadline > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, e.deadline)
-		defer cancel()
-	}
+	ctx, cancel := e.targetCtx()
+	defer cancel()
 	return e.TargetContext(ctx, TargetPath, method, body, header...)
+}
+
+// targetCtx returns the run's context, bounded by the peer deadline when
+// one applies.
+func (e *Env) targetCtx() (context.Context, context.CancelFunc) {
+	if e.deadline > 0 {
+		return context.WithTimeout(e.ctx, e.deadline)
+	}
+	return context.WithCancel(e.ctx)
 }
 
 // TargetContext sends method to path (TargetPath, or TargetPath with a

@@ -90,11 +90,13 @@ var steps = map[string]step{
 // burst sends n targets at once, each to its own path, and returns 200
 // when all of them got one, else the first failure.
 func (e *Env) burst(n int, method string) Result {
+	ctx, cancel := e.targetCtx()
+	defer cancel()
 	results := make([]Result, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			results[i] = e.TargetContext(e.ctx, TargetPath+"?id="+strconv.Itoa(i), method, NoBody)
+			results[i] = e.TargetContext(ctx, TargetPath+"?id="+strconv.Itoa(i), method, NoBody)
 		})
 	}
 	wg.Wait()
