@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/h1"
+	"github.com/replaysafe/replaysafe/internal/recorder"
 )
 
 // errBodyHandedOn is what a read of an HTTP/2 attempt's request body
@@ -84,7 +84,7 @@ func (b *reqBody) Read(p []byte) (int, error) {
 // stack's taking of each piece (and, with finish set, of the end of the
 // body, until uploaded is called) by progress; zero means no limit. When
 // one passes, onStall runs on a timer goroutine with the TimeoutError.
-func (b *reqBody) watchStalls(clock h1.Clock, read, progress time.Duration, onStall func(*TimeoutError), finish bool) {
+func (b *reqBody) watchStalls(clock recorder.Clock, read, progress time.Duration, onStall func(*TimeoutError), finish bool) {
 	if read <= 0 && progress <= 0 {
 		return
 	}
@@ -184,7 +184,7 @@ func (b *respBody) finish(err error) {
 // stallWatch is a request body's stall timer: at most one of its two
 // limits is armed at a time. A nil *stallWatch watches nothing.
 type stallWatch struct {
-	clock          h1.Clock
+	clock          recorder.Clock
 	read, progress time.Duration
 	onStall        func(*TimeoutError)
 	finish         bool // the transport's end of the body is watched too

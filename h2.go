@@ -78,14 +78,14 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	hc, reused, err := c.t.acquireH2(a.ctx, c.key, c.snap, c.leg, start.after, same)
 	if err != nil {
 		if n == 1 && errors.Is(err, errFallbackH1) {
-			a.rec.stop()
+			a.rec.Stop()
 			a.cancel(nil)
 			return nil, nil, err
 		}
 		return a.acquireFailed(err)
 	}
 	a.reused = reused
-	a.rec.feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH2})
+	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH2})
 	if trace := httptrace.ContextClientTrace(c.ctx); trace != nil && trace.GotConn != nil {
 		// x/net calls it from its Transport's loop only, which never runs.
 		trace.GotConn(httptrace.GotConnInfo{Conn: hc.conn, Reused: reused})

@@ -131,14 +131,14 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 		if fallback && c.ctx.Err() == nil {
 			// Nothing was sent over QUIC: the call starts afresh over TCP
 			// (call.run), as one more leg of its plan.
-			a.rec.stop()
+			a.rec.Stop()
 			a.cancel(nil)
 			return nil, nil, errFallbackTCP
 		}
 		return a.acquireFailed(err)
 	}
 	a.reused = reused
-	a.rec.feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3})
+	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3})
 
 	s := &h3Stream{t: c.t, hc: hc, att: hc.watch.NewAttempt(), a: a}
 	a.proto = s

@@ -8,14 +8,14 @@ import (
 
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/route"
-	"github.com/replaysafe/replaysafe/internal/adapters/h1"
 	"github.com/replaysafe/replaysafe/internal/proxy"
+	"github.com/replaysafe/replaysafe/internal/recorder"
 )
 
 // budgetClock reads the Transport's clock, the one fsm deadlines are on,
 // as route instants, so the acquisition budget and the machine's acquire
 // phase are measured alike.
-type budgetClock struct{ c h1.Clock }
+type budgetClock struct{ c recorder.Clock }
 
 func (b budgetClock) Now() route.Instant { return route.Instant(b.c.Now()) }
 

@@ -88,21 +88,21 @@ func (a *streamAttempt) acquireFailed(err error) (*http.Response, *resend, error
 	if e, ok := contextEvent(a.c.ctx); ok {
 		ev = e
 	}
-	return a.failed(a.rec.feed(ev), a.cause(err))
+	return a.failed(a.rec.Feed(ev), a.cause(err))
 }
 
 // roundTripped ends the stack's RoundTrip: it fails the attempt on err,
 // else feeds the final headers and delivers resp.
 func (a *streamAttempt) roundTripped(resp *http.Response, err error) (*http.Response, *resend, error) {
 	if err != nil {
-		if a.body != nil && a.rec.facts()&fsm.FactBodyRead == 0 {
+		if a.body != nil && a.rec.Facts()&fsm.FactBodyRead == 0 {
 			a.body.stackFinished() // the stack closes it too; without a read it is not reading
 		}
 		ev := a.proto.failure(a.ctx, err)
 		if local := a.localErr(); local != nil && errors.Is(err, local) {
 			ev = fsm.Event{Kind: fsm.EventLocalFailure} // the caller's body failed (RS21)
 		}
-		return a.failed(a.rec.feed(ev), a.cause(err))
+		return a.failed(a.rec.Feed(ev), a.cause(err))
 	}
 	d := a.rec.finalHeaders()
 	if d.Action != fsm.ActionDeliver {
@@ -125,13 +125,13 @@ func (a *streamAttempt) deadlinePassed(p fsm.Phase) {
 // the stack's blocked write; a stalled producer gets its error from the
 // request body's next read.
 func (a *streamAttempt) stalled(e *TimeoutError) {
-	if a.rec.isStopped() {
+	if a.rec.Stopped() {
 		if e.Stall == StallTransport && a.proto != nil {
 			a.proto.retire()
 		}
 		return
 	}
-	a.rec.feed(fsm.Event{Kind: fsm.EventTimeout, Phase: fsm.PhaseWrite})
+	a.rec.Feed(fsm.Event{Kind: fsm.EventTimeout, Phase: fsm.PhaseWrite})
 	a.cancel(e)
 }
 
@@ -149,7 +149,7 @@ func (a *streamAttempt) localErr() error {
 
 // endStream stops the recorder and lets go of the attempt's stream.
 func (a *streamAttempt) endStream(d fsm.Decision, clean bool) {
-	a.rec.stop()
+	a.rec.Stop()
 	if a.proto == nil {
 		return
 	}
@@ -186,7 +186,7 @@ func (a *streamAttempt) failed(d fsm.Decision, err error) (*http.Response, *rese
 	a.endStream(d, false)
 	a.cancel(nil)
 	a.report(d, err)
-	resp, next, err := a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.facts(), a.body)
+	resp, next, err := a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.Facts(), a.body)
 	if next != nil {
 		next.after, next.same = after, same
 	}
@@ -219,12 +219,12 @@ func (a *streamAttempt) finishBody(err error) {
 	switch {
 	case errors.Is(err, io.EOF):
 		a.proto.complete(a.rec)
-		d = a.rec.feed(fsm.Event{Kind: fsm.EventResponseComplete})
+		d = a.rec.Feed(fsm.Event{Kind: fsm.EventResponseComplete})
 		err, clean = nil, true
 	case errors.Is(err, errAbandoned):
-		d = a.rec.feed(fsm.Event{Kind: fsm.EventCanceled})
+		d = a.rec.Feed(fsm.Event{Kind: fsm.EventCanceled})
 	default:
-		d = a.rec.feed(a.proto.failure(a.ctx, err))
+		d = a.rec.Feed(a.proto.failure(a.ctx, err))
 	}
 	a.endStream(d, clean)
 	if err != nil || !a.proto.uploading() {

@@ -23,6 +23,7 @@ import (
 	"github.com/replaysafe/replaysafe/fsm/plan"
 	"github.com/replaysafe/replaysafe/fsm/route"
 	"github.com/replaysafe/replaysafe/internal/adapters/h1"
+	"github.com/replaysafe/replaysafe/internal/recorder"
 )
 
 // Transport is an http.RoundTripper for HTTP/1.1 over TCP and TLS (and
@@ -57,7 +58,7 @@ import (
 type Transport struct {
 	opt     Options
 	limits  fsm.Limits
-	clock   h1.Clock
+	clock   recorder.Clock
 	factory *http.Transport
 	limit   *connLimit // connections per route, every protocol (MaxConnsPerHost)
 	pool    *pool
@@ -91,7 +92,7 @@ func New(o Options) *Transport {
 	limit := newConnLimit(o.MaxConnsPerHost)
 	t := &Transport{
 		opt:     o,
-		clock:   h1.NewClock(),
+		clock:   recorder.NewClock(),
 		factory: newFactory(o),
 		limit:   limit,
 		pool:    newPool(o.MaxIdleConnsPerHost, o.IdleConnTimeout, limit),

@@ -16,6 +16,7 @@ import (
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/internal/adapters/h1"
 	"github.com/replaysafe/replaysafe/internal/adapters/informational"
+	"github.com/replaysafe/replaysafe/internal/recorder"
 )
 
 // endless1xx is a raw HTTP/1.1 server that answers the first request on
@@ -76,7 +77,7 @@ func TestEndlessInformationalH1(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startEndless1xx(t, tc.response, 1<<20)
-			rec := h1.NewRecorder(fsm.Request{Method: fsm.MethodGET}, fsm.Limits{}, h1.NewClock(), nil)
+			rec := h1.NewRecorder(fsm.Request{Method: fsm.MethodGET}, fsm.Limits{}, recorder.NewClock(), nil)
 			defer rec.Stop()
 			tr := &http.Transport{}
 			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -132,7 +133,7 @@ func TestEndlessInformationalH1(t *testing.T) {
 // within it are accepted.
 func TestInformationalLimitSetAndWithin(t *testing.T) {
 	s := startEndless1xx(t, "HTTP/1.1 103 Early Hints\r\n\r\n", 3)
-	rec := h1.NewRecorder(fsm.Request{Method: fsm.MethodGET}, fsm.Limits{}, h1.NewClock(), nil)
+	rec := h1.NewRecorder(fsm.Request{Method: fsm.MethodGET}, fsm.Limits{}, recorder.NewClock(), nil)
 	defer rec.Stop()
 	rec.SetInformationalLimit(informational.Limit{Count: 2})
 	cc, err := (&http.Transport{}).NewClientConn(t.Context(), "http", s.ln.Addr().String())

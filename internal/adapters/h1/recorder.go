@@ -5,43 +5,11 @@ import (
 	"errors"
 	"net/http/httptrace"
 	"net/textproto"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/internal/adapters/informational"
+	"github.com/replaysafe/replaysafe/internal/recorder"
 )
-
-// Clock is the monotonic clock a Recorder reads instants from and arms its
-// deadline timer on.
-type Clock interface {
-	// Now returns the current instant.
-	Now() fsm.Instant
-	// AfterFunc calls f in its own goroutine after d and returns a
-	// function that stops the timer, reporting whether it did.
-	AfterFunc(d time.Duration, f func()) (stop func() bool)
-}
-
-// NewClock returns a Clock on the process's monotonic clock whose instant
-// zero is now.
-func NewClock() Clock { return systemClock{origin: time.Now()} }
-
-type systemClock struct{ origin time.Time }
-
-func (c systemClock) Now() fsm.Instant { return fsm.Instant(time.Since(c.origin)) }
-
-func (c systemClock) AfterFunc(d time.Duration, f func()) func() bool {
-	return time.AfterFunc(d, f).Stop
-}
-
-// maxEvents bounds the events a Recorder keeps for its trace. An attempt
-// feeds at most a dozen: every progress event is fed once.
-const maxEvents = 64
-
-// inlineEvents is how many events a Recorder keeps without a second
-// allocation: a whole exchange, with room for a 1xx and a failure.
-const inlineEvents = 12
 
 // Recorder feeds the observations of one HTTP/1.1 wire attempt into an
 // fsm.Machine, in the order they happen, and keeps them as a trace. It is
@@ -64,22 +32,12 @@ const inlineEvents = 12
 // (GotFirstResponseByte after a read counted the same byte) never reaches
 // the machine as an out-of-order event.
 type Recorder struct {
-	clock      Clock
-	onDeadline func(fsm.Phase)
-	start      fsm.Instant
-	lim        fsm.Limits
+	recorder.Core // the machine, the events, the deadline timer; Mu guards the rest too
 
-	mu         sync.Mutex
-	m          fsm.Machine
-	events     []fsm.Event
-	inline     [inlineEvents]fsm.Event // events' first backing array
-	serialized bool                    // WroteRequest(nil) seen; RequestWritten waits for a byte on the wire
-	earlyByte  bool                    // a response byte was read before Acquired
-	bodyRead   bool                    // EventBodyRead fed
-	connErr    error                   // the first read or write error the Conn saw
-	stopTimer  func() bool
-	timerAt    fsm.Instant
-	stopped    bool
+	serialized bool  // WroteRequest(nil) seen; RequestWritten waits for a byte on the wire
+	earlyByte  bool  // a response byte was read before Acquired
+	bodyRead   bool  // EventBodyRead fed
+	connErr    error // the first read or write error the Conn saw
 
 	info informational.Counter // the 1xx responses, against their bound
 }
@@ -89,87 +47,22 @@ type Recorder struct {
 // when a phase limit passes and the machine failed the attempt or
 // discarded its connection because of it: the caller then aborts the
 // exchange.
-func NewRecorder(req fsm.Request, lim fsm.Limits, clock Clock, onDeadline func(fsm.Phase)) *Recorder {
-	now := clock.Now()
-	r := &Recorder{clock: clock, onDeadline: onDeadline, start: now, lim: lim, m: fsm.New(req, lim, now)}
-	r.events = r.inline[:0]
-	r.mu.Lock()
-	r.rearmLocked()
-	r.mu.Unlock()
+func NewRecorder(req fsm.Request, lim fsm.Limits, clock recorder.Clock, onDeadline func(fsm.Phase)) *Recorder {
+	r := &Recorder{}
+	r.Init(req, lim, clock, onDeadline)
 	return r
 }
-
-// Request returns the request facts the attempt is decided for.
-func (r *Recorder) Request() fsm.Request {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m.Request()
-}
-
-// Decision returns the latest decision.
-func (r *Recorder) Decision() fsm.Decision {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m.Decision()
-}
-
-// Facts returns what the attempt has established.
-func (r *Recorder) Facts() fsm.Facts {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.m.Facts()
-}
-
-// Events returns a copy of the events fed so far.
-func (r *Recorder) Events() []fsm.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]fsm.Event(nil), r.events...)
-}
-
-// Start returns the instant the attempt started.
-func (r *Recorder) Start() fsm.Instant { return r.start }
-
-// stepLocked feeds e at the current instant.
-func (r *Recorder) stepLocked(k fsm.EventKind) fsm.Decision {
-	return r.feedLocked(fsm.Event{Kind: k, At: r.clock.Now()})
-}
-
-func (r *Recorder) feedLocked(e fsm.Event) fsm.Decision {
-	if r.m.Decision().Conn != fsm.ConnInUse {
-		return r.m.Decision() // the attempt is over: the machine ignores it
-	}
-	d := r.m.Step(e)
-	if len(r.events) < maxEvents {
-		r.events = append(r.events, e)
-	}
-	r.rearmLocked()
-	return d
-}
-
-// timeoutPhaseLocked is the phase a timeout now belongs to. A response
-// that completed while the upload still runs is in no phase for
-// fsm.Machine.Phase; the timeout is the upload's.
-func (r *Recorder) timeoutPhaseLocked() fsm.Phase {
-	if p := r.m.Phase(); p != fsm.PhaseNone {
-		return p
-	}
-	return fsm.PhaseWrite
-}
-
-// has reports whether the machine established all of f.
-func (r *Recorder) hasLocked(f fsm.Facts) bool { return r.m.Facts()&f == f }
 
 // Acquired feeds EventConnAcquired for an HTTP/1.1 connection. A
 // response byte the Conn read between Attach and Acquired is fed right
 // after it.
 func (r *Recorder) Acquired(reused bool) fsm.Decision {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	d := r.feedLocked(fsm.Event{Kind: fsm.EventConnAcquired, At: r.clock.Now(), Reused: reused, Proto: fsm.ProtoH1})
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	d := r.FeedLocked(fsm.Event{Kind: fsm.EventConnAcquired, At: r.Now(), Reused: reused, Proto: fsm.ProtoH1})
 	if r.earlyByte {
 		r.responseByteLocked()
-		d = r.m.Decision()
+		d = r.DecisionLocked()
 	}
 	return d
 }
@@ -178,28 +71,28 @@ func (r *Recorder) Acquired(reused bool) fsm.Decision {
 // timeout when ctx (the caller's context) ended, else
 // EventAcquireFailed.
 func (r *Recorder) AcquireFailed(ctx context.Context) fsm.Decision {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	if e, ok := r.contextEventLocked(ctx); ok {
-		return r.feedLocked(e)
+		return r.FeedLocked(e)
 	}
-	return r.stepLocked(fsm.EventAcquireFailed)
+	return r.StepLocked(fsm.EventAcquireFailed)
 }
 
 // Wrote implements Sink: a byte reached the wire.
 func (r *Recorder) Wrote() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if !r.hasLocked(fsm.FactWroteAny) {
-		r.stepLocked(fsm.EventFirstByteWritten)
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	if !r.HasLocked(fsm.FactWroteAny) {
+		r.StepLocked(fsm.EventFirstByteWritten)
 	}
 	r.maybeWrittenLocked()
 }
 
 // WriteFailed implements Sink.
 func (r *Recorder) WriteFailed(err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	if r.connErr == nil {
 		r.connErr = err
 	}
@@ -207,8 +100,8 @@ func (r *Recorder) WriteFailed(err error) {
 
 // Read implements Sink: a response byte arrived, or the read failed.
 func (r *Recorder) Read(n int, err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	if n > 0 {
 		r.responseByteLocked()
 	}
@@ -219,11 +112,11 @@ func (r *Recorder) Read(n int, err error) {
 
 // BodyRead feeds EventBodyRead the first time the request body is read.
 func (r *Recorder) BodyRead() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	if !r.bodyRead {
 		r.bodyRead = true
-		r.stepLocked(fsm.EventBodyRead)
+		r.StepLocked(fsm.EventBodyRead)
 	}
 }
 
@@ -236,16 +129,16 @@ func (r *Recorder) ClientTrace() *httptrace.ClientTrace {
 			}
 		},
 		GotFirstResponseByte: func() {
-			r.mu.Lock()
-			defer r.mu.Unlock()
+			r.Mu.Lock()
+			defer r.Mu.Unlock()
 			r.responseByteLocked()
 		},
 		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			r.mu.Lock()
-			defer r.mu.Unlock()
+			r.Mu.Lock()
+			defer r.Mu.Unlock()
 			r.responseByteLocked()
-			if !r.hasLocked(fsm.FactHeaders) {
-				r.stepLocked(fsm.EventInformational)
+			if !r.HasLocked(fsm.FactHeaders) {
+				r.StepLocked(fsm.EventInformational)
 			}
 			// The hook's error ends net/http's read of the response:
 			// installing it switched off net/http's own bound on 1xx
@@ -270,55 +163,55 @@ func (r *Recorder) InformationalError() error { return r.info.Err() }
 // It is in net/http's write buffer, not necessarily on the wire yet:
 // EventRequestWritten is fed once a byte has also reached the wire.
 func (r *Recorder) serializedRequest() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	r.serialized = true
 	r.maybeWrittenLocked()
 }
 
 func (r *Recorder) maybeWrittenLocked() {
-	if r.serialized && r.hasLocked(fsm.FactWroteAny) && !r.hasLocked(fsm.FactWroteAll) {
-		r.stepLocked(fsm.EventRequestWritten)
+	if r.serialized && r.HasLocked(fsm.FactWroteAny) && !r.HasLocked(fsm.FactWroteAll) {
+		r.StepLocked(fsm.EventRequestWritten)
 	}
 }
 
 func (r *Recorder) responseByteLocked() {
 	switch {
-	case !r.hasLocked(fsm.FactAcquired):
+	case !r.HasLocked(fsm.FactAcquired):
 		r.earlyByte = true
-	case !r.hasLocked(fsm.FactResponseByte):
-		r.stepLocked(fsm.EventFirstResponseByte)
+	case !r.HasLocked(fsm.FactResponseByte):
+		r.StepLocked(fsm.EventFirstResponseByte)
 	}
 }
 
 // FinalHeaders feeds EventFinalHeaders: the round trip returned a
 // response.
 func (r *Recorder) FinalHeaders() fsm.Decision {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	r.responseByteLocked()
-	if r.hasLocked(fsm.FactHeaders) {
-		return r.m.Decision()
+	if r.HasLocked(fsm.FactHeaders) {
+		return r.DecisionLocked()
 	}
-	return r.stepLocked(fsm.EventFinalHeaders)
+	return r.StepLocked(fsm.EventFinalHeaders)
 }
 
 // Complete feeds EventResponseComplete: the response body reached EOF.
 func (r *Recorder) Complete() fsm.Decision {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.hasLocked(fsm.FactComplete) {
-		return r.m.Decision()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	if r.HasLocked(fsm.FactComplete) {
+		return r.DecisionLocked()
 	}
-	return r.stepLocked(fsm.EventResponseComplete)
+	return r.StepLocked(fsm.EventResponseComplete)
 }
 
 // Abandon feeds EventCanceled: the caller gave up on the exchange (closed
 // the response body before its end).
 func (r *Recorder) Abandon() fsm.Decision {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.stepLocked(fsm.EventCanceled)
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	return r.StepLocked(fsm.EventCanceled)
 }
 
 // Fail classifies err, the error the round trip or the response body
@@ -334,16 +227,16 @@ func (r *Recorder) Abandon() fsm.Decision {
 // response byte arrived (net/http's parse errors are untyped); else a local
 // failure, fed as EventCanceled.
 func (r *Recorder) Fail(err error, ctx context.Context, local error) fsm.Decision {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
 	if e, ok := r.contextEventLocked(ctx); ok {
-		return r.feedLocked(e)
+		return r.FeedLocked(e)
 	}
 	if r.info.Err() != nil {
-		return r.stepLocked(fsm.EventMalformed)
+		return r.StepLocked(fsm.EventMalformed)
 	}
 	if local != nil && errors.Is(err, local) {
-		return r.stepLocked(fsm.EventLocalFailure)
+		return r.StepLocked(fsm.EventLocalFailure)
 	}
 	k, ok := Classify(err)
 	if !ok {
@@ -351,13 +244,13 @@ func (r *Recorder) Fail(err error, ctx context.Context, local error) fsm.Decisio
 	}
 	switch {
 	case ok && k == fsm.EventTimeout:
-		return r.feedLocked(fsm.Event{Kind: k, At: r.clock.Now(), Phase: r.timeoutPhaseLocked()})
+		return r.FeedLocked(fsm.Event{Kind: k, At: r.Now(), Phase: r.TimeoutPhaseLocked()})
 	case ok:
-		return r.stepLocked(k)
-	case r.hasLocked(fsm.FactResponseByte):
-		return r.stepLocked(fsm.EventMalformed)
+		return r.StepLocked(k)
+	case r.HasLocked(fsm.FactResponseByte):
+		return r.StepLocked(fsm.EventMalformed)
 	}
-	return r.stepLocked(fsm.EventCanceled)
+	return r.StepLocked(fsm.EventCanceled)
 }
 
 // contextEventLocked returns the event for a caller's context that ended.
@@ -369,100 +262,7 @@ func (r *Recorder) contextEventLocked(ctx context.Context) (fsm.Event, bool) {
 	case err == nil:
 		return fsm.Event{}, false
 	case errors.Is(err, context.DeadlineExceeded):
-		return fsm.Event{Kind: fsm.EventTimeout, At: r.clock.Now(), Phase: r.timeoutPhaseLocked()}, true
+		return fsm.Event{Kind: fsm.EventTimeout, At: r.Now(), Phase: r.TimeoutPhaseLocked()}, true
 	}
-	return fsm.Event{Kind: fsm.EventCanceled, At: r.clock.Now()}, true
-}
-
-// Stop ends the attempt's deadline timer. The Recorder still answers
-// Decision and Events.
-func (r *Recorder) Stop() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.stopped = true
-	if r.stopTimer != nil {
-		r.stopTimer()
-		r.stopTimer = nil
-	}
-}
-
-// rearmLocked makes the timer match Machine.Deadline.
-func (r *Recorder) rearmLocked() {
-	at, ok := r.m.Deadline()
-	if r.stopTimer != nil && (!ok || at != r.timerAt || r.stopped) {
-		r.stopTimer()
-		r.stopTimer = nil
-	}
-	if !ok || r.stopped || r.stopTimer != nil {
-		return
-	}
-	r.timerAt = at
-	r.stopTimer = r.clock.AfterFunc(time.Duration(at-r.clock.Now()), r.tick)
-}
-
-// tick feeds EventTick when the deadline timer fires.
-func (r *Recorder) tick() {
-	r.mu.Lock()
-	if r.stopped {
-		r.mu.Unlock()
-		return
-	}
-	r.stopTimer = nil
-	before := r.m.Decision()
-	phase := r.m.Phase()
-	now := r.clock.Now()
-	if at, ok := r.m.Deadline(); ok && now < at {
-		r.rearmLocked() // early wake-up: the clock and the timer disagree
-		r.mu.Unlock()
-		return
-	}
-	d := r.feedLocked(fsm.Event{Kind: fsm.EventTick, At: now})
-	r.mu.Unlock()
-	if d != before && (d.Action == fsm.ActionFail || d.Conn == fsm.ConnDiscard) && r.onDeadline != nil {
-		r.onDeadline(phase)
-	}
-}
-
-// Trace returns the attempt as a trace in the spec format (see
-// docs/explain.md), with instants counted from the attempt's start and the
-// latest decision as the final expect line, so that `replaysafe explain`
-// replays it to the same decision.
-func (r *Recorder) Trace() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var b strings.Builder
-	b.WriteString(r.m.Request().String())
-	b.WriteByte('\n')
-	if l := limitsLine(r.lim); l != "" {
-		b.WriteString(l)
-		b.WriteByte('\n')
-	}
-	for _, e := range r.events {
-		e.At -= r.start
-		b.WriteString(e.String())
-		b.WriteByte('\n')
-	}
-	if len(r.events) > 0 {
-		b.WriteString("expect ")
-		b.WriteString(r.m.Decision().String())
-		b.WriteByte('\n')
-	}
-	return b.String()
-}
-
-// limitsLine prints the non-zero limits as a trace "limits" line, or "".
-func limitsLine(l fsm.Limits) string {
-	s := ""
-	for _, p := range []struct {
-		name string
-		d    time.Duration
-	}{{"acquire", l.Acquire}, {"write", l.Write}, {"header", l.Header}, {"body", l.Body}} {
-		if p.d > 0 {
-			s += " " + p.name + "=" + p.d.String()
-		}
-	}
-	if s == "" {
-		return ""
-	}
-	return "limits" + s
+	return fsm.Event{Kind: fsm.EventCanceled, At: r.Now()}, true
 }
