@@ -57,7 +57,9 @@ type Options struct {
 	Egress Egress
 	// Transport sends the forwarded requests. nil means
 	// replaysafe.New(TransportOptions) with Protocol set from Egress,
-	// made once by New.
+	// made once by New. With a Transport of the caller's, whose Observer
+	// the forwarder cannot see, the access log counts attempts only for
+	// failed calls (from *replaysafe.Error).
 	Transport *replaysafe.Transport
 	// TransportOptions configures the Transport made when Transport is
 	// nil; its Protocol is replaced by Egress.Protocol().
@@ -79,9 +81,9 @@ type Options struct {
 	// can write them.
 	TrustForwarded bool
 
-	// Logger receives one line per request (method, target, upstream
-	// protocol, attempts, rule, status, duration) and the errors. nil
-	// logs nothing.
+	// Logger receives one line per request (method, target, inbound and
+	// upstream protocol, mode, attempts, rule, status, duration, and the
+	// error if any). nil logs nothing.
 	Logger *slog.Logger
 }
 
@@ -536,6 +538,7 @@ func (h *Handler) log(r *http.Request, x *exchange) {
 		slog.String("target", r.RequestURI),
 		slog.String("proto", r.Proto),
 		slog.String("upstream", x.upstream),
+		slog.String("mode", x.plan.Mode.String()),
 		slog.Int("attempts", x.attempts),
 		slog.String("rule", x.rule),
 		slog.Int("status", x.status),
