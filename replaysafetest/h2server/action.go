@@ -1,6 +1,6 @@
 package h2server
 
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind,Moment,CloseMode -linecomment -output=enum_string.go
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind,CloseMode -linecomment -output=enum_string.go
 
 import (
 	"net/http"
@@ -53,24 +53,16 @@ const kindCount = int(KindHang) + 1
 func (k Kind) Valid() bool { return int(k) < kindCount }
 
 // Moment says when in a stream's life the server carries out its action.
-type Moment uint8
+type Moment = kit.Moment
 
 // Moments.
 const (
-	// AfterBody acts once the request is complete: END_STREAM arrived
-	// (on HEADERS, on the last DATA frame or on the trailers). The zero
-	// value.
-	AfterBody Moment = iota // after-body
-	// OnHeaders acts as soon as the request's header block arrives,
-	// before any of its body is read.
-	OnHeaders // on-headers
+	// AfterBody acts once the request is complete. The zero value.
+	AfterBody = kit.AfterBody
+	// OnHeaders acts as soon as the request's HEADERS arrive, before any
+	// of its body is read.
+	OnHeaders = kit.OnHeaders
 )
-
-// momentCount is the number of valid values of Moment.
-const momentCount = int(OnHeaders) + 1
-
-// Valid reports whether m is one of the defined moments.
-func (m Moment) Valid() bool { return int(m) < momentCount }
 
 // CloseMode says how the server closes a connection.
 type CloseMode uint8
@@ -175,14 +167,8 @@ type Action struct {
 	Endless1xx int
 }
 
-// Informational is an interim (1xx) response.
-type Informational struct {
-	// Status is the 1xx status code, such as 103.
-	Status int
-	// Header holds its header fields, written lower-cased in sorted key
-	// order.
-	Header http.Header
-}
+// Informational is an interim (1xx) response: Status and Header.
+type Informational = kit.Informational
 
 // Bounds of an Endless1xx flood, so that a test always ends.
 const (
@@ -200,8 +186,7 @@ func Endless1xx(status int) Action { return Action{Endless1xx: status} }
 // with status (1xx) and header as soon as the request's HEADERS arrive,
 // after those already listed.
 func (a Action) WithInformational(status int, header http.Header) Action {
-	a.Informational = append(a.Informational[:len(a.Informational):len(a.Informational)],
-		Informational{Status: status, Header: header})
+	a.Informational = kit.AppendInformational(a.Informational, status, header)
 	return a
 }
 

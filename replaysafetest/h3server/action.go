@@ -1,6 +1,6 @@
 package h3server
 
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind,Moment -linecomment -output=enum_string.go
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind -linecomment -output=enum_string.go
 
 import (
 	"net/http"
@@ -69,23 +69,16 @@ const kindCount = int(KindHang) + 1
 func (k Kind) Valid() bool { return int(k) < kindCount }
 
 // Moment says when in a stream's life the server carries out its action.
-type Moment uint8
+type Moment = kit.Moment
 
 // Moments.
 const (
-	// AfterBody acts once the request is complete: the FIN arrived after
-	// its HEADERS, DATA or trailers. The zero value.
-	AfterBody Moment = iota // after-body
-	// OnHeaders acts as soon as the request's HEADERS frame arrives,
-	// before any of its body is read.
-	OnHeaders // on-headers
+	// AfterBody acts once the request is complete. The zero value.
+	AfterBody = kit.AfterBody
+	// OnHeaders acts as soon as the request's HEADERS arrive, before any
+	// of its body is read.
+	OnHeaders = kit.OnHeaders
 )
-
-// momentCount is the number of valid values of Moment.
-const momentCount = int(OnHeaders) + 1
-
-// Valid reports whether m is one of the defined moments.
-func (m Moment) Valid() bool { return int(m) < momentCount }
 
 // GoAwayID chooses the stream ID a GOAWAY carries. From a server that ID
 // is the first client-initiated bidirectional stream the server will not
@@ -119,14 +112,8 @@ func (g GoAwayID) resolve(id uint64) uint64 {
 	return uint64(int64(id) + g.Delta)
 }
 
-// Informational is an interim (1xx) response.
-type Informational struct {
-	// Status is the 1xx status code, such as 103.
-	Status int
-	// Header holds its header fields, written lower-cased in sorted key
-	// order.
-	Header http.Header
-}
+// Informational is an interim (1xx) response: Status and Header.
+type Informational = kit.Informational
 
 // Action is what the server does with one request stream. Build one with
 // a constructor (OK, Respond, Reject, ...) and adjust it with the With
@@ -358,8 +345,7 @@ func (a Action) WithTrailer(trailer http.Header) Action {
 // with status (1xx) and header as soon as the request's HEADERS arrive,
 // after those already listed.
 func (a Action) WithInformational(status int, header http.Header) Action {
-	a.Informational = append(a.Informational[:len(a.Informational):len(a.Informational)],
-		Informational{Status: status, Header: header})
+	a.Informational = kit.AppendInformational(a.Informational, status, header)
 	return a
 }
 

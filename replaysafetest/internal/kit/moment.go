@@ -1,0 +1,41 @@
+package kit
+
+import "net/http"
+
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Moment -linecomment -output=enum_string.go
+
+// Moment says when in a stream's life a server carries out its action
+// (HTTP/2 and HTTP/3).
+type Moment uint8
+
+// Moments.
+const (
+	// AfterBody acts once the request is complete: the end of the stream
+	// arrived (on the HEADERS, the last DATA frame or the trailers). The
+	// zero value.
+	AfterBody Moment = iota // after-body
+	// OnHeaders acts as soon as the request's header block arrives,
+	// before any of its body is read.
+	OnHeaders // on-headers
+)
+
+// momentCount is the number of valid values of Moment.
+const momentCount = int(OnHeaders) + 1
+
+// Valid reports whether m is one of the defined moments.
+func (m Moment) Valid() bool { return int(m) < momentCount }
+
+// Informational is an interim (1xx) response.
+type Informational struct {
+	// Status is the 1xx status code, such as 103.
+	Status int
+	// Header holds its header fields, written lower-cased in sorted key
+	// order.
+	Header http.Header
+}
+
+// AppendInformational returns list with an interim response of status
+// and header added, never sharing list's array.
+func AppendInformational(list []Informational, status int, header http.Header) []Informational {
+	return append(list[:len(list):len(list)], Informational{Status: status, Header: header})
+}
