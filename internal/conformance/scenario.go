@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/http"
 	"path"
 	"slices"
 	"strconv"
@@ -348,7 +347,7 @@ func (s *Scenario) parseDirective(key string, args []string, rest string) error 
 
 func (s *Scenario) parseExpectation(f []string) error {
 	if len(f) < 3 {
-		return fmt.Errorf("expectation %q: want NET CLIENT OUTCOME ...", strings.Join(f, " "))
+		return fmt.Errorf("expectation %q: want NET CLIENT OUTCOME and fields", strings.Join(f, " "))
 	}
 	e := Expectation{Net: f[0], Client: f[1]}
 	switch f[2] {
@@ -466,6 +465,3 @@ func (s *Scenario) Format(exps []Expectation) string {
 	}
 	return b.String()
 }
-
-// Statuses in expectations.
-const ok200 = http.StatusOK

@@ -1,10 +1,7 @@
 package h2server_test
 
 import (
-	"context"
-	"crypto/tls"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -86,11 +83,11 @@ func TestMaxRequestsPerConn(t *testing.T) {
 			t.Errorf("%d streams on %d connections", n, s.Accepted())
 		}
 	})
-	t.Run("x/net", func(t *testing.T) {
+	t.Run("net/http", func(t *testing.T) {
 		s := start(t, h2server.Config{MaxRequestsPerConn: 3})
-		tr := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, _, _ string, _ *tls.Config) (net.Conn, error) {
-			return s.Dial(ctx)
-		}}
+		var p http.Protocols
+		p.SetUnencryptedHTTP2(true)
+		tr := &http.Transport{Protocols: &p}
 		defer tr.CloseIdleConnections()
 		c := &http.Client{Transport: tr, Timeout: 10 * time.Second}
 		for i := range 7 {
