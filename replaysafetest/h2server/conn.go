@@ -17,6 +17,8 @@ import (
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
+
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // Protocol constants the server relies on (RFC 9113 §6.5.2, §6.9.2).
@@ -513,34 +515,12 @@ func (c *conn) flood(st *stream) error {
 }
 
 func newReceived(connIdx, seq int, f *http2.MetaHeadersFrame) *Received {
-	r := &Received{
-		Conn:      connIdx,
-		Seq:       seq,
-		StreamID:  f.StreamID,
-		At:        time.Now(),
-		Fields:    append([]hpack.HeaderField(nil), f.Fields...),
-		Header:    make(http.Header),
-		EndStream: f.StreamEnded(),
+	p, h := kit.SplitFields(f.Fields, func(hf hpack.HeaderField) (string, string) { return hf.Name, hf.Value })
+	return &Received{
+		Conn: connIdx, Seq: seq, StreamID: f.StreamID, At: time.Now(),
+		Fields: append([]hpack.HeaderField(nil), f.Fields...), Header: h, EndStream: f.StreamEnded(),
+		Method: p.Method, Scheme: p.Scheme, Authority: p.Authority, Path: p.Path, Protocol: p.Protocol,
 	}
-	for _, hf := range f.Fields {
-		switch hf.Name {
-		case ":method":
-			r.Method = hf.Value
-		case ":scheme":
-			r.Scheme = hf.Value
-		case ":authority":
-			r.Authority = hf.Value
-		case ":path":
-			r.Path = hf.Value
-		case ":protocol":
-			r.Protocol = hf.Value
-		default:
-			if !hf.IsPseudo() {
-				r.Header.Add(hf.Name, hf.Value)
-			}
-		}
-	}
-	return r
 }
 
 func (c *conn) onData(f *http2.DataFrame) (bool, error) {

@@ -18,6 +18,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/quic-go/quicvarint"
+
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // errStopped says the server stopped reading a stream on purpose.
@@ -528,32 +530,11 @@ func (st *stream) write(b []byte) error {
 
 // newReceived records a request from its decoded field section.
 func newReceived(connIdx int, id uint64, fields []qpack.HeaderField) *Received {
-	r := &Received{
-		Conn:   connIdx,
-		Stream: id,
-		At:     time.Now(),
-		Fields: fields,
-		Header: make(http.Header),
+	p, h := kit.SplitFields(fields, func(f qpack.HeaderField) (string, string) { return f.Name, f.Value })
+	return &Received{
+		Conn: connIdx, Stream: id, At: time.Now(), Fields: fields, Header: h,
+		Method: p.Method, Scheme: p.Scheme, Authority: p.Authority, Path: p.Path, Protocol: p.Protocol,
 	}
-	for _, f := range fields {
-		switch f.Name {
-		case ":method":
-			r.Method = f.Value
-		case ":scheme":
-			r.Scheme = f.Value
-		case ":authority":
-			r.Authority = f.Value
-		case ":path":
-			r.Path = f.Value
-		case ":protocol":
-			r.Protocol = f.Value
-		default:
-			if !f.IsPseudo() {
-				r.Header.Add(f.Name, f.Value)
-			}
-		}
-	}
-	return r
 }
 
 // decodeFields decodes a QPACK field section that uses the static table

@@ -1,0 +1,40 @@
+package kit
+
+import (
+	"net/http"
+	"strings"
+)
+
+// Pseudo holds a request's pseudo-header fields (RFC 9113 §8.3.1,
+// RFC 9114 §4.3.1).
+type Pseudo struct {
+	Method, Scheme, Authority, Path, Protocol string
+}
+
+// SplitFields sorts a request's decoded fields into its pseudo-header
+// fields and its regular header (canonical keys); an unknown
+// pseudo-header field is dropped.
+func SplitFields[F any](fields []F, nv func(F) (string, string)) (Pseudo, http.Header) {
+	var p Pseudo
+	h := make(http.Header)
+	for _, f := range fields {
+		name, value := nv(f)
+		switch name {
+		case ":method":
+			p.Method = value
+		case ":scheme":
+			p.Scheme = value
+		case ":authority":
+			p.Authority = value
+		case ":path":
+			p.Path = value
+		case ":protocol":
+			p.Protocol = value
+		default:
+			if !strings.HasPrefix(name, ":") {
+				h.Add(name, value)
+			}
+		}
+	}
+	return p, h
+}
