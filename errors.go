@@ -3,6 +3,7 @@ package replaysafe
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
@@ -28,7 +29,9 @@ func (e *Error) Error() string {
 	if e.Attempts == 1 {
 		s = ""
 	}
-	return fmt.Sprintf("replaysafe: %v (%s %s, %d attempt%s)", e.Err, e.Rule.ID(), e.Rule, e.Attempts, s)
+	// One prefix: a cause of this package's own already names it.
+	cause := strings.TrimPrefix(fmt.Sprint(e.Err), "replaysafe: ")
+	return fmt.Sprintf("replaysafe: %s (%s %s, %d attempt%s)", cause, e.Rule.ID(), e.Rule, e.Attempts, s)
 }
 
 // Unwrap returns the cause.

@@ -95,6 +95,7 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	// one a deadline already decided: RoundTrip also gives back the stream
 	// reservation take made.
 	s := &h2Stream{t: c.t, hc: hc, att: hc.wire.NewAttempt()}
+	s.att.SetInformationalLimit(c.t.informationalLimit())
 	a.proto = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
 		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.emit))
@@ -111,6 +112,8 @@ type h2Stream struct {
 }
 
 func (s *h2Stream) failure(ctx context.Context, err error) fsm.Event { return s.att.Failure(ctx, err) }
+
+func (s *h2Stream) informational() error { return s.att.InformationalError() }
 
 // complete feeds what the wire shows was written of the request when
 // x/net's hooks, which run on its write goroutine, have not reported it

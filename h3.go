@@ -141,6 +141,7 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3})
 
 	s := &h3Stream{t: c.t, hc: hc, att: hc.watch.NewAttempt(), a: a}
+	s.att.SetInformationalLimit(c.t.informationalLimit())
 	a.proto = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
 		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.emit, s.uploaded))
@@ -162,6 +163,8 @@ type h3Stream struct {
 }
 
 func (s *h3Stream) failure(ctx context.Context, err error) fsm.Event { return s.att.Failure(ctx, err) }
+
+func (s *h3Stream) informational() error { return s.att.InformationalError() }
 
 // complete feeds nothing: quic-go reports the header fields written on
 // the caller's goroutine, before RoundTrip returns, and the end of the

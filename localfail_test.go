@@ -75,3 +75,13 @@ func TestBodyReadFailureIsLocal(t *testing.T) {
 		}
 	})
 }
+
+// TestErrorOnePrefix: an *Error whose cause is one of this package's own
+// errors says "replaysafe:" once.
+func TestErrorOnePrefix(t *testing.T) {
+	e := &replaysafe.Error{Rule: fsm.RuleAcquireFailed, Attempts: 1,
+		Err: &replaysafe.ProxyError{Hop: 2, Err: errors.New("refused")}}
+	if got, want := e.Error(), "replaysafe: proxy hop 2: refused (RS04 acquire-failed, 1 attempt)"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

@@ -122,7 +122,11 @@ type Options struct {
 
 	// MaxResponseHeaderBytes bounds the response header section; zero
 	// means DefaultMaxResponseHeaderBytes (10 MiB, the default of
-	// net/http's and x/net's Transports).
+	// net/http's and x/net's Transports). The informational (1xx)
+	// responses of one attempt share a bound too: at most 32 of them and,
+	// in total, MaxResponseHeaderBytes of header bytes (1 MiB when zero);
+	// beyond it the attempt fails as a malformed response (RS07 after the
+	// first 1xx), never resent. Over HTTP/3 quic-go stops after 5 itself.
 	MaxResponseHeaderBytes int64
 
 	// Observer receives every call's request, wire attempts, and final
@@ -151,6 +155,15 @@ type Options struct {
 	// request's chain; nil credentials mean the proxy URL's user
 	// information, if any.
 	ProxyAuth func(req *http.Request, hop int, proxyURL *url.URL) (*ProxyCredentials, error)
+	// AllowCleartextChainCredentials lets a proxy chain send credentials
+	// to an http or socks5 hop after the first. Those credentials (a Basic
+	// Proxy-Authorization field, a SOCKS5 username and password) are
+	// cleartext inside the tunnel every earlier hop relays, so each earlier
+	// hop can read them. Off by default: such a chain fails before any
+	// wire attempt with a *ProxyError naming the hop (wrapping a
+	// *proxy.ChainCredentialsError). An https hop's credentials travel
+	// inside TLS with that hop and need no permission.
+	AllowCleartextChainCredentials bool
 	// ProxyTLSClientConfig configures TLS with https proxies; nil means
 	// the system roots. ALPN always offers "http/1.1" alone.
 	ProxyTLSClientConfig *tls.Config

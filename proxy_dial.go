@@ -35,7 +35,7 @@ func (f dialFunc) DialContext(ctx context.Context, network, addr string) (net.Co
 func (t *Transport) connectProxied(ctx context.Context, key connKey, snap *routeSnapshot, o connectOpts) (established, error) {
 	clock := budgetClock{t.clock}
 	b := route.Start(clock.Now(), t.opt.AcquireTimeout)
-	d := &proxy.Dialer{TCP: dialFunc(t.opt.DialContext), Clock: clock, AllowCleartextChainCredentials: t.allowCleartextChainCredentials()}
+	d := &proxy.Dialer{TCP: dialFunc(t.opt.DialContext), Clock: clock, AllowCleartextChainCredentials: t.opt.AllowCleartextChainCredentials}
 	r := snap.route
 	hops := make([]proxy.Hop, r.NumHops())
 	for i := range hops {
@@ -69,12 +69,6 @@ func (t *Transport) connectProxied(ctx context.Context, key connKey, snap *route
 	cs := tc.ConnectionState()
 	return established{conn: tc, wire: wire, tls: &cs}, nil
 }
-
-// allowCleartextChainCredentials reports whether a chain may send an http
-// or socks5 hop's credentials after the first hop, where every earlier
-// hop can read them (proxy.CheckChainCredentials). Off: replaysafe
-// refuses with a *ProxyError naming the hop.
-func (t *Transport) allowCleartextChainCredentials() bool { return false }
 
 // machineGrace bounds the wait for the machine's acquire deadline after
 // the budget ran out first.

@@ -21,6 +21,7 @@ import (
 	"github.com/replaysafe/replaysafe/internal/proxy"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/connectproxy"
+	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 )
 
 // ---- proxy harness -----------------------------------------------------
@@ -625,5 +626,77 @@ func TestProxyChainErrors(t *testing.T) {
 	}
 	if p1.Conns() != 1 {
 		t.Errorf("first proxy accepted %d connections, want 1 (only the refused call's)", p1.Conns())
+	}
+}
+
+// Proxy-Authorization set by the caller under any spelling of its key
+// (lower, mixed, canonical) never reaches the origin through a tunnel,
+// over HTTP/1.1 and HTTP/2: net/http writes a key as given and x/net
+// lower-cases it, so only a canonical comparison drops them all.
+func TestProxyAuthorizationAnySpellingNeverReachesOrigin(t *testing.T) {
+	keys := []string{"proxy-authorization", "PROXY-authorization", "Proxy-Authorization"}
+	t.Run("HTTP/1.1", func(t *testing.T) {
+		s := start(t, replaysafetest.Config{})
+		p := startProxy(t, connectproxy.Config{})
+		tr, _, _ := proxied(t, s, p, replaysafe.Options{})
+		for i, k := range keys {
+			req := newRequest(t, t.Context(), "GET", s.URL()+"/t"+string(rune('0'+i)), "")
+			req.Header[k] = []string{"Basic bGVhazpsZWFr"}
+			if code, _, err := roundTrip(tr, req); err != nil || code != 200 {
+				t.Fatalf("%q: %d %v", k, code, err)
+			}
+			got := wantCopies(t, s, "/t"+string(rune('0'+i)), 1)
+			for hk, v := range got[0].Header {
+				if strings.EqualFold(hk, "Proxy-Authorization") {
+					t.Errorf("key %q: origin received %s: %q", k, hk, v)
+				}
+			}
+			if len(req.Header[k]) != 1 {
+				t.Errorf("key %q: the caller's header changed", k)
+			}
+		}
+	})
+	t.Run("HTTP/2", func(t *testing.T) {
+		s := startH2(t, h2server.Config{TLS: true})
+		p := startProxy(t, connectproxy.Config{})
+		u := mustURL(t, p.URL())
+		tr, _ := h2Client(t, s, replaysafe.Options{Proxy: func(*http.Request) (*url.URL, error) { return u, nil }})
+		for i, k := range keys {
+			req := newRequest(t, t.Context(), "GET", s.URL()+"/t"+string(rune('0'+i)), "")
+			req.Header[k] = []string{"Basic bGVhazpsZWFr"}
+			if code, _, err := roundTrip(tr, req); err != nil || code != 200 {
+				t.Fatalf("%q: %d %v", k, code, err)
+			}
+		}
+		reqs := s.Requests()
+		if len(reqs) != len(keys) {
+			t.Fatalf("origin received %d streams, want %d", len(reqs), len(keys))
+		}
+		for _, r := range reqs {
+			for _, f := range r.Fields {
+				if strings.EqualFold(f.Name, "proxy-authorization") {
+					t.Errorf("%s: origin received %s: %q", r.Path, f.Name, f.Value)
+				}
+			}
+		}
+		if n := len(p.Requests()); n != 1 {
+			t.Errorf("proxy tunnels %d, want 1", n)
+		}
+	})
+}
+
+// Allowed explicitly, the cleartext chain goes through, and hop 1 then
+// relays hop 2's Basic header where it can read it.
+func TestProxyChainCleartextCredentialsAllowed(t *testing.T) {
+	s := start(t, replaysafetest.Config{})
+	p1 := startProxy(t, connectproxy.Config{})
+	p2 := startProxy(t, connectproxy.Config{RequireAuth: &connectproxy.Credentials{Username: "two", Password: "2"}})
+	u2 := mustURL(t, p2.URL())
+	u2.User = url.UserPassword("two", "2")
+	sel := &selector{urls: []*url.URL{mustURL(t, p1.URL()), u2}}
+	tr, _ := client(t, s, replaysafe.Options{ProxyChain: sel.chain, AllowCleartextChainCredentials: true})
+	get(t, tr, s, "/a")
+	if r2 := p2.Requests(); len(r2) != 1 || r2[0].Status != 200 || r2[0].Header.Get("Proxy-Authorization") == "" {
+		t.Errorf("hop 2 CONNECTs %+v", r2)
 	}
 }

@@ -185,6 +185,17 @@ func (t *Transport) buildSnapshot(req *http.Request, key connKey, urls []*url.UR
 		spec.Chain = append(spec.Chain, h)
 		configs = append(configs, cfg)
 	}
+	if len(configs) > 1 {
+		hops := make([]proxy.Hop, len(configs))
+		for i := range hops {
+			hops[i] = proxy.Hop{Hop: spec.Chain[i], HopConfig: configs[i]}
+		}
+		if err := proxy.CheckChainCredentials(hops, t.opt.AllowCleartextChainCredentials); err != nil {
+			var ce *proxy.ChainCredentialsError
+			errors.As(err, &ce)
+			return key, nil, &ProxyError{Hop: ce.Hop, Err: err}
+		}
+	}
 	r, err := route.New(spec)
 	if !portOK {
 		err = fmt.Errorf("invalid port in %q", key.addr)
@@ -271,10 +282,5 @@ func (s *routeSnapshot) header(h http.Header) http.Header {
 	if s == nil || !s.route.Proxied() {
 		return h
 	}
-	if _, ok := h["Proxy-Authorization"]; !ok {
-		return h
-	}
-	h = h.Clone()
-	delete(h, "Proxy-Authorization")
-	return h
+	return proxy.OriginHeader(h)
 }

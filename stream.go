@@ -24,6 +24,9 @@ type streamProto interface {
 	// retire takes the connection out of the pool: it takes no new stream
 	// and closes once its streams are done.
 	retire()
+	// informational returns the error of informational (1xx) responses
+	// beyond their bound, or nil: the stack's own error does not say so.
+	informational() error
 	// resendFrom returns what a resend after this attempt may take: the
 	// pool's mark now (connections opened after the failure) and the
 	// attempt's own connection, taken again only after a refusal of the
@@ -99,6 +102,9 @@ func (a *streamAttempt) roundTripped(resp *http.Response, err error) (*http.Resp
 			a.body.stackFinished() // the stack closes it too; without a read it is not reading
 		}
 		ev := a.proto.failure(a.ctx, err)
+		if ie := a.proto.informational(); ie != nil {
+			err = boundError{bound: ie, stack: err}
+		}
 		if local := a.localErr(); local != nil && errors.Is(err, local) {
 			ev = fsm.Event{Kind: fsm.EventLocalFailure} // the caller's body failed (RS21)
 		}
@@ -258,3 +264,11 @@ func goAwayAccepted(events []fsm.Event) int {
 	}
 	return 0
 }
+
+// boundError is a stack's error caused by a bound replaysafe set (the 1xx
+// limit): it reads as the bound, whose text the stack's error repeats,
+// and unwraps to both.
+type boundError struct{ bound, stack error }
+
+func (e boundError) Error() string   { return e.bound.Error() }
+func (e boundError) Unwrap() []error { return []error{e.bound, e.stack} }

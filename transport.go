@@ -23,6 +23,7 @@ import (
 	"github.com/replaysafe/replaysafe/fsm/plan"
 	"github.com/replaysafe/replaysafe/fsm/route"
 	"github.com/replaysafe/replaysafe/internal/adapters/h1"
+	"github.com/replaysafe/replaysafe/internal/adapters/informational"
 	"github.com/replaysafe/replaysafe/internal/recorder"
 )
 
@@ -411,6 +412,7 @@ func (c *call) attempt(n int, start resend) (*http.Response, *resend, error) {
 	ctx, cancel := context.WithCancelCause(c.ctx)
 	a := &attempt{c: c, n: n, ctx: ctx, cancel: cancel}
 	a.rec = h1.NewRecorder(facts, c.t.limits, c.t.clock, a.deadlinePassed)
+	a.rec.SetInformationalLimit(c.t.informationalLimit())
 	if body != nil && body != http.NoBody {
 		a.body = newReqBody(body, a.rec.BodyRead, false)
 	}
@@ -719,4 +721,13 @@ func (c *call) report(n int, reused bool, d fsm.Decision, err error, rec attempt
 		Err:      err,
 		Trace:    rec.Trace(),
 	})
+}
+
+// informationalLimit bounds the informational (1xx) responses of one
+// attempt: informational.DefaultCount of them, and header bytes in total
+// up to MaxResponseHeaderBytes when the caller set it (1 MiB,
+// informational.DefaultBytes, otherwise), as net/http shares its header
+// bound between the 1xx responses and the final one.
+func (t *Transport) informationalLimit() informational.Limit {
+	return informational.Limit{Count: informational.DefaultCount, Bytes: t.opt.MaxResponseHeaderBytes}
 }

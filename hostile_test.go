@@ -1,0 +1,95 @@
+package replaysafe_test
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/informational"
+	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
+)
+
+// allocated returns the bytes f allocated in the process (the server's
+// included: an upper bound on the client's).
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// TestEndlessInformationalFails: a server that sends 100 or 103 forever
+// fails the call through the Transport on every protocol, well within
+// a second and 16 MiB, with the bound named in the error, never resent.
+// The server saw the request once.
+func TestEndlessInformationalFails(t *testing.T) {
+	const maxAlloc = 16 << 20
+	for _, status := range []int{100, 103} {
+		t.Run(fmt.Sprint("h1/", status), func(t *testing.T) {
+			s := start(t, replaysafetest.Config{Conns: []replaysafetest.ConnScript{
+				replaysafetest.Script(replaysafetest.EndlessInterim(status, replaysafetest.CloseFIN)),
+			}})
+			tr, _ := client(t, s, replaysafe.Options{})
+			var err error
+			var took time.Duration
+			n := allocated(func() {
+				began := time.Now()
+				_, _, err = roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/flood", ""))
+				took = time.Since(began)
+			})
+			checkFlood(t, err, took, n, maxAlloc)
+			wantCopies(t, s, "/flood", 1)
+		})
+		t.Run(fmt.Sprint("h2/", status), func(t *testing.T) {
+			s := startH2(t, h2Script([]h2server.Action{h2server.Endless1xx(status)}))
+			tr, _ := h2Client(t, s, replaysafe.Options{})
+			var err error
+			var took time.Duration
+			n := allocated(func() {
+				began := time.Now()
+				_, _, err = roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/flood", ""))
+				took = time.Since(began)
+			})
+			checkFlood(t, err, took, n, maxAlloc)
+			wantH2Copies(t, s, "/flood", 0)
+		})
+		t.Run(fmt.Sprint("h3/", status), func(t *testing.T) {
+			s := startH3(t, h3Script([]h3server.Action{h3server.Endless1xx(status)}))
+			tr, _ := h3Client(t, s, replaysafe.Options{})
+			var err error
+			var took time.Duration
+			n := allocated(func() {
+				began := time.Now()
+				_, _, err = roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/flood", ""))
+				took = time.Since(began)
+			})
+			// quic-go stops after 5 1xx responses itself; the bound is
+			// the adapter's count of them.
+			checkFlood(t, err, took, n, maxAlloc)
+			wantH3Copies(t, s, "/flood", 0)
+		})
+	}
+}
+
+func checkFlood(t *testing.T, err error, took time.Duration, alloc, maxAlloc uint64) {
+	t.Helper()
+	var e *replaysafe.Error
+	if !errors.As(err, &e) || e.Attempts != 1 || e.Rule != fsm.RuleResponseStarted {
+		t.Fatalf("err %v, want RS07 after 1 attempt", err)
+	}
+	if !errors.Is(err, informational.ErrLimit) {
+		t.Errorf("error %v does not name the informational bound", err)
+	}
+	if took > time.Second || alloc > maxAlloc {
+		t.Errorf("took %v and %d bytes, bound 1s and %d", took, alloc, maxAlloc)
+	}
+	t.Logf("%v, %v, %.2f MiB", err, took, float64(alloc)/(1<<20))
+}
