@@ -193,3 +193,84 @@ func TestExtendedConnectH3ToUpgrade(t *testing.T) {
 		}
 	}
 }
+
+// TestUpgradeHandshakeResent: a close crossing the (bodyless, idempotent)
+// WebSocket handshake on a pooled connection is resent once on a new
+// connection with its Upgrade metadata intact, and the tunnel then works.
+// The upstream is a raw listener: connection 0 answers the warm-up and
+// closes on the handshake; connection 1 accepts the upgrade and echoes.
+func TestUpgradeHandshakeResent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	handshakes := make(chan http.Header, 2)
+	go func() {
+		for i := 0; i < 2; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(i int, c net.Conn) {
+				defer c.Close()
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				br := bufio.NewReader(c)
+				if i == 0 {
+					if _, err := http.ReadRequest(br); err != nil { // the warm-up
+						return
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				handshakes <- req.Header
+				if i == 0 {
+					return // the close crosses the handshake
+				}
+				fmt.Fprintf(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+					wsAccept(req.Header.Get("Sec-Websocket-Key")))
+				io.Copy(c, br)
+			}(i, c)
+		}
+	}()
+	u, _ := url.Parse("http://" + ln.Addr().String())
+	fw := forward.New(forward.Options{Upstream: u})
+	defer fw.Transport().CloseIdleConnections()
+	front := httptest.NewServer(fw)
+	defer front.Close()
+
+	resp, err := http.Get(front.URL + "/warm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+
+	c, err := net.Dial("tcp", front.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	const key = "dGhlIHNhbXBsZSBub25jZQ=="
+	fmt.Fprintf(c, "GET /chat HTTP/1.1\r\nHost: front\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n", key)
+	br := bufio.NewReader(c)
+	r101, err := http.ReadResponse(br, nil)
+	if err != nil || r101.StatusCode != 101 || r101.Header.Get("Sec-Websocket-Accept") != wsAccept(key) {
+		t.Fatalf("client got %v, %v", r101, err)
+	}
+	first, second := <-handshakes, <-handshakes
+	for i, h := range []http.Header{first, second} {
+		if h.Get("Connection") != "Upgrade" || h.Get("Upgrade") != "websocket" || h.Get("Sec-Websocket-Key") != key {
+			t.Errorf("handshake copy %d: %v", i, h)
+		}
+	}
+	io.WriteString(c, "after the resend")
+	buf := make([]byte, len("after the resend"))
+	if _, err := io.ReadFull(br, buf); err != nil || string(buf) != "after the resend" {
+		t.Fatalf("echo %q, %v", buf, err)
+	}
+}
