@@ -3,6 +3,8 @@ package forward_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -403,5 +405,32 @@ func TestEarlyHintsRelayed(t *testing.T) {
 				t.Errorf("the final response carries the 103's Link %q", resp.Header.Get("Link"))
 			}
 		})
+	}
+}
+
+// TestNegotiateEgress: EgressNegotiate speaks what ALPN selects over TLS
+// (HTTP/2 here) and HTTP/1.1 over cleartext.
+func TestNegotiateEgress(t *testing.T) {
+	protos := make(chan string, 2)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { protos <- r.Proto })
+	tlsUp := httptest.NewUnstartedServer(h)
+	tlsUp.EnableHTTP2 = true
+	tlsUp.StartTLS()
+	defer tlsUp.Close()
+	plainUp := httptest.NewServer(h)
+	defer plainUp.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(tlsUp.Certificate())
+	for _, tc := range []struct{ url, want string }{{tlsUp.URL, "HTTP/2.0"}, {plainUp.URL, "HTTP/1.1"}} {
+		u, _ := url.Parse(tc.url)
+		fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressNegotiate,
+			TransportOptions: replaysafe.Options{TLSClientConfig: &tls.Config{RootCAs: roots}}})
+		if c := do(t, fw, "GET", "/", nil).Code; c != 200 {
+			t.Errorf("%s: status %d", tc.url, c)
+		}
+		fw.Transport().CloseIdleConnections()
+		if got := <-protos; got != tc.want {
+			t.Errorf("%s: upstream spoke %s, want %s", tc.url, got, tc.want)
+		}
 	}
 }
