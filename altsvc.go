@@ -2,7 +2,6 @@ package replaysafe
 
 import (
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/replaysafe/replaysafe/internal/altsvc"
@@ -10,21 +9,22 @@ import (
 
 // altSvcCache keeps, per origin (scheme and host:port), the HTTP/3
 // alternative it advertised.
+// It is a memo: bounded, expired advertisements dropped first when full.
 type altSvcCache struct {
-	mu sync.Mutex
-	m  map[string]altsvc.H3
+	memo[string, altsvc.H3]
 }
 
-// maxAltSvc bounds the origins an altSvcCache remembers.
-const maxAltSvc = 4096
+func newAltSvcCache() *altSvcCache {
+	c := &altSvcCache{}
+	c.stale = func(a altsvc.H3) bool { return !time.Now().Before(a.Expires) }
+	return c
+}
 
 // lookup returns the live HTTP/3 alternative of origin.
 func (c *altSvcCache) lookup(origin string, now time.Time) (altsvc.H3, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	a, ok := c.m[origin]
+	a, ok := c.load(origin)
 	if ok && !now.Before(a.Expires) {
-		delete(c.m, origin)
+		c.delete(origin)
 		ok = false
 	}
 	return a, ok
@@ -38,25 +38,13 @@ func (c *altSvcCache) learn(origin, host string, h http.Header, now time.Time) {
 		return
 	}
 	alt, res := altsvc.Parse(values, host, now)
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	switch res {
 	case altsvc.Cleared:
-		delete(c.m, origin)
+		c.delete(origin)
 	case altsvc.Advertised:
-		if _, known := c.m[origin]; !known && len(c.m) >= maxAltSvc {
-			return
-		}
-		if c.m == nil {
-			c.m = map[string]altsvc.H3{}
-		}
-		c.m[origin] = alt
+		c.store(origin, alt)
 	}
 }
 
 // forget drops origin's alternative: its QUIC connection failed.
-func (c *altSvcCache) forget(origin string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.m, origin)
-}
+func (c *altSvcCache) forget(origin string) { c.delete(origin) }

@@ -151,7 +151,7 @@ func (s *h2Stream) uploading() bool { return false }
 // mark after (or is same), else a new one (muxPool.acquire).
 func (t *Transport) acquireH2(ctx context.Context, key connKey, snap *routeSnapshot, leg plan.Leg, after uint64, same *h2Conn) (*h2Conn, bool, error) {
 	check := func() error {
-		if _, h1 := t.h1Only.Load(key); h1 {
+		if _, h1 := t.h1Only.load(key); h1 {
 			return errFallbackH1
 		}
 		return nil
@@ -174,7 +174,7 @@ func (t *Transport) dialH2(ctx context.Context, key connKey, snap *routeSnapshot
 	if c.tls != nil && c.tls.NegotiatedProtocol != http2.NextProtoTLS {
 		c.conn.Close()
 		if leg.Next == plan.FallbackALPN {
-			t.h1Only.Store(key, true)
+			t.h1Only.store(key, struct{}{})
 			return nil, errFallbackH1
 		}
 		return nil, fmt.Errorf("replaysafe: %s did not select h2 in ALPN (selected %q)", key.addr, c.tls.NegotiatedProtocol)

@@ -94,7 +94,7 @@ func (c *call) runH3() (*http.Response, error) {
 // established: its route keeps to TCP for H3RetryAfter, and its Alt-Svc
 // advertisement is dropped.
 func (t *Transport) markH3Broken(key connKey) {
-	t.h3Broken.Store(key.addr, time.Now())
+	t.h3Broken.store(key.addr, time.Now())
 	t.altSvc.forget(key.addr)
 }
 

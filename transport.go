@@ -69,17 +69,17 @@ type Transport struct {
 	// ProtocolNegotiate (connKey → true).
 	h2factory *http2.Transport
 	h2pool    *muxPool[*h2Conn]
-	h1Only    sync.Map
+	h1Only    memo[connKey, struct{}]
 
 	// HTTP/3 (Options.Protocol): quic-go's connection factory, the pool,
 	// and under ProtocolPreferHTTP3 the destinations (host:port) whose
 	// QUIC connection failed, with the time (h3.go).
 	h3factory *http3.Transport
 	h3pool    *muxPool[*h3Conn]
-	h3Broken  sync.Map
+	h3Broken  memo[string, time.Time] // destination → when its QUIC handshake failed
 	h3mu      sync.Mutex
 	h3dials   map[connKey]*h3Dial // background QUIC dials (raceH3)
-	altSvc    altSvcCache         // ProtocolDiscoverHTTP3: origin → HTTP/3 port
+	altSvc    *altSvcCache        // ProtocolDiscoverHTTP3: origin → HTTP/3 port
 	udp       udpSockets          // the QUIC connections' shared UDP sockets
 
 	// Direct routes built once (route.go): directRoute → cachedSnapshot.
@@ -102,8 +102,10 @@ func New(o Options) *Transport {
 		h2pool:    newMuxPool[*h2Conn](o.MaxIdleConnsPerHost, 0, limit),
 
 		h3factory: newH3Factory(o),
+		altSvc:    newAltSvcCache(),
 		h3pool:    newMuxPool[*h3Conn](o.MaxIdleConnsPerHost, o.IdleConnTimeout, limit),
 	}
+	t.h3Broken.stale = func(at time.Time) bool { return time.Since(at) >= H3RetryAfter }
 	if o.AcquireTimeout > 0 {
 		t.limits.Acquire = o.AcquireTimeout
 	}
@@ -185,7 +187,7 @@ func closeBody(req *http.Request, err error) error {
 func (t *Transport) planInput(key connKey, proxied bool) plan.Input {
 	in := plan.Input{Policy: plan.Policy(t.opt.Protocol), HTTPS: key.scheme == "https", Proxied: proxied}
 	if in.HTTPS && !proxied && (t.opt.Protocol == ProtocolPreferHTTP3 || t.opt.Protocol == ProtocolDiscoverHTTP3) {
-		if v, ok := t.h3Broken.Load(key.addr); ok && time.Since(v.(time.Time)) < H3RetryAfter {
+		if at, ok := t.h3Broken.load(key.addr); ok && time.Since(at) < H3RetryAfter {
 			in.H3Broken = true
 		}
 		if t.opt.Protocol == ProtocolDiscoverHTTP3 {
@@ -204,7 +206,7 @@ func (c *call) run(in plan.Input, p plan.Plan) (*http.Response, error) {
 	for {
 		leg := p.First()
 		if leg.Route == route.PolicyNegotiate && !in.ALPNChoseH1 {
-			if _, h1 := c.t.h1Only.Load(c.key); h1 {
+			if _, h1 := c.t.h1Only.load(c.key); h1 {
 				in.ALPNChoseH1 = true
 				p = plan.Make(in)
 				continue
