@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 x/net/http2.Transport, deprecated in favour of net/http, is one of the peers measured here.
+
 package interop
 
 import (
