@@ -8,6 +8,7 @@ import (
 
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/internal/adapters/informational"
+	"github.com/replaysafe/replaysafe/internal/adapters/netclass"
 	"github.com/replaysafe/replaysafe/internal/recorder"
 )
 
@@ -222,7 +223,7 @@ func (r *Recorder) Abandon() fsm.Decision {
 // the current phase); the informational responses went over their bound
 // (EventMalformed: the server's response is unacceptable, whatever
 // net/http did with the connection since); err is the request body's own error
-// (EventLocalFailure); Classify(err);
+// (EventLocalFailure); netclass.Classify(err);
 // Classify of the read or write error the Conn saw; EventMalformed when a
 // response byte arrived (net/http's parse errors are untyped); else a local
 // failure, fed as EventCanceled.
@@ -238,9 +239,9 @@ func (r *Recorder) Fail(err error, ctx context.Context, local error) fsm.Decisio
 	if local != nil && errors.Is(err, local) {
 		return r.StepLocked(fsm.EventLocalFailure)
 	}
-	k, ok := Classify(err)
+	k, ok := netclass.Classify(err)
 	if !ok {
-		k, ok = Classify(r.connErr)
+		k, ok = netclass.Classify(r.connErr)
 	}
 	switch {
 	case ok && k == fsm.EventTimeout:

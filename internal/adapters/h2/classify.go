@@ -4,16 +4,12 @@ package h2
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
-	"io"
-	"net"
-	"os"
-	"syscall"
 
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/netclass"
 )
 
 // source says which row of the classification table decided, so that
@@ -47,17 +43,9 @@ const (
 //	http2.GoAwayError                EventH2GoAway{Boundary: LastStreamID, Stream: ourStream}
 //	http2.ConnectionError            EventReset (a connection-level protocol error)
 //	http2.ErrNoCachedConn            EventAcquireFailed (pools only; ClientConn never returns it)
-//	tls.AlertError,
-//	tls.RecordHeaderError,
-//	*tls.CertificateVerificationError,
-//	*net.OpError with Op "remote error"
-//	or "local error" (crypto/tls)    EventTLSFailure
-//	os.ErrDeadlineExceeded, or an
-//	error whose Timeout() is true    EventTimeout
-//	syscall.ECONNRESET, ECONNABORTED EventReset
-//	syscall.EPIPE, io.EOF,
-//	io.ErrUnexpectedEOF, net.ErrClosed
-//	                                 EventClosed
+//	what netclass.Classify places    its event: TLS failures, timeouts,
+//	                                 resets (EPIPE included), closes, as on
+//	                                 every protocol
 //	anything else                    EventClosed (ambiguous: no evidence)
 //
 // The last row matters: x/net reports several decisive situations with
@@ -102,46 +90,13 @@ func classify(err error, ourStream uint32) (fsm.Event, source) {
 	if errors.Is(err, http2.ErrNoCachedConn) {
 		return fsm.Event{Kind: fsm.EventAcquireFailed}, fromAcquire
 	}
-	if isTLS(err) {
-		return fsm.Event{Kind: fsm.EventTLSFailure}, fromConnection
-	}
-	if isTimeout(err) {
-		return fsm.Event{Kind: fsm.EventTimeout}, fromContext
-	}
-	switch {
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNABORTED):
-		return fsm.Event{Kind: fsm.EventReset}, fromConnection
-	case errors.Is(err, syscall.EPIPE), errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
-		return fsm.Event{Kind: fsm.EventClosed}, fromConnection
+	// What every stack meets on a connection means the same here as on
+	// HTTP/1.1 and HTTP/3.
+	if k, ok := netclass.Classify(err); ok {
+		return fsm.Event{Kind: k}, fromConnection
 	}
 	// Unknown: no evidence either way, so the failure is ambiguous.
 	return fsm.Event{Kind: fsm.EventClosed}, fromConnection
-}
-
-// isTLS reports whether err comes from crypto/tls on an established
-// connection. crypto/tls reports alerts it receives or sends as a
-// *net.OpError whose Op is "remote error" or "local error", wrapping an
-// unexported alert type; the Op field is the only structured mark.
-func isTLS(err error) bool {
-	var alert tls.AlertError
-	var rec tls.RecordHeaderError
-	var verify *tls.CertificateVerificationError
-	if errors.As(err, &alert) || errors.As(err, &rec) || errors.As(err, &verify) {
-		return true
-	}
-	var op *net.OpError
-	return errors.As(err, &op) && (op.Op == "remote error" || op.Op == "local error")
-}
-
-// isTimeout reports whether err is a deadline of the connection or an
-// error that says it is a timeout.
-func isTimeout(err error) bool {
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return true
-	}
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
 }
 
 // StreamOf returns the stream ID an http2.StreamError names, the one

@@ -55,7 +55,7 @@ func TestClassifyTable(t *testing.T) {
 		{"not-a-timeout", timeoutErr{timeout: false}, fsm.EventClosed},
 		{"econnreset", readErr(os.NewSyscallError("read", syscall.ECONNRESET)), fsm.EventReset},
 		{"econnaborted", syscall.ECONNABORTED, fsm.EventReset},
-		{"epipe", &net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.EPIPE)}, fsm.EventClosed},
+		{"epipe", &net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.EPIPE)}, fsm.EventReset},
 		{"eof", io.EOF, fsm.EventClosed},
 		{"unexpected-eof", io.ErrUnexpectedEOF, fsm.EventClosed},
 		{"net-closed", wrap(net.ErrClosed), fsm.EventClosed},

@@ -2,15 +2,13 @@ package h3
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
-	"net"
-	"os"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/netclass"
 )
 
 // source says which row of the classification table decided, so that
@@ -47,12 +45,7 @@ const (
 //	*quic.TransportError, other        EventReset (a QUIC protocol error)
 //	*quic.StatelessResetError          EventReset
 //	*quic.ApplicationError             EventClosed (the connection was closed)
-//	tls.AlertError,
-//	*tls.CertificateVerificationError  EventTLSFailure
-//	os.ErrDeadlineExceeded, or an
-//	error whose Timeout() is true      EventTimeout
-//	io.EOF, io.ErrUnexpectedEOF,
-//	net.ErrClosed                      EventClosed
+//	what netclass.Classify places      its event, as on every protocol
 //	anything else                      EventClosed (ambiguous: no evidence)
 //
 // An idle timeout is a timeout: the peer went silent while the request
@@ -102,19 +95,11 @@ func classify(err error) (fsm.Event, source) {
 	if _, ok := errors.AsType[*quic.ApplicationError](err); ok {
 		return ev(fsm.EventClosed), fromConnection
 	}
-	if _, ok := errors.AsType[tls.AlertError](err); ok {
-		return ev(fsm.EventTLSFailure), fromConnection
+	// What every stack meets on a connection means the same here as on
+	// HTTP/1.1 and HTTP/2.
+	if k, ok := netclass.Classify(err); ok {
+		return ev(k), fromConnection
 	}
-	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
-		return ev(fsm.EventTLSFailure), fromConnection
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return ev(fsm.EventTimeout), fromConnection
-	}
-	if t, ok := errors.AsType[net.Error](err); ok && t.Timeout() {
-		return ev(fsm.EventTimeout), fromConnection
-	}
-	// io.EOF, io.ErrUnexpectedEOF, net.ErrClosed and everything unknown:
-	// the connection went away under the request.
+	// Everything unknown: the connection went away under the request.
 	return ev(fsm.EventClosed), fromConnection
 }
