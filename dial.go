@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/internal/adapters/h1"
 )
 
@@ -51,8 +52,8 @@ func newFactory(o Options) *http.Transport {
 // connection over that. The scheme given to NewClientConn is always
 // "http": TLS is already done, and net/http only ever sees the plaintext
 // side.
-func (t *Transport) dial(ctx context.Context, key connKey, snap *routeSnapshot, alpn []string) (*persistConn, error) {
-	c, err := t.connect(ctx, key, snap, connectOpts{alpn: alpn, countWire: true})
+func (t *Transport) dial(ctx context.Context, key connKey, snap *routeSnapshot, alpn []string, start fsm.Instant) (*persistConn, error) {
+	c, err := t.connect(ctx, key, snap, connectOpts{alpn: alpn, countWire: true, start: start})
 	if err != nil {
 		return nil, err
 	}
@@ -79,6 +80,10 @@ type established struct {
 // and whether a WireCounter goes under TLS with it.
 type connectOpts struct {
 	alpn []string
+	// start is when the attempt's acquisition began: the instant its
+	// machine's acquire phase started, so that the proxy budget and the
+	// machine measure one deadline from one instant on one clock.
+	start fsm.Instant
 	// countWire puts an h1.WireCounter beneath TLS with the origin
 	// (established.wire): the HTTP/1.1 path needs it, the HTTP/2 path
 	// observes the plaintext side instead (internal/adapters/h2.Observe).

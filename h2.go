@@ -75,7 +75,7 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	body := start.body
 	a := c.newStreamAttempt(n, start.facts, body, false)
 	same, _ := start.same.(*h2Conn)
-	hc, reused, err := c.t.acquireH2(a.ctx, c.key, c.snap, c.leg, start.after, same)
+	hc, reused, err := c.t.acquireH2(a.ctx, c.key, c.snap, c.leg, a.rec.Start(), start.after, same)
 	if err != nil {
 		if n == 1 && errors.Is(err, errFallbackH1) {
 			a.rec.Stop()
@@ -149,14 +149,14 @@ func (s *h2Stream) uploading() bool { return false }
 // acquireH2 returns a connection with a stream reserved for one
 // attempt: a pooled one that can take a stream and joined the pool after
 // mark after (or is same), else a new one (muxPool.acquire).
-func (t *Transport) acquireH2(ctx context.Context, key connKey, snap *routeSnapshot, leg plan.Leg, after uint64, same *h2Conn) (*h2Conn, bool, error) {
+func (t *Transport) acquireH2(ctx context.Context, key connKey, snap *routeSnapshot, leg plan.Leg, start fsm.Instant, after uint64, same *h2Conn) (*h2Conn, bool, error) {
 	check := func() error {
 		if _, h1 := t.h1Only.load(key); h1 {
 			return errFallbackH1
 		}
 		return nil
 	}
-	dial := func() (*h2Conn, error) { return t.dialH2(ctx, key, snap, leg) }
+	dial := func() (*h2Conn, error) { return t.dialH2(ctx, key, snap, leg, start) }
 	return t.h2pool.acquire(ctx, key, after, same, check, dial)
 }
 
@@ -166,8 +166,8 @@ func (t *Transport) acquireH2(ctx context.Context, key connKey, snap *routeSnaps
 // origin (h2c with prior knowledge for a direct http route; the plan
 // refuses h2c through a proxy), the ALPN check, the internal/adapters/h2
 // observer over the plaintext side, and x/net's ClientConn over that.
-func (t *Transport) dialH2(ctx context.Context, key connKey, snap *routeSnapshot, leg plan.Leg) (*h2Conn, error) {
-	c, err := t.connect(ctx, key, snap, connectOpts{alpn: leg.ALPN})
+func (t *Transport) dialH2(ctx context.Context, key connKey, snap *routeSnapshot, leg plan.Leg, start fsm.Instant) (*h2Conn, error) {
+	c, err := t.connect(ctx, key, snap, connectOpts{alpn: leg.ALPN, start: start})
 	if err != nil {
 		return nil, err
 	}

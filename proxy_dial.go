@@ -29,12 +29,18 @@ func (f dialFunc) DialContext(ctx context.Context, network, addr string) (net.Co
 // connectProxied establishes a connection through snap's proxy chain:
 // the first hop through Options.DialContext, TLS with every https proxy,
 // CONNECT or SOCKS5 at every hop, then TLS with an https origin inside
-// the tunnel, offering o.alpn. One budget, started here at the pool miss with
-// AcquireTimeout as its limit, covers all of it; every attempt that gets
-// here (a resend after a stale connection included) starts its own.
+// the tunnel, offering o.alpn. One budget covers all of it, waiting for
+// capacity included: AcquireTimeout from o.start, the instant the
+// attempt's machine started its acquire phase, on the machine's clock, so
+// both measure the same deadline. Every attempt (a resend included) has
+// its own.
 func (t *Transport) connectProxied(ctx context.Context, key connKey, snap *routeSnapshot, o connectOpts) (established, error) {
 	clock := budgetClock{t.clock}
-	b := route.Start(clock.Now(), t.opt.AcquireTimeout)
+	start := route.Instant(o.start)
+	if start == 0 {
+		start = clock.Now()
+	}
+	b := route.Start(start, t.opt.AcquireTimeout)
 	d := &proxy.Dialer{TCP: dialFunc(t.opt.DialContext), Clock: clock, AllowCleartextChainCredentials: t.opt.AllowCleartextChainCredentials}
 	r := snap.route
 	hops := make([]proxy.Hop, r.NumHops())
@@ -70,19 +76,19 @@ func (t *Transport) connectProxied(ctx context.Context, key connKey, snap *route
 	return established{conn: tc, wire: wire, tls: &cs}, nil
 }
 
-// machineGrace bounds the wait for the machine's acquire deadline after
-// the budget ran out first.
-const machineGrace = 2 * time.Second
+// machineGrace bounds the wait for the machine's timer after the budget
+// saw the same deadline pass first: both are one instant on one clock,
+// so the wait is the timer's latency.
+const machineGrace = 250 * time.Millisecond
 
 // acquireErr makes a failed establishment's error name the step that ran
 // out of time, when time ran out.
 //
-// Two clocks watch the same limit: the machine's acquire phase, started
-// with the attempt, and the budget, started at the pool miss a moment
-// later. The machine usually fires first and cancels ctx, and the step
+// The machine's acquire phase and the budget end at the same instant.
+// The machine's timer usually fires first and cancels ctx, and the step
 // then fails with a *proxy.StepError whose step and hop become a
-// *route.DeadlineError. When the budget fires first, the machine's
-// deadline, no later than the budget's, is due: waiting for it lets the
+// *route.DeadlineError. When a step's own deadline from the budget
+// fires first, the machine's timer is due: waiting for it lets the
 // machine decide the attempt as an acquire-phase timeout (RS06) either
 // way, rather than as an acquisition failure on a race.
 func acquireErr(ctx context.Context, b route.Budget, clock budgetClock, err error) error {

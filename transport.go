@@ -480,7 +480,7 @@ func (t *Transport) acquire(ctx context.Context, key connKey, snap *routeSnapsho
 			return nil, false, err
 		}
 	}
-	pc, err := t.dial(ctx, key, snap, alpn)
+	pc, err := t.dial(ctx, key, snap, alpn, rec.Start())
 	if err != nil {
 		t.limit.closed(key)
 		return nil, false, err
