@@ -109,15 +109,11 @@ func (s *Scenario) serverConfig(n Network, signal <-chan struct{}) (serverSpec, 
 		return serverSpec{h1: cfg}, nil
 	case ProtoH2:
 		cfg := &h2server.Config{TLS: n.TLS}
-		conns, every, err := streamScripts(s, h2Actions, h2server.Action.WithInformational)
+		var err error
+		cfg.Conns, cfg.Default, err = streamScripts(s, h2Actions, h2server.Action.WithInformational,
+			func(a []h2server.Action) h2server.ConnScript { return h2server.ConnScript{Streams: a} }, h2server.Every)
 		if err != nil {
 			return serverSpec{}, err
-		}
-		for _, acts := range conns {
-			cfg.Conns = append(cfg.Conns, h2server.ConnScript{Streams: acts})
-		}
-		if every != nil {
-			cfg.Default = h2server.Every(*every)
 		}
 		for _, o := range s.Server {
 			k, v, _ := strings.Cut(o, "=")
@@ -137,15 +133,11 @@ func (s *Scenario) serverConfig(n Network, signal <-chan struct{}) (serverSpec, 
 		return serverSpec{h2: cfg}, nil
 	case ProtoH3:
 		cfg := &h3server.Config{}
-		conns, every, err := streamScripts(s, h3Actions, h3server.Action.WithInformational)
+		var err error
+		cfg.Conns, cfg.Default, err = streamScripts(s, h3Actions, h3server.Action.WithInformational,
+			func(a []h3server.Action) h3server.ConnScript { return h3server.ConnScript{Streams: a} }, h3server.Every)
 		if err != nil {
 			return serverSpec{}, err
-		}
-		for _, acts := range conns {
-			cfg.Conns = append(cfg.Conns, h3server.ConnScript{Streams: acts})
-		}
-		if every != nil {
-			cfg.Default = h3server.Every(*every)
 		}
 		if len(s.Server) > 0 {
 			return serverSpec{}, fmt.Errorf("h3 scenarios take no server line")
@@ -156,9 +148,11 @@ func (s *Scenario) serverConfig(n Network, signal <-chan struct{}) (serverSpec, 
 }
 
 // streamScripts resolves the conn and default lines of an HTTP/2 or
-// HTTP/3 scenario through table; a "103:" prefix adds an interim
-// response with with1xx.
-func streamScripts[A any](s *Scenario, table map[string]A, with1xx func(A, int, http.Header) A) (conns [][]A, every *A, err error) {
+// HTTP/3 scenario through table into connection scripts (made by script)
+// and the default script (made by every; nil without a default line); a
+// "103:" prefix adds an interim response with with1xx.
+func streamScripts[A, C any](s *Scenario, table map[string]A, with1xx func(A, int, http.Header) A,
+	script func([]A) C, every func(A) *C) (conns []C, def *C, err error) {
 	action := func(name string) (A, error) {
 		var zero A
 		code, base, err := informational(name)
@@ -183,14 +177,14 @@ func streamScripts[A any](s *Scenario, table map[string]A, with1xx func(A, int, 
 			}
 			acts = append(acts, a)
 		}
-		conns = append(conns, acts)
+		conns = append(conns, script(acts))
 	}
 	if s.Default != "" {
 		a, err := action(s.Default)
 		if err != nil {
 			return nil, nil, err
 		}
-		every = &a
+		def = every(a)
 	}
-	return conns, every, nil
+	return conns, def, nil
 }

@@ -56,6 +56,8 @@ type conn struct {
 	hangMode    CloseMode          // how it does
 	gotSettings bool               // the client's first SETTINGS arrived
 	settingsAck bool               // the client acknowledged the server's SETTINGS
+	holdUntil   time.Time          // the server's SETTINGS wait until then, or the first HEADERS
+	ackPending  bool               // the client's SETTINGS await their ACK (during the hold)
 	served      int                // streams handled (not refused, not ignored)
 	closeIdle   bool               // close the connection once no stream is left
 }
@@ -163,6 +165,14 @@ func (c *conn) serve() {
 			return
 		}
 		f, err := c.fr.ReadFrame()
+		if err != nil && !c.holdUntil.IsZero() && errors.Is(err, os.ErrDeadlineExceeded) {
+			// No HEADERS within SettingsHold: send the SETTINGS and go on.
+			if err := c.releaseSettings(); err != nil {
+				c.fail(err)
+				return
+			}
+			continue
+		}
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) {
@@ -226,6 +236,31 @@ func (c *conn) start() error {
 	c.fr = http2.NewFramer(c.cc, c.cc)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.fr.MaxHeaderListSize = maxHeaderList
+	if c.s.cfg.RefuseBodyBeforeSettingsAck {
+		c.holdUntil = time.Now().Add(SettingsHold)
+		return nil
+	}
+	return c.writeSettings()
+}
+
+// releaseSettings ends the hold of RefuseBodyBeforeSettingsAck: it sends
+// the server's SETTINGS, then the ACK of the client's if they came.
+func (c *conn) releaseSettings() error {
+	if err := c.writeSettings(); err != nil {
+		return err
+	}
+	if c.ackPending {
+		c.ackPending = false
+		if err := c.fr.WriteSettingsAck(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeSettings sends the server's SETTINGS frame.
+func (c *conn) writeSettings() error {
+	c.holdUntil = time.Time{}
 	var settings []http2.Setting
 	if n := c.s.cfg.MaxConcurrentStreams; n != 0 {
 		settings = append(settings, http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: n})
@@ -238,6 +273,9 @@ func (c *conn) start() error {
 }
 
 func (c *conn) readDeadline() time.Time {
+	if !c.holdUntil.IsZero() {
+		return c.holdUntil
+	}
 	if !c.hangUntil.IsZero() {
 		return c.hangUntil
 	}
@@ -332,6 +370,13 @@ func (c *conn) closeWith(mode CloseMode) {
 // handle processes one frame; closed reports that an action closed the
 // connection.
 func (c *conn) handle(f http2.Frame) (closed bool, err error) {
+	_, ping := f.(*http2.PingFrame)
+	_, data := f.(*http2.DataFrame)
+	if !c.holdUntil.IsZero() && (ping || data) { // frames the server answers
+		if err := c.releaseSettings(); err != nil {
+			return false, err
+		}
+	}
 	switch f := f.(type) {
 	case *http2.SettingsFrame:
 		if f.IsAck() {
@@ -343,6 +388,10 @@ func (c *conn) handle(f http2.Frame) (closed bool, err error) {
 		}
 		if err := c.applySettings(f); err != nil {
 			return false, err
+		}
+		if !c.holdUntil.IsZero() {
+			c.ackPending = true
+			return false, nil
 		}
 		if err := c.fr.WriteSettingsAck(); err != nil {
 			return false, err
@@ -436,6 +485,11 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) (bool, error) {
 	rec := newReceived(c.idx, seq, f)
 	ignored := c.goAway && id > c.goAwayLast
 	refused := !ignored && c.s.cfg.RefuseBodyBeforeSettingsAck && !c.settingsAck && !rec.EndStream
+	if !c.holdUntil.IsZero() {
+		if err := c.releaseSettings(); err != nil {
+			return false, err
+		}
+	}
 	var a Action
 	switch {
 	case refused:

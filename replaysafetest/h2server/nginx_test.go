@@ -3,10 +3,12 @@ package h2server_test
 import (
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 )
@@ -146,4 +148,48 @@ func TestInformational(t *testing.T) {
 			t.Errorf("%d bytes written, %d streams received", c.BytesWritten, s.Count())
 		}
 	})
+}
+
+// The server holds its SETTINGS back until the first request, so a body
+// sent at once after the preface is refused in every run; the hold does
+// not end on the client's SETTINGS or WINDOW_UPDATE.
+func TestRawSettingsHeldForTheFirstRequest(t *testing.T) {
+	s := start(t, h2server.Config{RefuseBodyBeforeSettingsAck: true})
+	c, err := s.Dial(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	rc := &rawClient{t: t, c: c, fr: http2.NewFramer(c, c)}
+	rc.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	rc.henc = hpack.NewEncoder(&rc.hbuf)
+	if _, err := io.WriteString(c, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.fr.WriteWindowUpdate(0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // the hold outlasts a client's pause
+	rc.headers(1, "POST", "/first", false)
+	rc.data(1, "body", true)
+	var got []string
+	for range 3 {
+		f, err := rc.next()
+		if err != nil {
+			t.Fatalf("after %v: %v", got, err)
+		}
+		got = append(got, f.Type.String()+map[bool]string{true: "-ack", false: ""}[f.Flags.Has(http2.FlagSettingsAck) && f.Type == http2.FrameSettings])
+		if f.Type == http2.FrameRSTStream && f.Code != http2.ErrCodeRefusedStream {
+			t.Errorf("RST_STREAM %v", f.Code)
+		}
+	}
+	if want := "SETTINGS SETTINGS-ack RST_STREAM"; strings.Join(got, " ") != want {
+		t.Errorf("frames %q, want %q", got, want)
+	}
+	if r := waitRequests(t, s, 1)[0]; !r.PrereadRefused || len(r.Body) != 0 {
+		t.Errorf("record %+v", r)
+	}
 }

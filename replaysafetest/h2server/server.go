@@ -71,6 +71,10 @@ const (
 	DefaultMaxBodyBytes = 1 << 20
 )
 
+// SettingsHold bounds how long a server with RefuseBodyBeforeSettingsAck
+// holds back its SETTINGS waiting for the first request.
+const SettingsHold = 200 * time.Millisecond
+
 // ErrClosed is returned by the Wait methods when the server has been
 // closed and the awaited condition can no longer become true.
 var ErrClosed = errors.New("h2server: server closed")
@@ -124,7 +128,12 @@ type Config struct {
 	// body discarded, without running its action. Once the SETTINGS ACK
 	// has arrived, bodies are accepted. A refused stream is recorded with
 	// PrereadRefused set and Action KindRefuse; it takes a Seq, but not a
-	// script position.
+	// script position. So that the race is decided the same way in every
+	// run, the server holds back its SETTINGS (and the ACK of the
+	// client's) until the first HEADERS, a PING or DATA frame, or
+	// SettingsHold, whichever comes first: the first request of a
+	// connection, if it has a body and is sent at once, is always
+	// refused.
 	RefuseBodyBeforeSettingsAck bool
 	// MaxRequestsPerConn, when positive, emulates nginx
 	// keepalive_requests: as the HEADERS of a connection's N-th served
