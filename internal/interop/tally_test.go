@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -89,3 +90,13 @@ func TestCrossingSweep(t *testing.T) {
 type failing struct{}
 
 func (failing) RoundTrip(*http.Request) (*http.Response, error) { return nil, errors.New("no server") }
+
+// Bad flags exit 2 before any server starts.
+func TestMainFlags(t *testing.T) {
+	for _, args := range [][]string{{"-runs", "0"}, {"-case", "("}, {"-server", "apache"}, {"extra", "-nope"}} {
+		var out, errOut strings.Builder
+		if code := Main(args, &out, &errOut); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (%s)", args, code, errOut.String())
+		}
+	}
+}
