@@ -66,6 +66,9 @@ type clientOptions struct {
 	// quic configures HTTP/3 connections (replaysafe and quic-go); nil
 	// means the client's default.
 	quic *quic.Config
+	// idle is IdleConnTimeout (replaysafe and net/http); zero means the
+	// client's default.
+	idle time.Duration
 }
 
 // newClient builds a fresh client named name for wire w.
@@ -82,6 +85,7 @@ func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Che
 			DialContext:     dial,
 			TLSClientConfig: tlsConf.Clone(),
 			QUICConfig:      o.quic,
+			IdleConnTimeout: o.idle,
 			Observer: replaysafe.Observer{OnAttempt: func(r replaysafe.AttemptReport) {
 				if r.Number > 1 {
 					resends.Add(1)
@@ -106,7 +110,7 @@ func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Che
 		if w >= WireH3 {
 			return nil, fmt.Errorf("interop: %s speaks no HTTP/3", name)
 		}
-		t := &http.Transport{DialContext: dial, TLSClientConfig: tlsConf.Clone(), ForceAttemptHTTP2: w == WireH2}
+		t := &http.Transport{DialContext: dial, TLSClientConfig: tlsConf.Clone(), ForceAttemptHTTP2: w == WireH2, IdleConnTimeout: o.idle}
 		return &client{rt: t, dials: dials, close: t.CloseIdleConnections}, nil
 	case XNetHTTP2:
 		if w != WireH2 {

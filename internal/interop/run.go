@@ -326,6 +326,15 @@ func Rows() []Row {
 			})
 		}
 	}
+	for _, m := range []string{http.MethodPut, http.MethodPost} {
+		rows = append(rows, Row{
+			ID: "nginx-h1-idle-1s-client-900ms/" + m, Server: "nginx", Wire: WireH1, Clients: h1, Parallel: 15, MustDeliver: true,
+			Title:  "as nginx-h1-idle-1s, with the clients' IdleConnTimeout 900ms, below nginx's keepalive_timeout",
+			start:  startNginx(NginxConfig{KeepaliveTimeout: "1s"}),
+			run:    crossing(m, idle, spread),
+			client: clientOptions{idle: 900 * time.Millisecond},
+		})
+	}
 	for _, kr := range []struct {
 		n   int
 		tls bool
