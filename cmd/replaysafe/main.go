@@ -1,5 +1,6 @@
 // Command replaysafe prints replaysafe's dispatch rules, explains recorded
-// traces, runs the conformance scenarios, fuzz campaigns and benchmarks.
+// traces, runs the conformance scenarios, soaks, fuzz campaigns and
+// benchmarks, and forwards requests as a sidecar.
 //
 // Usage:
 //
@@ -9,6 +10,7 @@
 //	replaysafe fuzz [flags]           run the fuzz targets as a campaign
 //	replaysafe bench [flags]          run the benchmarks, replaysafe beside its peers (from the repository root)
 //	replaysafe soak [flags]           many concurrent requests against an in-process faulty server, bounds checked
+//	replaysafe forward -to URL [flags] forward requests to one upstream, as a sidecar
 //
 // Run "replaysafe COMMAND -h" for a command's flags.
 package main
