@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/fsm/plan"
 )
 
 // Egress is the forwarder's upstream protocol policy.
@@ -170,6 +171,9 @@ type Dispatch struct {
 	// part of the Transport's pool identity, with the upstream's scheme
 	// and authority.
 	Protocol replaysafe.Protocol
+	// Legs is the Transport's dispatch plan for the upstream: the
+	// protocols it may speak, in order (fsm/plan).
+	Legs []plan.Leg
 	// Upgrade is the Upgrade field value to forward in ModeUpgrade.
 	Upgrade string
 	// Trailers reports whether the egress asks for trailers (TE:
@@ -234,22 +238,22 @@ func Plan(req *http.Request, e Egress) Dispatch {
 		return refuse(d, http.StatusInternalServerError, "upstream scheme %q is neither http nor https", scheme)
 	}
 
-	switch e {
-	case EgressHTTP1:
-		d.Version, d.Exact = VersionHTTP11, true
-	case EgressHTTP2:
+	// The egress version is the Transport's dispatch plan for the
+	// upstream (fsm/plan), the same function its RoundTrip carries out.
+	tp := plan.Make(plan.Input{Policy: plan.Policy(d.Protocol), HTTPS: scheme == "https"})
+	if tp.Err != nil {
+		return refuse(d, http.StatusInternalServerError, "%v egress to an %s upstream: %v", e, scheme, tp.Err)
+	}
+	d.Legs = tp.Legs
+	switch first := tp.First(); {
+	case first.Next == plan.FallbackALPN:
+		d.Version = VersionALPN
+	case first.Proto == plan.ProtoH2:
 		d.Version, d.Exact = VersionHTTP2, true
-	case EgressHTTP3:
-		if scheme != "https" {
-			return refuse(d, http.StatusInternalServerError, "HTTP/3 egress needs an https upstream, not %q", scheme)
-		}
+	case first.Proto == plan.ProtoH3:
 		d.Version, d.Exact = VersionHTTP3, true
-	case EgressNegotiate:
-		if scheme == "https" {
-			d.Version = VersionALPN
-		} else {
-			d.Version, d.Exact = VersionHTTP11, true
-		}
+	default:
+		d.Version, d.Exact = VersionHTTP11, true
 	}
 
 	if d.Mode == ModeExtendedConnect {
