@@ -137,11 +137,42 @@ var (
 	ErrPolicy = errors.New("unknown protocol policy")
 )
 
-// Make returns the plan for in. It allocates only the legs.
+// Make returns the plan for in. It does not allocate: every plan is
+// made once, and the returned Legs (and their ALPN lists) are shared, so
+// a caller must not modify them.
 func Make(in Input) Plan {
 	if in.Policy >= policyCount {
 		return Plan{Err: ErrPolicy}
 	}
+	return plans[index(in)]
+}
+
+// inputBits is the number of boolean fields of Input.
+const inputBits = 5
+
+// index numbers in among the inputs of its policy.
+func index(in Input) int {
+	i := int(in.Policy) << inputBits
+	for b, f := range [inputBits]bool{in.HTTPS, in.Proxied, in.ALPNChoseH1, in.H3Broken, in.AltSvcH3} {
+		if f {
+			i |= 1 << b
+		}
+	}
+	return i
+}
+
+// plans holds the plan of every input, by index.
+var plans = func() (all [int(policyCount) << inputBits]Plan) {
+	for i := range all {
+		in := Input{Policy: Policy(i >> inputBits), HTTPS: i&1 != 0, Proxied: i&2 != 0,
+			ALPNChoseH1: i&4 != 0, H3Broken: i&8 != 0, AltSvcH3: i&16 != 0}
+		all[i] = build(in)
+	}
+	return all
+}()
+
+// build makes the plan for in.
+func build(in Input) Plan {
 	h1 := Leg{Proto: ProtoH1, Route: route.PolicyH1}
 	if in.HTTPS {
 		h1.ALPN = []string{"http/1.1"}

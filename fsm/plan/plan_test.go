@@ -118,3 +118,11 @@ func TestInvariants(t *testing.T) {
 		t.Fatalf("walked %d inputs", n)
 	}
 }
+
+// TestMakeDoesNotAllocate: a plan per call costs nothing.
+func TestMakeDoesNotAllocate(t *testing.T) {
+	in := plan.Input{Policy: plan.PreferHTTP3, HTTPS: true}
+	if n := testing.AllocsPerRun(100, func() { _ = plan.Make(in) }); n != 0 {
+		t.Errorf("%v allocations per Make", n)
+	}
+}
