@@ -191,7 +191,7 @@ func (a *streamAttempt) failed(d fsm.Decision, err error) (*http.Response, *rese
 	}
 	a.endStream(d, false)
 	a.cancel(nil)
-	a.report(d, err)
+	a.report(err)
 	resp, next, err := a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.Facts(), a.body)
 	if next != nil {
 		next.after, next.same = after, same
@@ -239,12 +239,12 @@ func (a *streamAttempt) finishBody(err error) {
 	if a.body != nil {
 		a.body.release(false)
 	}
-	a.report(d, err)
+	a.report(err)
 }
 
 // report tells the Observer how the attempt ended.
-func (a *streamAttempt) report(d fsm.Decision, err error) {
-	a.c.report(a.n, a.reused, d, err, a.rec)
+func (a *streamAttempt) report(err error) {
+	a.c.report(a.n, a.reused, err, a.rec)
 }
 
 // goAwayAccepted returns how many requests the server accepted on the

@@ -583,7 +583,7 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 		a.pc.close()
 	}
 	a.cancel(nil)
-	a.report(d, err)
+	a.report(err)
 	return a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.Facts(), a.body)
 }
 
@@ -656,7 +656,7 @@ func (a *attempt) deliver(resp *http.Response) *http.Response {
 		a.pc.conn.Detach()
 		a.pc.release()
 		a.cancel(nil)
-		a.report(a.rec.Decision(), nil)
+		a.report(nil)
 		if a.body != nil {
 			a.body.release(false)
 		}
@@ -693,35 +693,41 @@ func (a *attempt) finishBody(err error) {
 	if a.body != nil {
 		a.body.release(false)
 	}
-	a.report(d, err)
+	a.report(err)
 }
 
 // report tells the Observer how the attempt ended.
-func (a *attempt) report(d fsm.Decision, err error) {
-	a.c.report(a.n, a.reused, d, err, a.rec)
+func (a *attempt) report(err error) {
+	a.c.report(a.n, a.reused, err, a.rec)
 }
 
 // attemptRecord is what an attempt's recorder tells the Observer.
 type attemptRecord interface {
 	Request() fsm.Request
-	Events() []fsm.Event
-	Trace() string
+	Seal() (fsm.Decision, []fsm.Event, string)
 }
 
 // report tells the Observer how wire attempt n of the call ended.
-func (c *call) report(n int, reused bool, d fsm.Decision, err error, rec attemptRecord) {
+func (c *call) report(n int, reused bool, err error, rec attemptRecord) {
 	if c.t.opt.Observer.OnAttempt == nil {
 		return
 	}
+	// The machine's last word, its events and its trace, taken together:
+	// a stack hook that reported a write after the response ended (HTTP/2
+	// writes on its own goroutine) moves a delivered attempt's connection
+	// decision on, and the trace must replay to what is reported.
+	// The action is the one the Transport acted on: a final action never
+	// changes, only a delivered attempt's connection decision does.
+	final, events, trace := rec.Seal()
 	c.t.opt.Observer.attempt(AttemptReport{
 		Request:  c.req,
 		Number:   n,
 		Facts:    rec.Request(),
 		Reused:   reused,
-		Decision: d,
-		Events:   rec.Events(),
+		Decision: final,
+		Events:   events,
 		Err:      err,
-		Trace:    rec.Trace(),
+		Trace:    trace,
 	})
 }
 

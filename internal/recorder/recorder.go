@@ -62,6 +62,7 @@ type Core struct {
 	stopTimer func() bool
 	timerAt   fsm.Instant
 	stopped   bool
+	sealed    bool // the attempt was reported: nothing more is fed
 }
 
 // Init starts the machine for req now and arms its first deadline.
@@ -91,7 +92,7 @@ func (c *Core) Start() fsm.Instant { return c.start }
 // fed: the machine would ignore them, and the trace stays the decided
 // one.
 func (c *Core) FeedLocked(e fsm.Event) fsm.Decision {
-	if c.m.Decision().Conn != fsm.ConnInUse {
+	if c.sealed || c.m.Decision().Conn != fsm.ConnInUse {
 		return c.m.Decision()
 	}
 	if e.At == 0 {
@@ -174,6 +175,23 @@ func (c *Core) Stop() {
 		c.stopTimer()
 		c.stopTimer = nil
 	}
+}
+
+// Seal ends the attempt as its observer sees it: it stops the timer,
+// feeds nothing more (a stack's late progress hooks, a write that ends
+// after the response did), and returns the decision, the events and the
+// trace together, so that the trace replays to exactly that decision.
+func (c *Core) Seal() (fsm.Decision, []fsm.Event, string) {
+	c.Mu.Lock()
+	c.sealed = true
+	c.stopped = true
+	if c.stopTimer != nil {
+		c.stopTimer()
+		c.stopTimer = nil
+	}
+	d, events := c.m.Decision(), append([]fsm.Event(nil), c.events...)
+	c.Mu.Unlock()
+	return d, events, c.Trace()
 }
 
 // Stopped reports whether Stop was called: the attempt is over.
