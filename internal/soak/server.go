@@ -3,6 +3,7 @@
 package soak
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -119,9 +121,11 @@ type server struct {
 	roots   *x509.CertPool
 
 	accepted atomic.Int64
-	peakOpen int // most connections open at once; under mu
-	injected [faultCount]atomic.Int64
-	busyIdle atomic.Int64 // idle closes that found the connection still busy
+	// acceptErrs counts failed accepts (EMFILE: too many open files).
+	acceptErrs atomic.Int64
+	peakOpen   int // most connections open at once; under mu
+	injected   [faultCount]atomic.Int64
+	busyIdle   atomic.Int64 // idle closes that found the connection still busy
 
 	mu     sync.Mutex
 	seen   map[string]*delivery
@@ -274,7 +278,7 @@ func (s *server) startH1() error {
 	}
 	s.h1 = &http.Server{
 		Handler:  http.HandlerFunc(s.handle),
-		ErrorLog: discardLog,
+		ErrorLog: log.New(acceptErrCounter{s}, "", 0),
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, sconnOf(c))
 		},
@@ -295,6 +299,17 @@ func (s *server) startH1() error {
 		_ = s.h1.Serve(l)
 	}()
 	return nil
+}
+
+// acceptErrCounter counts the accept errors net/http's Serve logs (it
+// retries them itself).
+type acceptErrCounter struct{ s *server }
+
+func (w acceptErrCounter) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte("Accept error")) {
+		w.s.acceptErrs.Add(1)
+	}
+	return len(p), nil
 }
 
 func sconnOf(c net.Conn) *sconn {
@@ -323,11 +338,26 @@ func (s *server) startH2() error {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		backoff := time.Duration(0)
 		for {
 			c, err := l.Accept()
 			if err != nil {
-				return
+				// Out of file descriptors (EMFILE) and the like: count,
+				// back off and go on, as net/http's Serve does.
+				var ne net.Error
+				if !errors.As(err, &ne) || !ne.Temporary() {
+					return
+				}
+				s.acceptErrs.Add(1)
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				select {
+				case <-time.After(backoff):
+				case <-s.done:
+					return
+				}
+				continue
 			}
+			backoff = 0
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()

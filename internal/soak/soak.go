@@ -24,7 +24,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log"
 	"net/http"
 	"os"
 	"runtime"
@@ -42,8 +41,6 @@ var Protocols = []string{"h1", "h1tls", "h2", "h2c", "h3"}
 
 // Methods is the method mix, one request in four each.
 var Methods = []string{http.MethodGet, http.MethodPut, http.MethodPost, http.MethodDelete}
-
-var discardLog = log.New(io.Discard, "", 0)
 
 // Config is one soak run.
 type Config struct {
@@ -96,14 +93,20 @@ func (m MethodStats) Rate() float64 {
 type Resources struct {
 	// Goroutines is runtime.NumGoroutine.
 	Goroutines int
-	// FDs is the number of open file descriptors (/proc/self/fd), or -1.
+	// FDs is the number of open file descriptors (/proc/self/fd), or -1
+	// when it cannot be read (also when the process is out of them). The
+	// server runs in the same process: a TCP connection counts twice.
 	FDs int
 	// Heap is the bytes of allocated heap objects.
 	Heap uint64
 }
 
 func (r Resources) String() string {
-	return fmt.Sprintf("goroutines %d, fds %d, heap %s", r.Goroutines, r.FDs, mib(r.Heap))
+	fds := strconv.Itoa(r.FDs)
+	if r.FDs < 0 {
+		fds = "n/a (cannot read /proc/self/fd: out of fds?)"
+	}
+	return fmt.Sprintf("goroutines %d, fds %s, heap %s", r.Goroutines, fds, mib(r.Heap))
 }
 
 func mib(b uint64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
@@ -147,6 +150,9 @@ type Result struct {
 	Dials int
 	// Accepted is the number of connections the server accepted.
 	Accepted int
+	// AcceptErrors is the number of failed accepts at the server, such
+	// as "too many open files" (EMFILE); the server backs off and goes on.
+	AcceptErrors int
 	// Injected counts the faults the server drew, by kind.
 	Injected map[Fault]int
 	// ConnFaults is the number of injected faults that end a connection.
@@ -411,6 +417,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	cl.close()
 
 	res.Accepted = int(srv.accepted.Load())
+	res.AcceptErrors = int(srv.acceptErrs.Load())
 	for f := range faultCount {
 		if n := int(srv.injected[f].Load()); n > 0 && f != FaultNone {
 			res.Injected[f] = n
@@ -491,8 +498,8 @@ func (r *Result) Print(w io.Writer) {
 	if r.Dials < 0 {
 		dials = "n/a (QUIC)"
 	}
-	fmt.Fprintf(w, "  dials %s, server accepted %d (multiplexed bound: connection faults + 8 = %d)\n",
-		dials, r.Accepted, r.ConnFaults+8)
+	fmt.Fprintf(w, "  dials %s, server accepted %d (multiplexed bound: connection faults + 8 = %d), failed accepts (too many open files) %d\n",
+		dials, r.Accepted, r.ConnFaults+8, r.AcceptErrors)
 	idle := strconv.Itoa(r.IdleAtEnd)
 	if r.IdleAtEnd < 0 {
 		idle = "n/a"
