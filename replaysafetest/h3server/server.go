@@ -147,20 +147,13 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	def(&c.HandshakeTimeout, DefaultHandshakeTimeout)
-	def(&c.IdleTimeout, DefaultIdleTimeout)
-	def(&c.WriteTimeout, DefaultWriteTimeout)
-	def(&c.HangTimeout, DefaultHangTimeout)
-	def(&c.WaitTimeout, DefaultWaitTimeout)
-	def(&c.Lifetime, DefaultLifetime)
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = DefaultMaxBodyBytes
-	}
+	kit.Default(&c.HandshakeTimeout, DefaultHandshakeTimeout)
+	kit.Default(&c.IdleTimeout, DefaultIdleTimeout)
+	kit.Default(&c.WriteTimeout, DefaultWriteTimeout)
+	kit.Default(&c.HangTimeout, DefaultHangTimeout)
+	kit.Default(&c.WaitTimeout, DefaultWaitTimeout)
+	kit.Default(&c.Lifetime, DefaultLifetime)
+	kit.Default(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 }
 
 func (c *Config) quicConfig() *quic.Config {

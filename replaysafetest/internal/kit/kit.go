@@ -11,3 +11,11 @@ const (
 	// EndlessMaxDuration is the longest one flood lasts.
 	EndlessMaxDuration = 10 * time.Second
 )
+
+// Default sets *p to v when *p is zero or negative: how every Config
+// field with a default is filled.
+func Default[T ~int | ~int64](p *T, v T) {
+	if *p <= 0 {
+		*p = v
+	}
+}
