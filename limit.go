@@ -63,13 +63,6 @@ func (l *connLimit) wakeLocked(key connKey) {
 	}
 }
 
-// count returns the connections to key, open or being dialed.
-func (l *connLimit) count(key connKey) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.open[key]
-}
-
 // limitPoll bounds how long a waiting attempt sleeps without news: a
 // pooled connection the peer closed frees its room only when an attempt
 // looks at it, which the waiter then does itself.
