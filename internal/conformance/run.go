@@ -493,21 +493,47 @@ func Workers() int { return max(2*runtime.GOMAXPROCS(0), 4) }
 // returns every report in table order.
 func RunAll(cases []Case, set Settings, done func(i int, reps []Report)) []Report {
 	out := make([][]Report, len(cases))
-	ch := make(chan int)
+	// The slow cases (timers: a peer deadline, a proxy's idle cut, a
+	// peer's backoff) start first so that they overlap the others; one
+	// worker takes the quick ones first, so that rows keep coming.
+	var slow, quick []int
+	for i, c := range cases {
+		if cost(c) > 0 {
+			slow = append(slow, i)
+		} else {
+			quick = append(quick, i)
+		}
+	}
+	slices.SortStableFunc(slow, func(a, b int) int { return cost(cases[b]) - cost(cases[a]) })
 	var (
 		wg sync.WaitGroup
 		mu sync.Mutex
 	)
-	// The slowest cases (a peer deadline, a proxy) start first so that
-	// they overlap the others.
-	order := make([]int, len(cases))
-	for i := range order {
-		order[i] = i
+	// next pops the next case for a worker, from its preferred queue
+	// first; it returns -1 when both are empty.
+	next := func(quickFirst bool) int {
+		mu.Lock()
+		defer mu.Unlock()
+		qs := [][]int{slow, quick}
+		if quickFirst {
+			qs[0], qs[1] = quick, slow
+		}
+		for _, q := range qs {
+			if len(q) > 0 {
+				i := q[0]
+				if len(slow) > 0 && slow[0] == i {
+					slow = slow[1:]
+				} else {
+					quick = quick[1:]
+				}
+				return i
+			}
+		}
+		return -1
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cost(cases[b]) - cost(cases[a]) })
-	for range Workers() {
+	for w := range Workers() {
 		wg.Go(func() {
-			for i := range ch {
+			for i := next(w == 0); i >= 0; i = next(w == 0) {
 				var reps []Report
 				for _, cl := range cases[i].Clients {
 					reps = append(reps, RunCase(cases[i], cl, set))
@@ -521,10 +547,6 @@ func RunAll(cases []Case, set Settings, done func(i int, reps []Report)) []Repor
 			}
 		})
 	}
-	for _, i := range order {
-		ch <- i
-	}
-	close(ch)
 	wg.Wait()
 	return slices.Concat(out...)
 }
