@@ -135,6 +135,7 @@ func TestParseErrors(t *testing.T) {
 		{"foreign-expect", "title t\nproto h1\nnets tcp\nstep target GET none\n----\ntls replaysafe 200 copies=1\n"},
 		{"bad-option", "title t\nproto h1\noption fly\nstep target GET none\n"},
 		{"bad-server", "title t\nproto h2\nserver max-requests=0\nstep target GET none\n"},
+		{"bad-window", "title t\nproto h2\nserver initial-window=x\nstep target GET none\n"},
 		{"unknown", "title t\nproto h1\nfrobnicate\nstep target GET none\n"},
 	} {
 		if _, err := Parse("x", tc.text); err == nil {

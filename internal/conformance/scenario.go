@@ -63,7 +63,7 @@ type Scenario struct {
 	Conns   [][]string
 	Default string
 	// Server holds server options ("refuse-body-before-ack",
-	// "max-requests=10").
+	// "max-requests=10", "initial-window=1024").
 	Server []string
 	// Proxy names the proxy in front of the origin, or "".
 	Proxy string

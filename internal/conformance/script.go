@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/quic-go/quic-go/http3"
+	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
@@ -120,6 +121,12 @@ func (s *Scenario) serverConfig(n Network, signal <-chan struct{}) (serverSpec, 
 			switch k {
 			case "refuse-body-before-ack":
 				cfg.RefuseBodyBeforeSettingsAck = true
+			case "initial-window":
+				n, err := strconv.ParseUint(v, 10, 31)
+				if err != nil {
+					return serverSpec{}, fmt.Errorf("server %q: want initial-window=N", o)
+				}
+				cfg.Settings = append(cfg.Settings, http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(n)})
 			case "max-requests":
 				n, err := strconv.Atoi(v)
 				if err != nil || n < 1 {
