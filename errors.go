@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/informational"
+	"github.com/replaysafe/replaysafe/internal/proxy"
 )
 
 // Error is the error a call returns when replaysafe gives up on it: the
@@ -109,3 +111,58 @@ func (e *TimeoutError) Temporary() bool { return false }
 // Is makes errors.Is(err, context.DeadlineExceeded) hold, as for net/http's
 // own timeouts.
 func (e *TimeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// The errors below come from the layers under the Transport; a call's
+// *Error wraps them, and errors.As finds them by these names, all in
+// this package.
+
+// ProxyConnectError reports a CONNECT that did not open a tunnel: a
+// status outside 2xx from proxy Hop (1-based) at Proxy for Target, with
+// StatusCode, Status (the reason phrase), the ProxyAuthenticate
+// challenges of a 407 and the whole Header. Its message quotes at most
+// 256 bytes of each text from the proxy and says how much it cut; the
+// fields keep the whole values. It is decided as an acquisition failure
+// (RS04): nothing of the request was sent.
+type ProxyConnectError = proxy.ConnectError
+
+// ProxyParseError reports a malformed CONNECT reply: the Offset of the
+// offending line and the Reason; Err is ErrProxyHeaderTooLarge when the
+// header section did not end within 64 KiB.
+type ProxyParseError = proxy.ParseError
+
+// ErrProxyHeaderTooLarge is wrapped by a ProxyParseError for a CONNECT
+// reply whose header section does not end within 64 KiB.
+var ErrProxyHeaderTooLarge = proxy.ErrHeaderTooLarge
+
+// ProxyStepError reports a failed step of connection acquisition that is
+// not a deadline (a deadline is an *AcquireDeadlineError): the Step
+// (dns, tcp, tls-to-proxy, connect, socks, tls-to-origin), the Hop
+// (1-based; 0 for a step with the origin), the Addr it dealt with and the
+// cause Err.
+type ProxyStepError = proxy.StepError
+
+// ChainCredentialsError reports a proxy chain that would show hop Hop's
+// credentials (Addr, of Kind http or socks5: cleartext inside the tunnel)
+// to the hops before it. A call is refused with it, as the cause of a
+// *ProxyError, before anything is dialed, unless
+// Options.AllowCleartextChainCredentials.
+type ChainCredentialsError = proxy.ChainCredentialsError
+
+// ErrCleartextChainCredentials is wrapped by every ChainCredentialsError.
+var ErrCleartextChainCredentials = proxy.ErrCleartextChainCredentials
+
+// EarlyResponseError reports a proxy (Hop, Addr) that sent Bytes after
+// its CONNECT 2xx, before the request to a plain-http origin was written:
+// they cannot be the response. The attempt fails as an acquisition
+// failure (RS04).
+type EarlyResponseError = proxy.EarlyResponseError
+
+// InformationalLimitError reports an attempt whose informational (1xx)
+// responses went over their bound: Count of them, Bytes of header fields
+// in total, against Limit, the last with Status (see
+// Options.MaxResponseHeaderBytes). The attempt fails by RS07, never
+// resent.
+type InformationalLimitError = informational.LimitError
+
+// ErrInformationalLimit is wrapped by every InformationalLimitError.
+var ErrInformationalLimit = informational.ErrLimit
