@@ -27,32 +27,26 @@ import (
 	"github.com/replaysafe/replaysafe/internal/recorder"
 )
 
-// Transport is an http.RoundTripper for HTTP/1.1 over TCP and TLS (and
-// HTTP/2 and HTTP/3 by Options.Protocol) whose replay behaviour is decided
-// by fsm: each wire attempt's observations go through internal/adapters/h1 into an
-// fsm.Machine, and the Transport delivers, fails naming the rule, or
-// resends once, at once, on a freshly dialed connection.
+// Transport is an http.RoundTripper for HTTP/1.1, HTTP/2 and HTTP/3
+// (Options.Protocol) whose replay behaviour is decided by fsm: each wire
+// attempt's observations go through its protocol's adapter
+// (internal/adapters) into an fsm.Machine, and the Transport delivers,
+// fails naming the rule, or resends once, at once.
 //
-// Connections come from its own idle pool (per-host limit, idle timeout)
-// and carry one request at a time, each through net/http's
-// single-connection client (http.Transport.NewClientConn), so net/http's
-// own retry loop never runs. A connection goes back to the pool only when
-// the machine says ConnReuse: the response body was read to its end and
-// the request fully written; any interrupted exchange closes it.
+// Each call first resolves its route (proxies and credentials, once) and
+// its dispatch plan (fsm/plan): the protocol legs it may run on and when
+// it may move to the next, before anything was sent. Every protocol runs
+// its stack's single-connection client directly (net/http's
+// http.Transport.NewClientConn, x/net's http2 ClientConn, quic-go's
+// http3 ClientConn), so no stack's own retry loop runs underneath.
 //
-// With Options.Protocol set to ProtocolHTTP2 or ProtocolNegotiate it
-// speaks HTTP/2 too (h2.go): x/net's ClientConn used directly, so x/net's
-// own retry loop and backoff never run, evidence read by internal/adapters/h2 from
-// the errors and the frames, and connections multiplexed up to the
-// server's concurrency limit. A resend then runs at once on a newly
-// dialed connection, as for HTTP/1.1.
-//
-// With Options.Protocol set to ProtocolHTTP3 or ProtocolPreferHTTP3 it
-// speaks HTTP/3 over QUIC (h3.go): quic-go's ClientConn used directly, so
-// its Transport's retry never runs, evidence (H3_REQUEST_REJECTED, the
-// GOAWAY boundary, a request never sent) read by internal/adapters/h3 from the
-// errors and quic-go's qlog events, and one multiplexed connection per
-// route.
+// Connections are pooled per route: HTTP/1.1 ones carry one request at a
+// time and go back to the pool only when the machine says ConnReuse;
+// HTTP/2 and HTTP/3 ones are multiplexed up to the server's limits.
+// MaxIdleConnsPerHost and MaxConnsPerHost bound every pool. A resend runs
+// on a new connection (over HTTP/2 and HTTP/3, one opened after the
+// failure, shared by the requests the failure displaced; after a refusal
+// of the stream alone, the same connection).
 //
 // A Transport is safe for concurrent use. Close idle connections with
 // CloseIdleConnections when done with it.
