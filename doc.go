@@ -4,15 +4,17 @@
 //
 // A persistent client can lose a request to a close it could not have
 // seen: the server closes a kept-alive connection just as the next request
-// goes out. replaysafe resends such a request once, at once, on a freshly
-// dialed connection, only when the rules allow it: with evidence that the
+// goes out. replaysafe resends such a request once, at once, on a new
+// connection, only when the rules allow it: with evidence that the
 // server did not process it (nothing reached the socket, HTTP/2
 // REFUSED_STREAM, a GOAWAY boundary below the request's stream, HTTP/3
 // H3_REQUEST_REJECTED), or when the failure is ambiguous but the
 // connection was reused, no response byte arrived, the method is
 // idempotent (RFC 9110 §9.2.2) or the request carries Idempotency-Key, the
 // body can be produced again, and the failure is not a timeout or a
-// cancellation. A resend is never resent.
+// cancellation. A failure of the caller's own body is never resent, and
+// nothing is after a response byte (a 1xx included). A resend is never
+// resent.
 //
 // Use it as a client's transport:
 //
