@@ -341,12 +341,14 @@ func (r *targetRules) String() string {
 
 // Count is a value and how many runs had it.
 type Count struct {
+	// Value is the value; N how many runs had it.
 	Value string `json:"value"`
 	N     int    `json:"n"`
 }
 
 // Report sums up the runs of one case against one client.
 type Report struct {
+	// Case, Title, Network and Client name the case and the client.
 	Case    string `json:"case"`
 	Title   string `json:"title"`
 	Network string `json:"network"`
@@ -354,7 +356,8 @@ type Report struct {
 	// Skipped is set when the client has no setting for the scenario
 	// (the peers, for scenarios with replaysafe options).
 	Skipped bool `json:"skipped,omitempty"`
-	Runs    int  `json:"runs"`
+	// Runs is the number of runs.
+	Runs int `json:"runs"`
 	// Outcomes and Rules count the distinct values over the runs, in the
 	// order first seen.
 	Outcomes []Count `json:"outcomes"`

@@ -86,6 +86,7 @@ type Scenario struct {
 
 // Expectation is what every run of a case does with one client.
 type Expectation struct {
+	// Net and Client name the network and the client.
 	Net, Client string
 	// Measured marks a peer shown, not checked; NA a client that does not
 	// run the scenario.
@@ -184,7 +185,9 @@ func network(name string) (Network, bool) {
 
 // Case is a scenario over one network.
 type Case struct {
+	// Scenario is the case's scenario.
 	*Scenario
+	// Network is the network it runs over.
 	Network Network
 }
 
