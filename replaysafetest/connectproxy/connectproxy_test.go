@@ -478,6 +478,9 @@ func TestPipelinedAfter200(t *testing.T) {
 	if s.Tunnels() != 1 || len(s.Requests()) != 1 {
 		t.Errorf("tunnels %d, requests %d", s.Tunnels(), len(s.Requests()))
 	}
+	if r := s.Receipts(); len(r) != 1 || r[0].Method != "CONNECT" || r[0].Path != e.addr() || s.Accepted() != 1 {
+		t.Errorf("receipts %+v, accepted %d", r, s.Accepted())
+	}
 }
 
 // A 407 carries a challenge of the size asked for, scripted or from

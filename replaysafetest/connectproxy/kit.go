@@ -1,6 +1,9 @@
 package connectproxy
 
-import "github.com/replaysafe/replaysafe/replaysafetest"
+import (
+	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
+)
 
 var _ replaysafetest.Scripted = (*Server)(nil)
 
@@ -10,10 +13,7 @@ func (b *base) Accepted() int { return b.Conns() }
 // Receipts lists the CONNECT requests read, in order; Path is the
 // tunnel's target (replaysafetest.Scripted).
 func (s *Server) Receipts() []replaysafetest.Receipt {
-	rs := s.Requests()
-	out := make([]replaysafetest.Receipt, len(rs))
-	for i, r := range rs {
-		out[i] = replaysafetest.Receipt{Conn: r.Conn, Method: r.Method, Path: r.Target, Complete: true}
-	}
-	return out
+	return kit.Map(s.Requests(), func(r Request) replaysafetest.Receipt {
+		return replaysafetest.Receipt{Conn: r.Conn, Method: r.Method, Path: r.Target, Complete: true}
+	})
 }

@@ -316,13 +316,7 @@ func (s *Server) ClientTLSConfig() *tls.Config {
 
 // Requests returns copies of the CONNECT requests read so far, in order.
 func (s *Server) Requests() []Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Request, len(s.reqs))
-	for i, r := range s.reqs {
-		out[i] = r.clone()
-	}
-	return out
+	return kit.Locked(&s.mu, func() []Request { return kit.Map(s.reqs, Request.clone) })
 }
 
 func (s *Server) record(r Request) int {

@@ -1,20 +1,18 @@
 package h2server
 
-import "github.com/replaysafe/replaysafe/replaysafetest"
+import (
+	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
+)
 
 var _ replaysafetest.Scripted = (*Server)(nil)
 
 // Receipts lists every stream received, in the order its HEADERS
-// arrived (replaysafetest.Scripted).
+// arrived (replaysafetest.Scripted): a refused stream, or one above a
+// GOAWAY, is Unprocessed.
 func (s *Server) Receipts() []replaysafetest.Receipt {
-	rs := s.Requests()
-	out := make([]replaysafetest.Receipt, len(rs))
-	for i, r := range rs {
-		out[i] = replaysafetest.Receipt{
-			Conn: r.Conn, Method: r.Method, Path: r.Path, Body: r.Body,
-			Complete:    r.EndStream,
-			Unprocessed: r.Ignored || r.Action == KindRefuse,
-		}
-	}
-	return out
+	return kit.Map(s.Requests(), func(r Received) replaysafetest.Receipt {
+		return replaysafetest.Receipt{Conn: r.Conn, Method: r.Method, Path: r.Path, Body: r.Body,
+			Complete: r.EndStream, Unprocessed: r.Ignored || r.Action == KindRefuse}
+	})
 }

@@ -351,6 +351,9 @@ func TestRawEndless1xx(t *testing.T) {
 		}
 	}
 	str.CancelRead(quic.StreamErrorCode(0x10c)) // H3_REQUEST_CANCELLED: the flood ends
+	if r := s.Receipts(); len(r) != 1 || r[0].Path != "/" || s.Accepted() != 1 {
+		t.Errorf("receipts %+v, accepted %d", r, s.Accepted())
+	}
 	if rs, err := s.WaitRequests(ctxT(t), 1); err != nil || len(rs) != 1 || rs[0].Method != "GET" {
 		t.Errorf("requests %+v", rs)
 	}

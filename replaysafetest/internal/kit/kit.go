@@ -19,3 +19,12 @@ func Default[T ~int | ~int64](p *T, v T) {
 		*p = v
 	}
 }
+
+// Map returns f of every element of in, in order.
+func Map[A, B any](in []A, f func(A) B) []B {
+	out := make([]B, len(in))
+	for i, a := range in {
+		out[i] = f(a)
+	}
+	return out
+}
