@@ -129,6 +129,7 @@ type server struct {
 
 	mu     sync.Mutex
 	seen   map[string]*delivery
+	cut    map[string]bool // ids whose response was cut after it started
 	conns  map[*sconn]struct{}
 	quics  map[*quic.Conn]*sconn
 	closed bool
@@ -173,6 +174,7 @@ func startServer(proto string, faults float64, seed uint64) (*server, error) {
 		faults: faults,
 		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
 		seen:   map[string]*delivery{},
+		cut:    map[string]bool{},
 		conns:  map[*sconn]struct{}{},
 		quics:  map[*quic.Conn]*sconn{},
 		done:   make(chan struct{}),
@@ -492,6 +494,7 @@ func (s *server) handle(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain")
 	w.Header().Set("Content-Length", strconv.Itoa(len(digest)))
 	if f == FaultCloseMidResponse {
+		s.markCut(id)
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, digest[:len(digest)/2])
 		if fl, ok := w.(http.Flusher); ok {
@@ -548,6 +551,21 @@ func (s *server) released(sc *sconn) {
 		s.busyIdle.Add(1)
 		sc.close(f == FaultIdleRST)
 	}()
+}
+
+// markCut records that a response to id was cut after it started: no
+// client can recover that call by itself.
+func (s *server) markCut(id string) {
+	s.mu.Lock()
+	s.cut[id] = true
+	s.mu.Unlock()
+}
+
+// wasCut reports whether a response to id was cut after it started.
+func (s *server) wasCut(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cut[id]
 }
 
 // record counts one copy of request id.
