@@ -73,7 +73,7 @@ func checkStreamHeader(proto string, h http.Header) error {
 // reported) when ALPN selected HTTP/1.1.
 func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	body := start.body
-	a := c.newStreamAttempt(n, start.facts, body, false)
+	a := c.newAttempt(n, start.facts, body, c.streamRecorder, bodyWatch{mux: true})
 	same, _ := start.same.(*h2Conn)
 	hc, reused, err := c.t.acquireH2(a.ctx, c.key, c.snap, c.leg, a.rec.Start(), start.after, same)
 	if err != nil {
@@ -94,44 +94,51 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	// Every request on an observed ClientConn needs its own Attempt, even
 	// one a deadline already decided: RoundTrip also gives back the stream
 	// reservation take made.
-	s := &h2Stream{t: c.t, hc: hc, att: hc.wire.NewAttempt()}
+	s := &h2Stream{t: c.t, hc: hc, att: hc.wire.NewAttempt(), rec: a.rec.(*streamRec)}
 	s.att.SetInformationalLimit(c.t.informationalLimit())
-	a.proto = s
+	a.wire = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
-		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.emit))
+		return httptrace.WithClientTrace(ctx, s.att.Trace(s.rec.emit))
 	})
 	resp, err := hc.cc.RoundTrip(out)
 	return a.roundTripped(resp, err)
 }
 
-// h2Stream is an HTTP/2 attempt's stream: the streamProto of h2.go.
+// h2Stream is an HTTP/2 attempt's stream: its attemptWire.
 type h2Stream struct {
 	t   *Transport
 	hc  *h2Conn
 	att *h2.Attempt
+	rec *streamRec
 }
 
-func (s *h2Stream) failure(ctx context.Context, err error) fsm.Event { return s.att.Failure(ctx, err) }
+func (s *h2Stream) fail(a *attempt, err error) fsm.Decision {
+	return a.rec.Feed(a.failureEvent(s.att.Failure(a.ctx, err), err))
+}
+
+func (s *h2Stream) delivered(*http.Response) bool { return false }
+
+func (s *h2Stream) bodyDoneOnError() bool { return false }
 
 func (s *h2Stream) informational() error { return s.att.InformationalError() }
 
 // complete feeds what the wire shows was written of the request when
 // x/net's hooks, which run on its write goroutine, have not reported it
-// yet: a fast server's whole response can be read before them.
-func (s *h2Stream) complete(rec *streamRec) {
-	c := s.att.Claim()
-	if !c.Wrote || c.Stream == 0 {
-		return
+// yet (a fast server's whole response can be read before them), then the
+// response's end.
+func (s *h2Stream) complete(a *attempt) fsm.Decision {
+	if c := s.att.Claim(); c.Wrote && c.Stream != 0 {
+		s.rec.emit(fsm.Event{Kind: fsm.EventFirstByteWritten})
+		if f, ok := s.hc.wire.Stream(c.Stream); ok && f.EndStreamWritten {
+			s.rec.emit(fsm.Event{Kind: fsm.EventRequestWritten})
+		}
 	}
-	rec.emit(fsm.Event{Kind: fsm.EventFirstByteWritten})
-	if f, ok := s.hc.wire.Stream(c.Stream); ok && f.EndStreamWritten {
-		rec.emit(fsm.Event{Kind: fsm.EventRequestWritten})
-	}
+	return a.rec.Feed(fsm.Event{Kind: fsm.EventResponseComplete})
 }
 
 // end lets go of the stream; a clean exchange makes the connection count
 // as reused for the next.
-func (s *h2Stream) end(clean bool) {
+func (s *h2Stream) end(_ fsm.Decision, clean bool) {
 	s.att.Done()
 	s.t.h2pool.done(s.hc, clean)
 }

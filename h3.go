@@ -109,7 +109,7 @@ func (t *Transport) markH3Broken(key connKey) {
 // and a stale pooled connection would then fail it with no resend.
 func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	facts, body := start.facts, start.body
-	a := c.newStreamAttempt(n, facts, body, true)
+	a := c.newAttempt(n, facts, body, c.streamRecorder, bodyWatch{mux: true, finish: true})
 	after := start.after
 	if n == 1 && facts.Body == fsm.BodyOneShotUntouched {
 		after = c.t.h3pool.mark() // only a connection opened from now on
@@ -142,36 +142,45 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 
 	s := &h3Stream{t: c.t, hc: hc, att: hc.watch.NewAttempt(), a: a}
 	s.att.SetInformationalLimit(c.t.informationalLimit())
-	a.proto = s
+	a.wire = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
-		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.emit, s.uploaded))
+		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.(*streamRec).emit, s.uploaded))
 	})
 	resp, err := hc.cc.RoundTrip(out)
 	return a.roundTripped(resp, err)
 }
 
-// h3Stream is an HTTP/3 attempt's stream: the streamProto of h3.go.
+// h3Stream is an HTTP/3 attempt's stream: its attemptWire.
 type h3Stream struct {
 	t   *Transport
 	hc  *h3Conn
 	att *h3.Attempt
-	a   *streamAttempt
+	a   *attempt
 
 	mu         sync.Mutex
 	ended      bool // the attempt's response ended
 	uploadDone bool // quic-go finished with the request body
 }
 
-func (s *h3Stream) failure(ctx context.Context, err error) fsm.Event { return s.att.Failure(ctx, err) }
+func (s *h3Stream) fail(a *attempt, err error) fsm.Decision {
+	return a.rec.Feed(a.failureEvent(s.att.Failure(a.ctx, err), err))
+}
+
+func (s *h3Stream) delivered(*http.Response) bool { return false }
+
+func (s *h3Stream) bodyDoneOnError() bool { return false }
 
 func (s *h3Stream) informational() error { return s.att.InformationalError() }
 
-// complete feeds nothing: quic-go reports the header fields written on
-// the caller's goroutine, before RoundTrip returns, and the end of the
-// body when it happens, which may be after the response (RFC 9114 §4.1).
-func (s *h3Stream) complete(*streamRec) {}
+// complete feeds the response's end only: quic-go reports the header
+// fields written on the caller's goroutine, before RoundTrip returns, and
+// the end of the body when it happens, which may be after the response
+// (RFC 9114 §4.1).
+func (s *h3Stream) complete(a *attempt) fsm.Decision {
+	return a.rec.Feed(fsm.Event{Kind: fsm.EventResponseComplete})
+}
 
-func (s *h3Stream) end(clean bool) {
+func (s *h3Stream) end(_ fsm.Decision, clean bool) {
 	s.att.Done()
 	s.t.h3pool.done(s.hc, clean)
 }

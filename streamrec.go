@@ -48,8 +48,8 @@ func (r *streamRec) emit(e fsm.Event) {
 	r.FeedLocked(e)
 }
 
-// bodyRead feeds EventBodyRead, once.
-func (r *streamRec) bodyRead() {
+// BodyRead feeds EventBodyRead, once.
+func (r *streamRec) BodyRead() {
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
 	if !r.HasLocked(fsm.FactBodyRead) {
@@ -57,9 +57,9 @@ func (r *streamRec) bodyRead() {
 	}
 }
 
-// finalHeaders feeds EventFinalHeaders, after the response byte it
+// FinalHeaders feeds EventFinalHeaders, after the response byte it
 // implies when x/net's hook has not reported it yet.
-func (r *streamRec) finalHeaders() fsm.Decision {
+func (r *streamRec) FinalHeaders() fsm.Decision {
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
 	if !r.HasLocked(fsm.FactResponseByte) {

@@ -256,7 +256,7 @@ func (c *call) runLeg() (*http.Response, error) {
 	case plan.ProtoH2:
 		return c.runH2()
 	}
-	return c.attempts(c.attempt)
+	return c.attempts(c.attemptH1)
 }
 
 // validate checks what net/http's ClientConn would reject only after a
@@ -387,72 +387,6 @@ type resend struct {
 	same  any // *h2Conn or *h3Conn, or nil
 }
 
-// attempt is one wire attempt of a call.
-type attempt struct {
-	c      *call
-	n      int
-	rec    *h1.Recorder
-	ctx    context.Context // the call's context, canceled on a deadline or at the end
-	cancel context.CancelCauseFunc
-	pc     *persistConn
-	reused bool
-	body   *reqBody // nil without a body
-	resp   *http.Response
-}
-
-// attempt runs wire attempt n with the given facts and body (the caller's
-// reader, or GetBody's for a buffered resend). It returns the response, or
-// the final error, or the next attempt's start when fsm decided to resend.
-func (c *call) attempt(n int, start resend) (*http.Response, *resend, error) {
-	facts, body := start.facts, start.body
-	ctx, cancel := context.WithCancelCause(c.ctx)
-	a := &attempt{c: c, n: n, ctx: ctx, cancel: cancel}
-	a.rec = h1.NewRecorder(facts, c.t.limits, c.t.clock, a.deadlinePassed)
-	a.rec.SetInformationalLimit(c.t.informationalLimit())
-	if body != nil && body != http.NoBody {
-		a.body = newReqBody(body, a.rec.BodyRead, false)
-	}
-
-	pc, reused, err := c.t.acquire(ctx, c.key, c.snap, c.leg.ALPN, n == 1, a.rec)
-	if err != nil {
-		if a.body != nil {
-			a.body.stackFinished() // net/http never saw it
-		}
-		return a.failed(a.rec.AcquireFailed(c.ctx), a.cause(err))
-	}
-	a.pc, a.reused = pc, reused
-	if d := a.rec.Decision(); d.Action.Final() {
-		// A deadline or a cancellation decided while the dial succeeded.
-		if a.body != nil {
-			a.body.stackFinished()
-		}
-		return a.failed(d, a.cause(context.Cause(ctx)))
-	}
-	c.t.gotConn(c.ctx, pc, reused)
-
-	out := c.req.WithContext(httptrace.WithClientTrace(ctx, a.rec.ClientTrace()))
-	out.Header = c.snap.header(out.Header) // no Proxy-Authorization to the origin
-	if a.body != nil {
-		out.Body = a.body
-	} else {
-		out.Body = body
-	}
-	resp, err := pc.cc.RoundTrip(out)
-	if err != nil {
-		if a.body != nil {
-			a.body.stackFinished()
-		}
-		return a.failed(a.rec.Fail(err, c.ctx, a.localErr()), a.cause(err))
-	}
-	d := a.rec.FinalHeaders()
-	if d.Action != fsm.ActionDeliver {
-		// A deadline decided first; the response came too late.
-		resp.Body.Close()
-		return a.failed(d, a.cause(context.Cause(ctx)))
-	}
-	return a.deliver(resp), nil, nil
-}
-
 // acquire returns a connection for key: for an original attempt the most
 // recently pooled one that is still usable, else a new one. A resend
 // always gets a new one. The connection is attached to rec and reserved
@@ -536,15 +470,6 @@ func (t *Transport) gotConn(ctx context.Context, pc *persistConn, reused bool) {
 	trace.GotConn(info)
 }
 
-// deadlinePassed is the Recorder's deadline hook: abort the exchange.
-func (a *attempt) deadlinePassed(p fsm.Phase) {
-	a.cancel(&TimeoutError{Phase: p, Limit: a.c.t.limits.For(p)})
-}
-
-// cause returns the error to report for err: the TimeoutError when a
-// phase limit aborted the attempt, else err.
-func (a *attempt) cause(err error) error { return abortCause(a.ctx, err) }
-
 // abortCause returns the error to report for err: the AcquireDeadlineError
 // naming the step on a proxied route, the TimeoutError when a phase limit
 // aborted the attempt (the cause of ctx), else err.
@@ -558,27 +483,6 @@ func abortCause(ctx context.Context, err error) error {
 		return te
 	}
 	return err
-}
-
-// localErr returns the caller's request body's own read error, if any.
-func (a *attempt) localErr() error {
-	if a.body == nil {
-		return nil
-	}
-	return a.body.readErr()
-}
-
-// failed ends an attempt that did not deliver: it discards the connection
-// and either fails the call or hands the next attempt its start.
-func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, error) {
-	a.rec.Stop()
-	if a.pc != nil {
-		a.pc.conn.Detach()
-		a.pc.close()
-	}
-	a.cancel(nil)
-	a.report(err)
-	return a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.Facts(), a.body)
 }
 
 // afterFailure acts on decision d, which ended wire attempt n with err:
@@ -632,67 +536,6 @@ func (c *call) nextResend(req fsm.Request, facts fsm.Facts, body *reqBody) (*res
 	}
 	body.release(true)
 	return &resend{facts: next, body: c.req.Body}, nil
-}
-
-// deliver hands resp to the caller with its body wrapped so that its end
-// decides the connection.
-func (a *attempt) deliver(resp *http.Response) *http.Response {
-	resp.Request = a.c.req
-	if a.pc.tls != nil {
-		resp.TLS = a.pc.tls
-	}
-	a.resp = resp
-	switch {
-	case resp.StatusCode == http.StatusSwitchingProtocols:
-		// The caller owns the connection now (its body is writable); it
-		// no longer counts against MaxConnsPerHost.
-		a.rec.Stop()
-		a.pc.conn.Detach()
-		a.pc.release()
-		a.cancel(nil)
-		a.report(nil)
-		if a.body != nil {
-			a.body.release(false)
-		}
-	case resp.Body == http.NoBody:
-		a.finishBody(io.EOF)
-	default:
-		resp.Body = &respBody{rc: resp.Body, a: a}
-	}
-	return resp
-}
-
-// finishBody ends a delivered attempt when its body ends: io.EOF completes
-// the exchange, errAbandoned means the caller closed it early, anything
-// else is a read failure.
-func (a *attempt) finishBody(err error) {
-	var d fsm.Decision
-	switch {
-	case errors.Is(err, io.EOF):
-		d = a.rec.Complete()
-		err = nil
-	case errors.Is(err, errAbandoned):
-		d = a.rec.Abandon()
-	default:
-		d = a.rec.Fail(err, a.c.ctx, a.localErr())
-	}
-	a.rec.Stop()
-	if d.Conn == fsm.ConnReuse && !a.resp.Close && !a.c.req.Close && a.c.t.opt.MaxIdleConnsPerHost > 0 {
-		a.c.t.pool.put(a.pc)
-	} else {
-		a.pc.conn.Detach()
-		a.pc.close()
-	}
-	a.cancel(nil)
-	if a.body != nil {
-		a.body.release(false)
-	}
-	a.report(err)
-}
-
-// report tells the Observer how the attempt ended.
-func (a *attempt) report(err error) {
-	a.c.report(a.n, a.reused, err, a.rec)
 }
 
 // attemptRecord is what an attempt's recorder tells the Observer.

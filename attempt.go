@@ -9,61 +9,103 @@ import (
 	"github.com/replaysafe/replaysafe/fsm"
 )
 
-// streamProto is what a multiplexed protocol adds to a streamAttempt once
-// the attempt holds a stream on a connection: HTTP/2 (h2.go) or HTTP/3
-// (h3.go).
-type streamProto interface {
-	// failure returns the failure event for err, an error from the
-	// stack's RoundTrip or from a response body read.
-	failure(ctx context.Context, err error) fsm.Event
-	// complete feeds, before EventResponseComplete, what the stack's own
-	// hooks may not have reported yet.
-	complete(rec *streamRec)
-	// end lets go of the stream, once; clean reports a complete exchange.
-	end(clean bool)
-	// retire takes the connection out of the pool: it takes no new stream
-	// and closes once its streams are done.
+// attemptRec is an attempt's recorder: the internal/recorder Core that
+// feeds its machine, with the final headers its stack reports. The
+// HTTP/1.1 recorder (internal/adapters/h1) and the HTTP/2 and HTTP/3 one
+// (streamRec) both are.
+type attemptRec interface {
+	Feed(e fsm.Event) fsm.Decision
+	BodyRead()
+	FinalHeaders() fsm.Decision
+	Decision() fsm.Decision
+	Facts() fsm.Facts
+	Request() fsm.Request
+	Events() []fsm.Event
+	Start() fsm.Instant
+	Stop()
+	Stopped() bool
+	Seal() (fsm.Decision, []fsm.Event, string)
+}
+
+// attemptWire is what a protocol adds to an attempt once it holds a
+// connection (HTTP/1.1, h1.go) or a stream on one (HTTP/2, h2.go;
+// HTTP/3, h3.go). Everything else about an attempt is the one driver's
+// below.
+type attemptWire interface {
+	// fail classifies err, from the stack's RoundTrip or from a response
+	// body read, and feeds it; a failure of the caller's own request body
+	// is a local failure (RS21) on every protocol.
+	fail(a *attempt, err error) fsm.Decision
+	// complete feeds the response's clean end, after what the stack's
+	// own hooks may not have reported yet.
+	complete(a *attempt) fsm.Decision
+	// end lets go of the connection or stream, once, after decision d;
+	// clean reports a complete exchange.
+	end(d fsm.Decision, clean bool)
+	// retire takes the connection out of the pool: it takes no new
+	// attempt and closes once its attempts are done.
 	retire()
+	// delivered prepares a response for the caller and reports whether
+	// the caller now owns the connection (HTTP/1.1 101 Switching
+	// Protocols): the attempt then ends at once.
+	delivered(resp *http.Response) (owned bool)
+	// bodyDoneOnError reports whether, when RoundTrip failed, the stack
+	// is done with a request body it read from (HTTP/1.1: always; x/net
+	// and quic-go may still be reading one they started on).
+	bodyDoneOnError() bool
 	// informational returns the error of informational (1xx) responses
 	// beyond their bound, or nil: the stack's own error does not say so.
 	informational() error
 	// resendFrom returns what a resend after this attempt may take: the
 	// pool's mark now (connections opened after the failure) and the
 	// attempt's own connection, taken again only after a refusal of the
-	// stream alone (see streamOnly).
+	// stream alone (see streamOnly). HTTP/1.1 returns zero values: its
+	// resend always dials.
 	resendFrom() (after uint64, same any)
 	// learn tells the pool that the server accepted streams streams on
 	// this connection before a GOAWAY displaced ours.
 	learn(streams int)
 	// uploading reports whether the stack is still sending the request
 	// body after the response ended; the attempt then leaves its context
-	// to the upload (see streamAttempt.finishBody).
+	// to the upload (see attempt.finishBody).
 	uploading() bool
 }
 
-// streamAttempt is one wire attempt on a multiplexed connection: one
-// HTTP/2 or HTTP/3 stream.
-type streamAttempt struct {
+// attempt is one wire attempt of a call, on any protocol: the one
+// driver of the machine's decisions.
+type attempt struct {
 	c      *call
 	n      int
-	rec    *streamRec
+	rec    attemptRec
 	ctx    context.Context // the call's context, canceled on a deadline or at the end
 	cancel context.CancelCauseFunc
 	reused bool
 	body   *reqBody    // nil without a body
-	proto  streamProto // nil until a stream was had
+	wire   attemptWire // nil until a connection (HTTP/1.1) or stream was had
 }
 
-// newStreamAttempt starts wire attempt n with the given facts and body.
-// finish says whether the stack reports the end of the upload (see
-// reqBody.watchStalls).
-func (c *call) newStreamAttempt(n int, facts fsm.Request, body io.ReadCloser, finish bool) *streamAttempt {
+// recFunc makes an attempt's recorder for facts, with the attempt's
+// deadline hook.
+type recFunc func(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec
+
+// bodyWatch says how an attempt's request body is watched. mux is set
+// for HTTP/2 and HTTP/3: their stacks may still read a body handed on to
+// the resend (reqBody guards it), and BodyReadTimeout and
+// UploadStallTimeout apply; finish says whether the stack reports the
+// end of the upload (see reqBody.watchStalls).
+type bodyWatch struct{ mux, finish bool }
+
+// newAttempt starts wire attempt n with the given facts and body, its
+// recorder made by rec.
+func (c *call) newAttempt(n int, facts fsm.Request, body io.ReadCloser, rec recFunc, w bodyWatch) *attempt {
 	ctx, cancel := context.WithCancelCause(c.ctx)
-	a := &streamAttempt{c: c, n: n, ctx: ctx, cancel: cancel}
-	a.rec = newStreamRec(facts, c.t.limits, c.t.clock, a.deadlinePassed)
+	a := &attempt{c: c, n: n, ctx: ctx, cancel: cancel}
+	a.rec = rec(facts, a.deadlinePassed)
 	if body != nil && body != http.NoBody {
-		a.body = newReqBody(body, a.rec.bodyRead, true)
-		a.body.watchStalls(c.t.clock, c.t.opt.BodyReadTimeout, c.t.opt.UploadStallTimeout, a.stalled, finish)
+		a.body = newReqBody(body, a.rec.BodyRead, w.mux)
+		if w.mux {
+			a.body.watchStalls(c.t.clock, c.t.opt.BodyReadTimeout, c.t.opt.UploadStallTimeout, a.stalled, w.finish)
+		}
 	}
 	return a
 }
@@ -71,7 +113,7 @@ func (c *call) newStreamAttempt(n int, facts fsm.Request, body io.ReadCloser, fi
 // outgoing returns the request to hand the stack: the caller's, on the
 // attempt's context with trace installed, the route's header and the
 // attempt's body.
-func (a *streamAttempt) outgoing(body io.ReadCloser, trace func(context.Context) context.Context) *http.Request {
+func (a *attempt) outgoing(body io.ReadCloser, trace func(context.Context) context.Context) *http.Request {
 	out := a.c.req.WithContext(trace(a.ctx))
 	out.Header = a.c.snap.header(out.Header)
 	if a.body != nil {
@@ -82,8 +124,8 @@ func (a *streamAttempt) outgoing(body io.ReadCloser, trace func(context.Context)
 	return out
 }
 
-// acquireFailed ends an attempt that got no stream.
-func (a *streamAttempt) acquireFailed(err error) (*http.Response, *resend, error) {
+// acquireFailed ends an attempt that got no connection or stream.
+func (a *attempt) acquireFailed(err error) (*http.Response, *resend, error) {
 	if a.body != nil {
 		a.body.stackFinished() // the stack never saw it
 	}
@@ -96,21 +138,18 @@ func (a *streamAttempt) acquireFailed(err error) (*http.Response, *resend, error
 
 // roundTripped ends the stack's RoundTrip: it fails the attempt on err,
 // else feeds the final headers and delivers resp.
-func (a *streamAttempt) roundTripped(resp *http.Response, err error) (*http.Response, *resend, error) {
+func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, *resend, error) {
 	if err != nil {
-		if a.body != nil && a.rec.Facts()&fsm.FactBodyRead == 0 {
+		if a.body != nil && (a.wire.bodyDoneOnError() || a.rec.Facts()&fsm.FactBodyRead == 0) {
 			a.body.stackFinished() // the stack closes it too; without a read it is not reading
 		}
-		ev := a.proto.failure(a.ctx, err)
-		if ie := a.proto.informational(); ie != nil {
+		d := a.wire.fail(a, err)
+		if ie := a.wire.informational(); ie != nil {
 			err = boundError{bound: ie, stack: err}
 		}
-		if local := a.localErr(); local != nil && errors.Is(err, local) {
-			ev = fsm.Event{Kind: fsm.EventLocalFailure} // the caller's body failed (RS21)
-		}
-		return a.failed(a.rec.Feed(ev), a.cause(err))
+		return a.failed(d, a.cause(err))
 	}
-	d := a.rec.finalHeaders()
+	d := a.rec.FinalHeaders()
 	if d.Action != fsm.ActionDeliver {
 		resp.Body.Close()
 		return a.failed(d, a.cause(context.Cause(a.ctx)))
@@ -119,7 +158,7 @@ func (a *streamAttempt) roundTripped(resp *http.Response, err error) (*http.Resp
 }
 
 // deadlinePassed is the recorder's deadline hook: abort the exchange.
-func (a *streamAttempt) deadlinePassed(p fsm.Phase) {
+func (a *attempt) deadlinePassed(p fsm.Phase) {
 	a.cancel(&TimeoutError{Phase: p, Limit: a.c.t.limits.For(p)})
 }
 
@@ -130,10 +169,10 @@ func (a *streamAttempt) deadlinePassed(p fsm.Phase) {
 // connection, which closes once its other streams are done and so ends
 // the stack's blocked write; a stalled producer gets its error from the
 // request body's next read.
-func (a *streamAttempt) stalled(e *TimeoutError) {
+func (a *attempt) stalled(e *TimeoutError) {
 	if a.rec.Stopped() {
-		if e.Stall == StallTransport && a.proto != nil {
-			a.proto.retire()
+		if e.Stall == StallTransport && a.wire != nil {
+			a.wire.retire()
 		}
 		return
 	}
@@ -144,25 +183,41 @@ func (a *streamAttempt) stalled(e *TimeoutError) {
 // cause returns the TimeoutError when a phase limit aborted the attempt
 // (the AcquireDeadlineError naming the step on a proxied route), else
 // err.
-func (a *streamAttempt) cause(err error) error { return abortCause(a.ctx, err) }
+func (a *attempt) cause(err error) error { return abortCause(a.ctx, err) }
 
-func (a *streamAttempt) localErr() error {
+func (a *attempt) localErr() error {
 	if a.body == nil {
 		return nil
 	}
 	return a.body.readErr()
 }
 
-// endStream stops the recorder and lets go of the attempt's stream.
-func (a *streamAttempt) endStream(d fsm.Decision, clean bool) {
+// failureEvent returns ev, the adapter's reading of err, unless err is
+// the caller's own request body's failure: a local failure (RS21).
+func (a *attempt) failureEvent(ev fsm.Event, err error) fsm.Event {
+	if local := a.localErr(); local != nil && errors.Is(err, local) {
+		return fsm.Event{Kind: fsm.EventLocalFailure}
+	}
+	return ev
+}
+
+// streamRecorder is the recorder of an HTTP/2 or HTTP/3 attempt.
+func (c *call) streamRecorder(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec {
+	return newStreamRec(facts, c.t.limits, c.t.clock, onDeadline)
+}
+
+// endWire stops the recorder and lets go of the attempt's connection or
+// stream: a connection whose failure is not a refusal of the stream alone
+// takes no new attempt.
+func (a *attempt) endWire(d fsm.Decision, clean bool) {
 	a.rec.Stop()
-	if a.proto == nil {
+	if a.wire == nil {
 		return
 	}
 	if d.Action == fsm.ActionResend && !streamOnly(d.Rule) {
-		a.proto.retire()
+		a.wire.retire()
 	}
-	a.proto.end(clean)
+	a.wire.end(d, clean)
 }
 
 // streamOnly reports whether rule resends after the server refused one
@@ -177,19 +232,19 @@ func streamOnly(rule fsm.Rule) bool {
 
 // failed ends an attempt that did not deliver: it fails the call or
 // hands the next attempt its start, at once.
-func (a *streamAttempt) failed(d fsm.Decision, err error) (*http.Response, *resend, error) {
+func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, error) {
 	var after uint64
 	var same any
-	if a.proto != nil && d.Rule == fsm.RuleEvidenceGoAwayBoundary {
-		a.proto.learn(goAwayAccepted(a.rec.Events()))
+	if a.wire != nil && d.Rule == fsm.RuleEvidenceGoAwayBoundary {
+		a.wire.learn(goAwayAccepted(a.rec.Events()))
 	}
-	if a.proto != nil && d.Action == fsm.ActionResend {
-		after, same = a.proto.resendFrom()
+	if a.wire != nil && d.Action == fsm.ActionResend {
+		after, same = a.wire.resendFrom()
 		if !streamOnly(d.Rule) {
 			same = nil
 		}
 	}
-	a.endStream(d, false)
+	a.endWire(d, false)
 	a.cancel(nil)
 	a.report(err)
 	resp, next, err := a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.Facts(), a.body)
@@ -201,8 +256,18 @@ func (a *streamAttempt) failed(d fsm.Decision, err error) (*http.Response, *rese
 
 // deliver hands resp to the caller with its body wrapped so that its end
 // ends the attempt.
-func (a *streamAttempt) deliver(resp *http.Response) *http.Response {
+func (a *attempt) deliver(resp *http.Response) *http.Response {
 	resp.Request = a.c.req
+	if a.wire.delivered(resp) {
+		// The caller owns the connection now.
+		a.rec.Stop()
+		a.cancel(nil)
+		a.report(nil)
+		if a.body != nil {
+			a.body.release(false)
+		}
+		return resp
+	}
 	if resp.Body == nil || resp.Body == http.NoBody {
 		a.finishBody(io.EOF)
 		return resp
@@ -211,7 +276,9 @@ func (a *streamAttempt) deliver(resp *http.Response) *http.Response {
 	return resp
 }
 
-// finishBody ends a delivered attempt when its response body ends.
+// finishBody ends a delivered attempt when its response body ends: io.EOF
+// completes the exchange, errAbandoned means the caller closed it early,
+// anything else is a read failure.
 //
 // An HTTP/3 server may answer before the request body is all sent
 // (RFC 9114 §4.1): the upload then goes on after the response ended,
@@ -219,21 +286,20 @@ func (a *streamAttempt) deliver(resp *http.Response) *http.Response {
 // (STOP_SENDING), it stalls, or the caller cancels the request. The
 // attempt's context stays alive for it, and is released by the stack's
 // end of the upload (see h3Stream).
-func (a *streamAttempt) finishBody(err error) {
+func (a *attempt) finishBody(err error) {
 	var d fsm.Decision
 	clean := false
 	switch {
 	case errors.Is(err, io.EOF):
-		a.proto.complete(a.rec)
-		d = a.rec.Feed(fsm.Event{Kind: fsm.EventResponseComplete})
+		d = a.wire.complete(a)
 		err, clean = nil, true
 	case errors.Is(err, errAbandoned):
-		d = a.rec.Feed(fsm.Event{Kind: fsm.EventCanceled})
+		d = a.rec.Feed(fsm.Event{Kind: fsm.EventCanceled}) // the caller gave up on the rest
 	default:
-		d = a.rec.Feed(a.proto.failure(a.ctx, err))
+		d = a.wire.fail(a, err)
 	}
-	a.endStream(d, clean)
-	if err != nil || !a.proto.uploading() {
+	a.endWire(d, clean)
+	if err != nil || !a.wire.uploading() {
 		a.cancel(nil)
 	}
 	if a.body != nil {
@@ -243,7 +309,7 @@ func (a *streamAttempt) finishBody(err error) {
 }
 
 // report tells the Observer how the attempt ended.
-func (a *streamAttempt) report(err error) {
+func (a *attempt) report(err error) {
 	a.c.report(a.n, a.reused, err, a.rec)
 }
 

@@ -1,0 +1,109 @@
+package replaysafe
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptrace"
+
+	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/h1"
+)
+
+// attemptH1 runs wire attempt n over HTTP/1.1 from its start (the
+// caller's body, or GetBody's for a buffered resend). It returns the
+// response, or the final error, or the next attempt's start when fsm
+// decided to resend.
+func (c *call) attemptH1(n int, start resend) (*http.Response, *resend, error) {
+	var rec *h1.Recorder
+	a := c.newAttempt(n, start.facts, start.body, func(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec {
+		rec = h1.NewRecorder(facts, c.t.limits, c.t.clock, onDeadline)
+		rec.SetInformationalLimit(c.t.informationalLimit())
+		return rec
+	}, bodyWatch{})
+
+	pc, reused, err := c.t.acquire(a.ctx, c.key, c.snap, c.leg.ALPN, n == 1, rec)
+	if err != nil {
+		return a.acquireFailed(err)
+	}
+	a.reused = reused
+	a.wire = &h1Wire{t: c.t, pc: pc, rec: rec, req: c.req}
+	if d := a.rec.Decision(); d.Action.Final() {
+		// A deadline or a cancellation decided while the dial succeeded.
+		if a.body != nil {
+			a.body.stackFinished()
+		}
+		return a.failed(d, a.cause(context.Cause(a.ctx)))
+	}
+	c.t.gotConn(c.ctx, pc, reused)
+	out := a.outgoing(start.body, func(ctx context.Context) context.Context {
+		return httptrace.WithClientTrace(ctx, rec.ClientTrace())
+	})
+	resp, err := pc.cc.RoundTrip(out)
+	return a.roundTripped(resp, err)
+}
+
+// h1Wire is an HTTP/1.1 attempt's connection: its attemptWire. The
+// connection carries this one exchange; its end decides whether it goes
+// back to the pool.
+type h1Wire struct {
+	t    *Transport
+	pc   *persistConn
+	rec  *h1.Recorder
+	req  *http.Request
+	resp *http.Response // the delivered response, if any
+}
+
+// fail feeds the failure the recorder reads from err, the connection's
+// own read or write error and the caller's context.
+func (w *h1Wire) fail(a *attempt, err error) fsm.Decision {
+	return w.rec.Fail(err, a.c.ctx, a.localErr())
+}
+
+func (w *h1Wire) complete(*attempt) fsm.Decision { return w.rec.Complete() }
+
+// end pools the connection after a clean exchange the machine says it
+// may be reused after (and neither side asked to close it), else closes
+// it.
+func (w *h1Wire) end(d fsm.Decision, clean bool) {
+	if clean && d.Conn == fsm.ConnReuse && w.resp != nil && !w.resp.Close && !w.req.Close && w.t.opt.MaxIdleConnsPerHost > 0 {
+		w.t.pool.put(w.pc)
+		return
+	}
+	w.pc.conn.Detach()
+	w.pc.close()
+}
+
+// retire does nothing: an HTTP/1.1 connection carries one attempt, and
+// end closes it unless the exchange was clean.
+func (w *h1Wire) retire() {}
+
+// delivered sets the response's TLS state; after 101 Switching Protocols
+// the caller owns the connection (its body is writable), which then no
+// longer counts against MaxConnsPerHost.
+func (w *h1Wire) delivered(resp *http.Response) bool {
+	w.resp = resp
+	if w.pc.tls != nil {
+		resp.TLS = w.pc.tls
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		return false
+	}
+	w.pc.conn.Detach()
+	w.pc.release()
+	return true
+}
+
+// bodyDoneOnError reports true: net/http is done with the request body
+// when RoundTrip returns.
+func (w *h1Wire) bodyDoneOnError() bool { return true }
+
+// informational returns nil: net/http's error already is the bound's.
+func (w *h1Wire) informational() error { return nil }
+
+// resendFrom returns zero values: an HTTP/1.1 resend always dials.
+func (w *h1Wire) resendFrom() (uint64, any) { return 0, nil }
+
+func (w *h1Wire) learn(int) {}
+
+// uploading reports false: net/http ends the upload with the exchange.
+func (w *h1Wire) uploading() bool { return false }
