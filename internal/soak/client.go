@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -35,7 +36,7 @@ import (
 type client struct {
 	name      string
 	rt        http.RoundTripper
-	dialCount *atomic.Int64 // nil: no dial hook
+	dialCount *dialStats // nil: no dial hook
 	// checker checks every attempt (replaysafe only); drop lets the
 	// soak release it, and the requests it remembers, before measuring
 	// the heap at the end.
@@ -50,7 +51,15 @@ func (c *client) dials() int {
 	if c.dialCount == nil {
 		return -1
 	}
-	return int(c.dialCount.Load())
+	return int(c.dialCount.dials.Load())
+}
+
+// peakOpen returns the most dialed connections open at once, or -1.
+func (c *client) peakOpen() int {
+	if c.dialCount == nil {
+		return -1
+	}
+	return int(c.dialCount.peak.Load())
 }
 
 // traces returns the traces checked, the attempts observed and
@@ -66,11 +75,41 @@ func (c *client) traces() (checked, attempts int, err error) {
 // dropChecker releases the checker; later attempts go unchecked.
 func (c *client) dropChecker() { c.checker.Store(nil) }
 
-func countingDialer(n *atomic.Int64) func(ctx context.Context, network, addr string) (net.Conn, error) {
+// dialStats counts the connections a client dialed, those open now and
+// the most open at once.
+type dialStats struct {
+	dials, open, peak atomic.Int64
+}
+
+// countedConn is a dialed connection that leaves the open count when
+// first closed.
+type countedConn struct {
+	net.Conn
+	st   *dialStats
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.st.open.Add(-1) })
+	return c.Conn.Close()
+}
+
+func countingDialer(st *dialStats) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{KeepAlive: 30 * time.Second}
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		n.Add(1)
-		return d.DialContext(ctx, network, addr)
+		st.dials.Add(1)
+		c, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		open := st.open.Add(1)
+		for {
+			p := st.peak.Load()
+			if open <= p || st.peak.CompareAndSwap(p, open) {
+				break
+			}
+		}
+		return &countedConn{Conn: c, st: st}, nil
 	}
 }
 
@@ -82,7 +121,7 @@ func newClient(cfg Config, srv *server) (*client, error) {
 	if cfg.Peer {
 		return newPeer(cfg, tlsConf)
 	}
-	c := &client{name: "replaysafe", dialCount: new(atomic.Int64)}
+	c := &client{name: "replaysafe", dialCount: new(dialStats)}
 	c.checker.Store(&tracecheck.Checker{})
 	o := replaysafe.Options{
 		DialContext:     countingDialer(c.dialCount),
@@ -120,7 +159,7 @@ func newClient(cfg Config, srv *server) (*client, error) {
 
 // newPeer returns the reference client for cfg.Proto.
 func newPeer(cfg Config, tlsConf *tls.Config) (*client, error) {
-	n := new(atomic.Int64)
+	n := new(dialStats)
 	c := &client{dialCount: n, idle: func() int { return -1 }}
 	dial := countingDialer(n)
 	switch cfg.Proto {

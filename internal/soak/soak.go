@@ -171,8 +171,13 @@ type Result struct {
 	// last call returned, and OpenAfter after CloseIdleConnections and
 	// the settle wait.
 	OpenAtEnd, OpenAfter int
-	// PeakOpen is the most connections open at the server at once.
+	// PeakOpen is the most connections open at the server at once. It
+	// may exceed the client's count by connections the client closed that
+	// the server has not yet seen close.
 	PeakOpen int
+	// ClientPeakOpen is the most dialed connections open at once at the
+	// client, or -1 when the client dials none through a hook (QUIC).
+	ClientPeakOpen int
 
 	// Before is sampled with the server up, before the client exists;
 	// Peak is the largest of every sample during the run (its heap
@@ -289,8 +294,12 @@ func (r *Result) Targets() []Target {
 		ts = append(ts, Target{fmt.Sprintf("connections %d ≤ connection faults %d + 8", conns, r.ConnFaults), conns <= r.ConnFaults+8})
 	}
 	if r.Config.MaxConns > 0 {
-		ts = append(ts, Target{fmt.Sprintf("peak connections open at the server %d ≤ MaxConnsPerHost %d", r.PeakOpen, r.Config.MaxConns),
-			r.PeakOpen <= r.Config.MaxConns})
+		peak, where := r.ClientPeakOpen, "at the client"
+		if peak < 0 {
+			peak, where = r.PeakOpen, "at the server"
+		}
+		ts = append(ts, Target{fmt.Sprintf("peak connections open %s %d ≤ MaxConnsPerHost %d", where, peak, r.Config.MaxConns),
+			peak <= r.Config.MaxConns})
 	}
 	ts = append(ts, Target{fmt.Sprintf("goroutines and fds back to before after CloseIdleConnections (%d/%d → %d/%d)",
 		r.Before.Goroutines, r.Before.FDs, r.After.Goroutines, r.After.FDs), r.Settled})
@@ -441,6 +450,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	res.OpenAfter = srv.openConns()
 	res.PeakOpen = srv.peak()
 	res.Dials = cl.dials()
+	res.ClientPeakOpen = cl.peakOpen()
 	cl.close()
 
 	res.Accepted = int(srv.accepted.Load())
@@ -532,7 +542,12 @@ func (r *Result) Print(w io.Writer) {
 	if r.IdleAtEnd < 0 {
 		idle = "n/a"
 	}
-	fmt.Fprintf(w, "  idle connections at end %s; open at the server: peak %d, at end %d, after CloseIdleConnections %d\n", idle, r.PeakOpen, r.OpenAtEnd, r.OpenAfter)
+	clientPeak := strconv.Itoa(r.ClientPeakOpen)
+	if r.ClientPeakOpen < 0 {
+		clientPeak = "n/a"
+	}
+	fmt.Fprintf(w, "  idle connections at end %s; peak open at the client %s; open at the server: peak %d, at end %d, after CloseIdleConnections %d\n",
+		idle, clientPeak, r.PeakOpen, r.OpenAtEnd, r.OpenAfter)
 	fmt.Fprintf(w, "  before: %s\n  peak:   %s\n  end:    %s\n  after:  %s (back to before: %v)\n",
 		r.Before, r.Peak, r.End, r.After, r.Settled)
 	if !c.Peer {
