@@ -220,6 +220,23 @@ func (a *attempt) endWire(d fsm.Decision, clean bool) {
 	a.wire.end(d, clean)
 }
 
+// graceful reports whether rule resends after the server refused our
+// stream or sent GOAWAY (RS12's hand-back included: a connection that
+// could not take the stream): a server that goes on serving, so the
+// requests it displaced share new connections (spec/choices.md). After a
+// connection that died under the request (RS16, RS20) the resend gets a
+// connection of its own: a server that kills connections would kill a
+// shared one again, with every resend on it, and RS08 allows no third
+// copy.
+func graceful(rule fsm.Rule) bool {
+	switch rule {
+	case fsm.RuleEvidenceRefusedStream, fsm.RuleEvidenceRequestRejected,
+		fsm.RuleEvidenceGoAwayBoundary, fsm.RuleEvidenceHandedBack:
+		return true
+	}
+	return false
+}
+
 // streamOnly reports whether rule resends after the server refused one
 // stream on a connection that stays healthy: HTTP/2 REFUSED_STREAM and
 // HTTP/3 H3_REQUEST_REJECTED. The resend may then run on the same
@@ -242,6 +259,9 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 		after, same = a.wire.resendFrom()
 		if !streamOnly(d.Rule) {
 			same = nil
+		}
+		if !graceful(d.Rule) {
+			after = ownConn
 		}
 	}
 	a.endWire(d, false)

@@ -287,3 +287,39 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 	}
 	t.Fatalf("timed out waiting until %s", what)
 }
+
+// TestH2ResendAfterConnectionLossDialsItsOwn: four GETs share a reused
+// connection that the server then closes under them (an ambiguous
+// failure, RS20). Each resend runs on a connection of its own: a server
+// that kills connections would kill a shared one again, resends and all.
+// Every GET is delivered, processed twice at most, and each new
+// connection carries one resend.
+func TestH2ResendAfterConnectionLossDialsItsOwn(t *testing.T) {
+	hang := h2server.Hang(5 * time.Second)
+	s := startH2(t, h2Script([]h2server.Action{h2server.OK("ok"), hang, hang, hang, h2server.CloseConn()}))
+	tr, obs := h2Client(t, s, replaysafe.Options{})
+	if code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/warm", "")); err != nil || code != 200 {
+		t.Fatal(code, err)
+	}
+	if errs := burst(t, tr, s.URL(), 4); errs[0] != nil || errs[1] != nil || errs[2] != nil || errs[3] != nil {
+		t.Fatalf("errors %v", errs)
+	}
+	for i := range 4 {
+		path := fmt.Sprintf("/b%d", i)
+		cs := h2Copies(s, path)
+		if len(cs) != 2 || cs[0].Conn != 0 || cs[1].Conn == 0 {
+			t.Errorf("%s: copies %+v", path, cs)
+		}
+		if as := obs.attemptsFor(path); len(as) != 2 || as[0].Decision.Rule != fsm.RuleAmbiguousIdempotentResend {
+			t.Errorf("%s: attempts %v", path, as)
+		}
+	}
+	if n := len(s.Conns()); n != 5 {
+		t.Errorf("%d connections, want 5 (one per resend)", n)
+	}
+	for c := 1; c < len(s.Conns()); c++ {
+		if n := len(s.RequestsOn(c)); n != 1 {
+			t.Errorf("connection %d carried %d streams, want 1", c, n)
+		}
+	}
+}

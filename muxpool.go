@@ -354,6 +354,11 @@ func (p *muxPool[C]) idleCount() int {
 	return n
 }
 
+// ownConn, as the mark of an acquisition, asks for a connection of its
+// own: a new dial, shared with nobody waiting, though it joins the pool
+// for later attempts.
+const ownConn = ^uint64(0)
+
 // settleWait is how often an attempt waiting for a new connection's
 // SETTINGS looks again.
 const settleWait = time.Millisecond
@@ -372,6 +377,9 @@ const settleWait = time.Millisecond
 func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, same C,
 	check func() error, dial func() (C, error)) (C, bool, error) {
 	var zero C
+	if after == ownConn {
+		return p.dialOwn(ctx, key, dial)
+	}
 	var settle *time.Timer
 	defer func() {
 		if settle != nil {
@@ -459,4 +467,22 @@ func (g *dialGate) join(key connKey) (<-chan struct{}, func()) {
 		g.mu.Unlock()
 		close(ch)
 	}
+}
+
+// dialOwn dials a connection for one attempt alone (ownConn), under the
+// connection limit.
+func (p *muxPool[C]) dialOwn(ctx context.Context, key connKey, dial func() (C, error)) (C, bool, error) {
+	var zero C
+	for !p.limit.tryOpen(key) {
+		if err := p.limit.wait(ctx, key); err != nil {
+			return zero, false, err
+		}
+	}
+	c, err := dial()
+	if err != nil {
+		p.limit.closed(key)
+		return zero, false, err
+	}
+	p.add(c)
+	return c, false, nil
 }
