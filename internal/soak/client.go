@@ -14,7 +14,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"reflect"
 	"regexp"
 	"sort"
 	"strconv"
@@ -140,15 +139,7 @@ func newClient(cfg Config, srv *server) (*client, error) {
 		o.Protocol = replaysafe.ProtocolHTTP3
 		c.dialCount = nil // QUIC does not dial through DialContext
 	}
-	if cfg.MaxConns > 0 {
-		// Options gains MaxConnsPerHost with the bounded pools; until
-		// then a soak asking for it cannot run.
-		f := reflect.ValueOf(&o).Elem().FieldByName("MaxConnsPerHost")
-		if !f.IsValid() || !f.CanSet() || f.Kind() != reflect.Int {
-			return nil, errors.New("soak: -maxconns: replaysafe.Options has no MaxConnsPerHost in this build")
-		}
-		f.SetInt(int64(cfg.MaxConns))
-	}
+	o.MaxConnsPerHost = max(cfg.MaxConns, 0)
 	t := replaysafe.New(o)
 	c.rt = t
 	c.idle = t.IdleConns

@@ -55,9 +55,7 @@ type Config struct {
 	Faults float64
 	// Seed seeds the server's fault draws and the request mix.
 	Seed uint64
-	// MaxConns, if positive, is the Transport's MaxConnsPerHost. For
-	// replaysafe it is set only when Options has that field; otherwise Run
-	// fails.
+	// MaxConns, if positive, is the Transport's MaxConnsPerHost.
 	MaxConns int
 	// Peer runs the soak with the reference client instead of replaysafe:
 	// net/http's Transport for h1 and h1tls, x/net's http2.Transport for h2
