@@ -106,3 +106,13 @@ func TestBenchReadsSavedRun(t *testing.T) {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 }
+
+// TestConformanceRealFlag: -real is the command's own flag, taken out
+// before the loopback suite parses its flags; an unknown case pattern
+// still fails as a usage error, before any real server starts.
+func TestConformanceRealFlag(t *testing.T) {
+	code, _, errOut := runCmd(t, "conformance", "-real", "-quick", "-case", "^no-such-case$")
+	if code != 2 || !strings.Contains(errOut, "no case matches") {
+		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
