@@ -31,7 +31,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "\nRuns N requests from c goroutines through one Transport against an in-process faulty server")
 		fmt.Fprintln(stderr, "on 127.0.0.1 and prints copies per request, success per method, errors by rule, dials and resources.")
 		fmt.Fprintln(stderr, "Exits 1 when a hard bound breaks: more than 2 copies, a duplicate non-idempotent delivery,")
-		fmt.Fprintln(stderr, "differing copies, a \"force closed\" error, or an attempt trace tracecheck rejects.")
+		fmt.Fprintln(stderr, "differing copies, or an attempt trace tracecheck rejects.")
 		fmt.Fprintln(stderr)
 		fs.PrintDefaults()
 	}
