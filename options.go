@@ -36,6 +36,18 @@ const (
 
 // Options configures a Transport. The zero value is ready to use: every
 // field documents its default.
+//
+// What a server or proxy sends is bounded by default, whatever the
+// options: a response header section by MaxResponseHeaderBytes (10 MiB);
+// the informational (1xx) responses of one attempt to 32 and, in total,
+// MaxResponseHeaderBytes of header bytes (1 MiB when zero; quic-go stops
+// HTTP/3 after 5); a CONNECT reply's header section to 64 KiB, parsed in
+// one pass; text a peer sent (a reason phrase, a Proxy-Authenticate
+// challenge) to 256 bytes in an error message, which says how much it
+// cut; and what the Transport remembers about destinations (ALPN
+// answers, failed QUIC handshakes, Alt-Svc advertisements, direct routes)
+// to 4,096 entries each. docs/reliability.md measures each against a
+// hostile peer.
 type Options struct {
 	// DialContext dials the TCP connection for a new HTTP or HTTPS
 	// connection; TLS runs over what it returns. nil means a net.Dialer
