@@ -58,4 +58,3 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
-
