@@ -62,9 +62,9 @@ type attemptWire interface {
 	// stream alone (see streamOnly). HTTP/1.1 returns zero values: its
 	// resend always dials.
 	resendFrom() (after uint64, same any)
-	// learn tells the pool that the server accepted streams streams on
-	// this connection before a GOAWAY displaced ours.
-	learn(streams int)
+	// learnGoAway tells the pool, when the connection received a GOAWAY,
+	// how many streams the server accepted on it (see muxPool.learn).
+	learnGoAway()
 	// uploading reports whether the stack is still sending the request
 	// body after the response ended; the attempt then leaves its context
 	// to the upload (see attempt.finishBody).
@@ -238,13 +238,17 @@ func graceful(rule fsm.Rule) bool {
 }
 
 // streamOnly reports whether rule resends after the server refused one
-// stream on a connection that stays healthy: HTTP/2 REFUSED_STREAM and
-// HTTP/3 H3_REQUEST_REJECTED. The resend may then run on the same
-// connection (spec/choices.md): by the time the refusal is read, the
-// stack has read, and acknowledged, every SETTINGS frame the server sent
-// before it, which is what a server refusing early streams waits for.
+// stream on a connection that stays healthy: HTTP/2 REFUSED_STREAM. The
+// resend may then run on the same connection (spec/choices.md): frames
+// arrive in order on its one TCP stream, so by the time the refusal is
+// read the stack has read, and acknowledged, every SETTINGS frame the
+// server sent before it, which is what a server refusing early streams
+// waits for. Not HTTP/3's H3_REQUEST_REJECTED: a draining server rejects
+// requests and sends GOAWAY on another QUIC stream, which may arrive
+// after the rejection, so the same connection could reject the resend
+// too.
 func streamOnly(rule fsm.Rule) bool {
-	return rule == fsm.RuleEvidenceRefusedStream || rule == fsm.RuleEvidenceRequestRejected
+	return rule == fsm.RuleEvidenceRefusedStream
 }
 
 // failed ends an attempt that did not deliver: it fails the call or
@@ -252,8 +256,8 @@ func streamOnly(rule fsm.Rule) bool {
 func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, error) {
 	var after uint64
 	var same any
-	if a.wire != nil && d.Rule == fsm.RuleEvidenceGoAwayBoundary {
-		a.wire.learn(goAwayAccepted(a.rec.Events()))
+	if a.wire != nil {
+		a.wire.learnGoAway()
 	}
 	if a.wire != nil && d.Action == fsm.ActionResend {
 		after, same = a.wire.resendFrom()
@@ -331,24 +335,6 @@ func (a *attempt) finishBody(err error) {
 // report tells the Observer how the attempt ended.
 func (a *attempt) report(err error) {
 	a.c.report(a.n, a.reused, err, a.rec)
-}
-
-// goAwayAccepted returns how many requests the server accepted on the
-// connection before the GOAWAY among events, counted from its boundary:
-// HTTP/2 client streams are 1, 3, 5, ... and the boundary is the last one
-// processed (RFC 9113 §6.8); HTTP/3 request streams are 0, 4, 8, ... and
-// the boundary is the first one not processed (RFC 9114 §5.2). It returns
-// 0 without a known boundary.
-func goAwayAccepted(events []fsm.Event) int {
-	for _, e := range events {
-		switch {
-		case e.Kind == fsm.EventH2GoAway:
-			return int(min((e.Boundary+1)/2, 1<<30))
-		case e.Kind == fsm.EventH3GoAway && e.BoundaryKnown:
-			return int(min(e.Boundary/4, 1<<30))
-		}
-	}
-	return 0
 }
 
 // boundError is a stack's error caused by a bound replaysafe set (the 1xx

@@ -94,8 +94,7 @@ func Example_notIdempotent() {
 
 // Over HTTP/3 a server can prove it did not process a request: it resets
 // the stream with H3_REQUEST_REJECTED (RFC 9114 §4.1.1). replaysafe then
-// resends even a POST, once (RS15), on the same QUIC connection: the
-// refusal was of the request alone. The loopback
+// resends even a POST, once, on a new QUIC connection (RS15). The loopback
 // server counts the copies it received.
 func Example_http3() {
 	srv, err := h3server.New(h3server.Config{Conns: []h3server.ConnScript{
@@ -134,5 +133,5 @@ func Example_http3() {
 	// attempt 1: resend RS15 evidence-request-rejected
 	// attempt 2: deliver RS02 deliver-final-response
 	// HTTP/3.0 200 ok
-	// copies of /order at the server: 2 on connections 0 and 0
+	// copies of /order at the server: 2 on connections 0 and 1
 }

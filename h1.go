@@ -103,7 +103,7 @@ func (w *h1Wire) informational() error { return nil }
 // resendFrom returns zero values: an HTTP/1.1 resend always dials.
 func (w *h1Wire) resendFrom() (uint64, any) { return 0, nil }
 
-func (w *h1Wire) learn(int) {}
+func (w *h1Wire) learnGoAway() {}
 
 // uploading reports false: net/http ends the upload with the exchange.
 func (w *h1Wire) uploading() bool { return false }

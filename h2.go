@@ -145,7 +145,14 @@ func (s *h2Stream) end(_ fsm.Decision, clean bool) {
 
 func (s *h2Stream) retire() { s.t.h2pool.retire(s.hc) }
 
-func (s *h2Stream) learn(streams int) { s.t.h2pool.learn(s.hc.pool.key, streams, time.Now()) }
+// learnGoAway reads the connection's GOAWAY, if one came: HTTP/2 client
+// streams are 1, 3, 5, ... and its last stream ID is the last one the
+// server processes (RFC 9113 §6.8).
+func (s *h2Stream) learnGoAway() {
+	if g, ok := s.hc.wire.GoAway(); ok && g.Code == http2.ErrCodeNo {
+		s.t.h2pool.learn(s.hc, int(g.LastStreamID+1)/2, time.Now())
+	}
+}
 
 func (s *h2Stream) resendFrom() (uint64, any) { return s.t.h2pool.mark(), s.hc }
 

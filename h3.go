@@ -187,7 +187,14 @@ func (s *h3Stream) end(_ fsm.Decision, clean bool) {
 
 func (s *h3Stream) retire() { s.t.h3pool.retire(s.hc) }
 
-func (s *h3Stream) learn(streams int) { s.t.h3pool.learn(s.hc.pool.key, streams, time.Now()) }
+// learnGoAway reads the connection's GOAWAY, if one came: HTTP/3 request
+// streams are 0, 4, 8, ... and its ID is the first one the server does
+// not process (RFC 9114 §5.2).
+func (s *h3Stream) learnGoAway() {
+	if id, ok := s.hc.watch.GoAway(); ok {
+		s.t.h3pool.learn(s.hc, int(min(id/4, 1<<30)), time.Now())
+	}
+}
 
 func (s *h3Stream) resendFrom() (uint64, any) { return s.t.h3pool.mark(), s.hc }
 

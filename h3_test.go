@@ -161,9 +161,10 @@ func (f readCloserFunc) Close() error               { return nil }
 
 // ---- evidence -------------------------------------------------------------
 
-// TestH3RejectedResentOnSameConnection: H3_REQUEST_REJECTED refuses the
-// request alone, so the resend runs on the same connection.
-func TestH3RejectedResentOnSameConnection(t *testing.T) {
+// TestH3RejectedResentOnNewConnection: after H3_REQUEST_REJECTED the
+// resend runs on a new connection (a draining server's GOAWAY may come
+// after the rejection, on another stream).
+func TestH3RejectedResentOnNewConnection(t *testing.T) {
 	for _, a := range []h3server.Action{h3server.Reject(), h3server.RejectAfterBody()} {
 		t.Run(a.String(), func(t *testing.T) {
 			s := startH3(t, h3Script([]h3server.Action{a}))
@@ -172,7 +173,7 @@ func TestH3RejectedResentOnSameConnection(t *testing.T) {
 			if err != nil || code != 200 || body != "ok" {
 				t.Fatalf("%d %q %v", code, body, err)
 			}
-			cs := wantH3Copies(t, s, "/p", 0, 0)
+			cs := wantH3Copies(t, s, "/p", 0, 1)
 			if string(cs[1].Body) != "payload" {
 				t.Errorf("resent body %q", cs[1].Body)
 			}
@@ -190,7 +191,7 @@ func TestH3RejectEverythingTwoCopies(t *testing.T) {
 	if !errors.As(e, &h3e) || h3e.ErrorCode != http3.ErrCodeRequestRejected {
 		t.Errorf("cause %v, want H3_REQUEST_REJECTED", e.Err)
 	}
-	wantH3Copies(t, s, "/d", 0, 0)
+	wantH3Copies(t, s, "/d", 0, 1)
 }
 
 func TestH3OneShotRejectedAfterBodyNotResent(t *testing.T) {

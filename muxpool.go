@@ -81,6 +81,12 @@ type learnedLimit struct {
 // server restarting once must not cap its connections for long.
 const perConnTTL = time.Minute
 
+// minLearned is the smallest budget learned: a server that sends GOAWAY
+// after a single stream is more likely going away (a restart, a drain)
+// than serving one request per connection, and a budget of one would
+// make HTTP/2 dial for every request for a minute.
+const minLearned = 2
+
 // maxLearned bounds the routes with a learned budget.
 const maxLearned = 1024
 
@@ -89,14 +95,20 @@ func newMuxPool[C muxConn](maxIdle int, idleTimeout time.Duration, limit *connLi
 		conns: map[connKey][]C{}, perConn: map[connKey]learnedLimit{}}
 }
 
-// learn records that key's server accepted streams streams on one
-// connection before a GOAWAY displaced later ones.
-func (p *muxPool[C]) learn(key connKey, streams int, now time.Time) {
-	if streams <= 0 {
+// learn records, for c's route, that its server accepted streams
+// streams on c before a GOAWAY, when c had taken more than that: the
+// GOAWAY displaced some (a server that drains without displacing
+// anything teaches nothing).
+func (p *muxPool[C]) learn(c C, streams int, now time.Time) {
+	if streams < minLearned {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	key := c.mux().key
+	if c.mux().started <= streams {
+		return
+	}
 	if _, ok := p.perConn[key]; !ok && len(p.perConn) >= maxLearned {
 		clear(p.perConn)
 	}

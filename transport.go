@@ -46,7 +46,7 @@ import (
 // MaxIdleConnsPerHost and MaxConnsPerHost bound every pool. A resend runs
 // on a new connection (over HTTP/2 and HTTP/3, one opened after the
 // failure, shared by the requests the failure displaced; after a refusal
-// of the stream alone, the same connection).
+// of the stream alone (HTTP/2 REFUSED_STREAM), the same connection).
 //
 // A Transport is safe for concurrent use. Close idle connections with
 // CloseIdleConnections when done with it.
