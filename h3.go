@@ -146,6 +146,12 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
 		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.(*streamRec).emit, s.uploaded))
 	})
+	if isExtendedConnect(out) {
+		// quic-go takes the extended CONNECT's :protocol from Proto.
+		out.Proto = out.Header.Get(":protocol")
+		out.Header = out.Header.Clone()
+		delete(out.Header, ":protocol")
+	}
 	resp, err := hc.cc.RoundTrip(out)
 	return a.roundTripped(resp, err)
 }

@@ -24,7 +24,7 @@ func snapshotOf(t *testing.T, tr *Transport, rawURL string) (connKey, *routeSnap
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := plan.Make(tr.planInput(key, len(urls) > 0))
+	p := plan.Make(tr.planInput(req, key, len(urls) > 0))
 	return tr.snapshot(req, key, urls, p.First().Route)
 }
 

@@ -139,7 +139,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, closeBody(req, err)
 	}
-	in := t.planInput(key, len(urls) > 0)
+	in := t.planInput(req, key, len(urls) > 0)
 	p := plan.Make(in)
 	if p.Err != nil {
 		err := fmt.Errorf("replaysafe: %w", p.Err)
@@ -178,8 +178,9 @@ func closeBody(req *http.Request, err error) error {
 // about the destination (a failed QUIC handshake, an Alt-Svc
 // advertisement). Whether ALPN chose HTTP/1.1 is keyed by the route, so
 // run fills it in once the route is known.
-func (t *Transport) planInput(key connKey, proxied bool) plan.Input {
-	in := plan.Input{Policy: plan.Policy(t.opt.Protocol), HTTPS: key.scheme == "https", Proxied: proxied}
+func (t *Transport) planInput(req *http.Request, key connKey, proxied bool) plan.Input {
+	in := plan.Input{Policy: plan.Policy(t.opt.Protocol), HTTPS: key.scheme == "https", Proxied: proxied,
+		ExtendedConnect: isExtendedConnect(req)}
 	if in.HTTPS && !proxied && (t.opt.Protocol == ProtocolPreferHTTP3 || t.opt.Protocol == ProtocolDiscoverHTTP3) {
 		if at, ok := t.h3Broken.load(key.addr); ok && time.Since(at) < H3RetryAfter {
 			in.H3Broken = true
@@ -272,8 +273,11 @@ func validate(req *http.Request) (connKey, error) {
 	case req.Method != "" && !validMethod(req.Method):
 		return connKey{}, fmt.Errorf("replaysafe: invalid method %q", req.Method)
 	}
-	for _, h := range []http.Header{req.Header, req.Trailer} {
+	for i, h := range []http.Header{req.Header, req.Trailer} {
 		for k, vv := range h {
+			if k == ":protocol" && i == 0 && req.Method == http.MethodConnect && len(vv) == 1 && validMethod(vv[0]) {
+				continue // extended CONNECT (RFC 8441, RFC 9220): the protocol is a token
+			}
 			if !httpguts.ValidHeaderFieldName(k) {
 				return connKey{}, fmt.Errorf("replaysafe: invalid header field name %q", k)
 			}
@@ -303,6 +307,13 @@ func validate(req *http.Request) (connKey, error) {
 		return connKey{scheme: scheme, addr: req.URL.Host, host: host}, nil
 	}
 	return connKey{scheme: scheme, addr: net.JoinHostPort(host, port), host: host}, nil
+}
+
+// isExtendedConnect reports a CONNECT that names a protocol in the
+// :protocol pseudo-header, as x/net's client takes it (RFC 8441: a
+// WebSocket over HTTP/2, RFC 9220 over HTTP/3).
+func isExtendedConnect(req *http.Request) bool {
+	return req.Method == http.MethodConnect && len(req.Header[":protocol"]) > 0
 }
 
 func validMethod(m string) bool {

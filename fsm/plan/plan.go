@@ -95,6 +95,9 @@ type Input struct {
 	// AltSvcH3 reports that the origin advertised HTTP/3 on its own host
 	// and the advertisement still holds.
 	AltSvcH3 bool
+	// ExtendedConnect reports a CONNECT with a :protocol (RFC 8441,
+	// RFC 9220: a WebSocket, say), which only HTTP/2 and HTTP/3 carry.
+	ExtendedConnect bool
 }
 
 // Leg is one protocol a call may run on.
@@ -133,6 +136,10 @@ var (
 	// ErrH2CProxied: HTTP/2 only, for an http URL through a proxy: h2c
 	// with prior knowledge is not tunnelled.
 	ErrH2CProxied = errors.New("h2c (HTTP/2 over cleartext) through a proxy is not supported")
+	// ErrExtendedConnectH1: an extended CONNECT where the plan has only
+	// HTTP/1.1 (the policy, or negotiation in cleartext): HTTP/1.1 has no
+	// :protocol (it upgrades a GET instead).
+	ErrExtendedConnectH1 = errors.New("extended CONNECT (:protocol) needs HTTP/2 or HTTP/3; HTTP/1.1 upgrades a GET instead")
 	// ErrPolicy: a policy value outside the list.
 	ErrPolicy = errors.New("unknown protocol policy")
 )
@@ -148,12 +155,12 @@ func Make(in Input) Plan {
 }
 
 // inputBits is the number of boolean fields of Input.
-const inputBits = 5
+const inputBits = 6
 
 // index numbers in among the inputs of its policy.
 func index(in Input) int {
 	i := int(in.Policy) << inputBits
-	for b, f := range [inputBits]bool{in.HTTPS, in.Proxied, in.ALPNChoseH1, in.H3Broken, in.AltSvcH3} {
+	for b, f := range [inputBits]bool{in.HTTPS, in.Proxied, in.ALPNChoseH1, in.H3Broken, in.AltSvcH3, in.ExtendedConnect} {
 		if f {
 			i |= 1 << b
 		}
@@ -165,8 +172,11 @@ func index(in Input) int {
 var plans = func() (all [int(policyCount) << inputBits]Plan) {
 	for i := range all {
 		in := Input{Policy: Policy(i >> inputBits), HTTPS: i&1 != 0, Proxied: i&2 != 0,
-			ALPNChoseH1: i&4 != 0, H3Broken: i&8 != 0, AltSvcH3: i&16 != 0}
+			ALPNChoseH1: i&4 != 0, H3Broken: i&8 != 0, AltSvcH3: i&16 != 0, ExtendedConnect: i&32 != 0}
 		all[i] = build(in)
+		if in.ExtendedConnect {
+			all[i] = withoutH1(all[i])
+		}
 	}
 	return all
 }()
@@ -215,6 +225,27 @@ func build(in Input) Plan {
 	h2 := h2Leg(route.PolicyNegotiate, true)
 	h2.Next = FallbackALPN
 	return Plan{Legs: append(legs, h2, h1)}
+}
+
+// withoutH1 is p for an extended CONNECT: its HTTP/1.1 legs cannot carry
+// it, so a leg that would hand over to one does not (an ALPN answer of
+// HTTP/1.1 then fails the acquisition), and a plan of HTTP/1.1 alone is
+// refused.
+func withoutH1(p Plan) Plan {
+	var legs []Leg
+	for _, l := range p.Legs {
+		if l.Proto != ProtoH1 {
+			legs = append(legs, l)
+		}
+	}
+	if p.Err != nil {
+		return p
+	}
+	if len(legs) == 0 {
+		return Plan{Err: ErrExtendedConnectH1}
+	}
+	legs[len(legs)-1].Next = FallbackNever
+	return Plan{Legs: legs}
 }
 
 func h2Leg(p route.Policy, https bool) Leg {

@@ -66,6 +66,13 @@ func TestMake(t *testing.T) {
 		{"discover advertised", plan.Input{Policy: plan.DiscoverHTTP3, HTTPS: true, AltSvcH3: true}, race + neg},
 		{"discover advertised but broken", plan.Input{Policy: plan.DiscoverHTTP3, HTTPS: true, AltSvcH3: true, H3Broken: true}, neg},
 		{"discover advertised, proxied", plan.Input{Policy: plan.DiscoverHTTP3, HTTPS: true, AltSvcH3: true, Proxied: true}, neg},
+		{"extended CONNECT, http1", plan.Input{Policy: plan.HTTP1, HTTPS: true, ExtendedConnect: true}, "refused: " + plan.ErrExtendedConnectH1.Error()},
+		{"extended CONNECT, negotiate", plan.Input{Policy: plan.Negotiate, HTTPS: true, ExtendedConnect: true}, "h2(negotiate,alpn=h2+http/1.1)"},
+		{"extended CONNECT, negotiate, ALPN chose h1", plan.Input{Policy: plan.Negotiate, HTTPS: true, ALPNChoseH1: true, ExtendedConnect: true}, "refused: " + plan.ErrExtendedConnectH1.Error()},
+		{"extended CONNECT, negotiate http", plan.Input{Policy: plan.Negotiate, ExtendedConnect: true}, "refused: " + plan.ErrExtendedConnectH1.Error()},
+		{"extended CONNECT, h2c", plan.Input{Policy: plan.HTTP2, ExtendedConnect: true}, "h2(h2)"},
+		{"extended CONNECT, prefer", plan.Input{Policy: plan.PreferHTTP3, HTTPS: true, ExtendedConnect: true}, race + "h2(negotiate,alpn=h2+http/1.1)"},
+		{"extended CONNECT, http3", plan.Input{Policy: plan.HTTP3, HTTPS: true, ExtendedConnect: true}, "h3(h3,alpn=h3)"},
 	} {
 		if got := legs(plan.Make(tc.in)); got != tc.want {
 			t.Errorf("%s:\n got %s\nwant %s", tc.name, got, tc.want)
@@ -84,9 +91,9 @@ func TestMake(t *testing.T) {
 func TestInvariants(t *testing.T) {
 	n := 0
 	for pol := plan.HTTP1; pol <= plan.DiscoverHTTP3; pol++ {
-		for bits := range 1 << 5 {
+		for bits := range 1 << 6 {
 			in := plan.Input{Policy: pol, HTTPS: bits&1 != 0, Proxied: bits&2 != 0,
-				ALPNChoseH1: bits&4 != 0, H3Broken: bits&8 != 0, AltSvcH3: bits&16 != 0}
+				ALPNChoseH1: bits&4 != 0, H3Broken: bits&8 != 0, AltSvcH3: bits&16 != 0, ExtendedConnect: bits&32 != 0}
 			p := plan.Make(in)
 			n++
 			if (p.Err == nil) == (len(p.Legs) == 0) {
@@ -107,14 +114,14 @@ func TestInvariants(t *testing.T) {
 						t.Errorf("%+v: %s", in, legs(p))
 					}
 				case plan.ProtoH1:
-					if in.HTTPS != (len(l.ALPN) == 1 && l.ALPN[0] == "http/1.1") {
+					if in.ExtendedConnect || in.HTTPS != (len(l.ALPN) == 1 && l.ALPN[0] == "http/1.1") {
 						t.Errorf("%+v: %s", in, legs(p))
 					}
 				}
 			}
 		}
 	}
-	if n != 6*32 {
+	if n != 6*64 {
 		t.Fatalf("walked %d inputs", n)
 	}
 }
