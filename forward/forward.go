@@ -222,8 +222,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var wsKey string
-	if d.Mode == ModeExtendedConnect {
+	switch {
+	case d.Mode == ModeExtendedConnect && d.Version == VersionHTTP11:
 		wsKey = websocketHandshake(out)
+	case d.Mode == ModeExtendedConnect:
+		out.Proto, out.ProtoMajor, out.ProtoMinor = "", 0, 0 // quic-go's server put the :protocol there
 	}
 
 	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
@@ -301,6 +304,13 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, resp *http.Res
 	}
 	w.WriteHeader(resp.StatusCode)
 	x.status = resp.StatusCode
+	if d.Mode == ModeExtendedConnect {
+		// A tunnel: the client sends nothing until it has the 200.
+		if err := http.NewResponseController(w).Flush(); err != nil {
+			x.err = err
+			return
+		}
+	}
 	if err := copyFlushing(w, resp.Body); err != nil {
 		x.err = err
 		if r.Context().Err() == nil {

@@ -41,9 +41,10 @@ func removeConnectionFields(h http.Header) {
 // hop-by-hop fields, then regenerates what the egress needs.
 //
 //   - ModeUpgrade keeps exactly "Connection: Upgrade" and the Upgrade
-//     value (RFC 9110 §7.8); ModeExtendedConnect, which goes out as an
-//     HTTP/1.1 Upgrade, gets them (and the pseudo-header field
-//     ":protocol" goes).
+//     value (RFC 9110 §7.8); ModeExtendedConnect to HTTP/1.1 egress, which
+//     goes out as an HTTP/1.1 Upgrade, gets them (and the pseudo-header
+//     field ":protocol" goes); to HTTP/2 or HTTP/3 egress it keeps its
+//     ":protocol" (d.Upgrade) alone.
 //   - When d.Trailers, HTTP/1.1 egress gets "Connection: TE" and "TE:
 //     trailers" (RFC 9110 §10.1.4: a sender of TE also sends the TE
 //     connection option); HTTP/2 and HTTP/3 egress get "TE: trailers"
@@ -56,6 +57,10 @@ func CleanRequestHeader(h http.Header, d Dispatch) {
 		if strings.HasPrefix(k, ":") {
 			delete(h, k) // a pseudo-header net/http's server left in (":protocol")
 		}
+	}
+	if d.Mode == ModeExtendedConnect && d.Version != VersionHTTP11 {
+		h[":protocol"] = []string{d.Upgrade}
+		return
 	}
 	if d.Mode == ModeUpgrade || d.Mode == ModeExtendedConnect {
 		h["Connection"] = []string{"Upgrade"}

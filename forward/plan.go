@@ -257,15 +257,16 @@ func Plan(req *http.Request, e Egress) Dispatch {
 	}
 
 	if d.Mode == ModeExtendedConnect {
+		if d.Version != VersionHTTP11 {
+			// HTTP/2, HTTP/3 or ALPN egress (the Transport's plan keeps an
+			// extended CONNECT off HTTP/1.1): it goes on as it came, any
+			// protocol, with its :protocol (RFC 8441 §4, RFC 9220 §3).
+			return d
+		}
 		// RFC 8441 §5: a WebSocket over an HTTP/2 (or, RFC 9220, HTTP/3)
-		// stream becomes an HTTP/1.1 Upgrade handshake upstream; the
-		// replaysafe Transport sends no extended CONNECT of its own.
-		switch {
-		case !strings.EqualFold(protocol, "websocket"):
-			return refuse(d, http.StatusNotImplemented, "extended CONNECT with :protocol %q is not forwarded (only websocket)", protocol)
-		case d.Version != VersionHTTP11:
-			return refuse(d, http.StatusNotImplemented,
-				"extended CONNECT is forwarded as an HTTP/1.1 Upgrade only, not over %v egress", d.Version)
+		// stream becomes an HTTP/1.1 Upgrade handshake upstream.
+		if !strings.EqualFold(protocol, "websocket") {
+			return refuse(d, http.StatusNotImplemented, "extended CONNECT with :protocol %q goes to HTTP/1.1 egress only as a WebSocket", protocol)
 		}
 		d.Upgrade = "websocket"
 		return d

@@ -1,0 +1,135 @@
+package forward_test
+
+//lint:file-ignore SA1019 the test drives x/net/http2's Transport, whose client sends extended CONNECT
+
+import (
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/forward"
+)
+
+// echoConnect starts an h2c upstream that accepts extended CONNECT
+// (under GODEBUG=http2xconnect=1), reports each CONNECT's :protocol and
+// header, answers 200 and echoes the stream's bytes.
+func echoConnect(t *testing.T, got chan<- http.Header, n *atomic.Int64) *url.URL {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		h := r.Header.Clone()
+		h.Set("X-Method", r.Method)
+		got <- h
+		if r.Method != http.MethodConnect || r.Header.Get(":protocol") == "" {
+			http.Error(w, "not an extended CONNECT", http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		rc.Flush()
+		buf := make([]byte, 1024)
+		for {
+			k, err := r.Body.Read(buf)
+			if k > 0 {
+				w.Write(buf[:k])
+				rc.Flush()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}))
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	return u
+}
+
+// TestExtendedConnectPassThrough: an HTTP/2 or HTTP/3 extended CONNECT
+// goes on to an HTTP/2 upstream as an extended CONNECT, with its
+// :protocol and without HTTP/1.1's handshake fields; the upstream gets
+// one CONNECT, the client 200, and bytes flow both ways. Net/http's
+// HTTP/2 server accepts extended CONNECT only under
+// GODEBUG=http2xconnect=1, read at start, so the test runs itself again
+// with it.
+func TestExtendedConnectPassThrough(t *testing.T) {
+	if !strings.Contains(os.Getenv("GODEBUG"), "http2xconnect=1") {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestExtendedConnectPassThrough$", "-test.v")
+		cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestExtendedConnectPassThrough") {
+			t.Fatalf("with GODEBUG=http2xconnect=1: %v\n%s", err, out)
+		}
+		return
+	}
+	for _, ingressProto := range []string{"h2", "h3"} {
+		t.Run(ingressProto+"-to-h2", func(t *testing.T) {
+			got := make(chan http.Header, 4)
+			var connects atomic.Int64
+			u := echoConnect(t, got, &connects)
+			fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP2})
+			defer fw.Transport().CloseIdleConnections()
+
+			var base string
+			var client *http.Client
+			if ingressProto == "h3" {
+				base, client = h3Ingress(t, fw)
+			} else {
+				base, _ = ingress(t, fw, "h2")
+				h2t := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+					return (&net.Dialer{}).DialContext(ctx, network, addr)
+				}}
+				defer h2t.CloseIdleConnections()
+				client = &http.Client{Transport: h2t, Timeout: 10 * time.Second}
+			}
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			req, _ := http.NewRequest(http.MethodConnect, base+"/chat", pr)
+			if ingressProto == "h3" {
+				req.Proto = "websocket" // quic-go's client takes :protocol from Proto
+			} else {
+				req.Header.Set(":protocol", "websocket")
+			}
+			req.Header.Set("Sec-WebSocket-Version", "13")
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("client got %s %s", resp.Proto, resp.Status)
+			}
+			h := <-got
+			if h.Get("X-Method") != http.MethodConnect || h.Get(":protocol") != "websocket" || h.Get("Upgrade") != "" ||
+				h.Get("Sec-Websocket-Key") != "" || h.Get("Sec-Websocket-Version") != "13" {
+				t.Errorf("upstream header %v", h)
+			}
+			for _, msg := range []string{"ping", "second message"} {
+				if _, err := io.WriteString(pw, msg); err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, len(msg))
+				if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != msg {
+					t.Fatalf("echo %q, %v", buf, err)
+				}
+			}
+			if n := connects.Load(); n != 1 {
+				t.Errorf("the upstream received %d CONNECTs, want 1", n)
+			}
+		})
+	}
+}
