@@ -5,6 +5,7 @@ import (
 	"crypto/sha1"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 )
@@ -75,4 +76,53 @@ func (h *Handler) extendedConnect(w http.ResponseWriter, r *http.Request, resp *
 	if err := copyFlushing(w, up); err != nil && r.Context().Err() == nil {
 		x.err = err
 	}
+}
+
+// upgradeOverConnect completes an HTTP/1.1 WebSocket handshake that went
+// upstream as an extended CONNECT (RFC 8441 §5) and got 200: it answers
+// the client 101 with the Sec-WebSocket-Accept of the client's key and
+// tunnels the client connection into the stream, upload being the
+// stream's request body.
+func (h *Handler) upgradeOverConnect(w http.ResponseWriter, resp *http.Response, d Dispatch, x *exchange, key string, upload *io.PipeWriter) {
+	defer resp.Body.Close()
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		x.err = fmt.Errorf("forward: hijacking the client connection for the upgrade: %w", err)
+		h.refuse(w, x, http.StatusInternalServerError, "cannot take over the client connection")
+		return
+	}
+	defer conn.Close()
+	CleanResponseHeader(resp.Header, http.StatusOK, d)
+	resp.Header.Set("Connection", "Upgrade")
+	resp.Header.Set("Upgrade", "websocket")
+	resp.Header.Set("Sec-Websocket-Accept", websocketAccept(key))
+	if !h.opt.DisableVia {
+		resp.Header.Add("Via", Via(resp.ProtoMajor, resp.ProtoMinor, h.via))
+	}
+	x.status = http.StatusSwitchingProtocols
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
+	if err := resp.Header.Write(brw); err != nil {
+		x.err = err
+		return
+	}
+	brw.WriteString("\r\n")
+	if err := brw.Flush(); err != nil {
+		x.err = fmt.Errorf("forward: writing the 101 response to the client: %w", err)
+		return
+	}
+	x.err = tunnel(conn, brw.Reader, streamRW{resp.Body, upload})
+}
+
+// streamRW is an extended CONNECT stream as one ReadWriteCloser: the
+// response body to read, the request body's pipe to write.
+type streamRW struct {
+	r io.ReadCloser
+	w *io.PipeWriter
+}
+
+func (s streamRW) Read(p []byte) (int, error)  { return s.r.Read(p) }
+func (s streamRW) Write(p []byte) (int, error) { return s.w.Write(p) }
+func (s streamRW) Close() error {
+	s.w.Close()
+	return s.r.Close()
 }

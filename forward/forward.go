@@ -222,11 +222,18 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	var wsKey string
+	var upload *io.PipeWriter // the client's bytes after the 101, for an Upgrade sent as an extended CONNECT
 	switch {
 	case d.Mode == ModeExtendedConnect && d.Version == VersionHTTP11:
 		wsKey = websocketHandshake(out)
 	case d.Mode == ModeExtendedConnect:
 		out.Proto, out.ProtoMajor, out.ProtoMinor = "", 0, 0 // quic-go's server put the :protocol there
+	case d.Mode == ModeUpgrade && d.Version != VersionHTTP11:
+		wsKey = r.Header.Get("Sec-Websocket-Key")
+		var pr *io.PipeReader
+		pr, upload = io.Pipe()
+		defer upload.Close()
+		out.Method, out.Body, out.ContentLength = http.MethodConnect, pr, -1
 	}
 
 	out = out.WithContext(httptrace.WithClientTrace(out.Context(), &httptrace.ClientTrace{
@@ -254,6 +261,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case resp.StatusCode == http.StatusSwitchingProtocols:
 		h.upgrade(w, resp, d, x)
+		x.attempts = n
+		return
+	case upload != nil && resp.StatusCode == http.StatusOK:
+		h.upgradeOverConnect(w, resp, d, x, wsKey, upload)
 		x.attempts = n
 		return
 	}

@@ -262,7 +262,7 @@ func TestErrors(t *testing.T) {
 			t.Errorf("upstream received %d requests (want 1, with X-Added)", len(rs))
 		}
 	})
-	t.Run("upgrade to HTTP/2 egress is 501 and sends nothing", func(t *testing.T) {
+	t.Run("a non-WebSocket upgrade to HTTP/2 egress is 501 and sends nothing", func(t *testing.T) {
 		s, err := replaysafetest.Start(replaysafetest.Config{})
 		if err != nil {
 			t.Fatal(err)
@@ -270,7 +270,7 @@ func TestErrors(t *testing.T) {
 		defer s.Close()
 		u, _ := url.Parse(s.URL())
 		fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP2})
-		resp := do(t, fw, "GET", "/ws", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"websocket"}})
+		resp := do(t, fw, "GET", "/ws", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"foo/1"}})
 		if resp.Code != http.StatusNotImplemented || s.Count() != 0 {
 			t.Errorf("got %d, upstream received %d", resp.Code, s.Count())
 		}

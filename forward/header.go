@@ -62,6 +62,14 @@ func CleanRequestHeader(h http.Header, d Dispatch) {
 		h[":protocol"] = []string{d.Upgrade}
 		return
 	}
+	if d.Mode == ModeUpgrade && d.Version != VersionHTTP11 {
+		// A WebSocket handshake sent on as an extended CONNECT (RFC 8441
+		// §5): no Sec-WebSocket-Key there; the forwarder answers the
+		// client's with its own Sec-WebSocket-Accept.
+		h[":protocol"] = []string{d.Upgrade}
+		delete(h, "Sec-Websocket-Key")
+		return
+	}
 	if d.Mode == ModeUpgrade || d.Mode == ModeExtendedConnect {
 		h["Connection"] = []string{"Upgrade"}
 		h["Upgrade"] = []string{d.Upgrade}

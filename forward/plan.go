@@ -295,13 +295,14 @@ func Plan(req *http.Request, e Egress) Dispatch {
 	if up := upgradeTokens(req.Header); up != "" &&
 		conn["upgrade"] && req.ProtoMajor == 1 && req.ProtoMinor >= 1 {
 		d.Mode, d.Upgrade = ModeUpgrade, up
-		switch {
-		case d.Version == VersionALPN:
+		if d.Version != VersionHTTP11 && !strings.EqualFold(up, "websocket") {
+			// RFC 8441 §5 and RFC 9220 carry a WebSocket over an HTTP/2 or
+			// HTTP/3 extended CONNECT; other upgrades have no such form.
 			return refuse(d, http.StatusNotImplemented,
-				"Upgrade %q needs HTTP/1.1 egress; egress %v over https may select HTTP/2", up, e)
-		case d.Version != VersionHTTP11:
-			return refuse(d, http.StatusNotImplemented,
-				"Upgrade %q needs HTTP/1.1 egress, not %v (no extended CONNECT egress)", up, d.Version)
+				"Upgrade %q needs HTTP/1.1 egress, not %v (only a WebSocket becomes an extended CONNECT)", up, d.Version)
+		}
+		if d.Version != VersionHTTP11 {
+			d.Upgrade = "websocket"
 		}
 	}
 	return d

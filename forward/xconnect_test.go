@@ -3,6 +3,7 @@ package forward_test
 //lint:file-ignore SA1019 the test drives x/net/http2's Transport, whose client sends extended CONNECT
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"io"
@@ -76,6 +77,7 @@ func TestExtendedConnectPassThrough(t *testing.T) {
 		}
 		return
 	}
+	t.Run("h1-upgrade-to-h2", testUpgradeToExtendedConnect)
 	for _, ingressProto := range []string{"h2", "h3"} {
 		t.Run(ingressProto+"-to-h2", func(t *testing.T) {
 			got := make(chan http.Header, 4)
@@ -131,5 +133,54 @@ func TestExtendedConnectPassThrough(t *testing.T) {
 				t.Errorf("the upstream received %d CONNECTs, want 1", n)
 			}
 		})
+	}
+}
+
+// testUpgradeToExtendedConnect: an HTTP/1.1 WebSocket handshake goes to
+// an HTTP/2 upstream as an extended CONNECT without Sec-WebSocket-Key
+// (RFC 8441 §5); the client gets 101 with the Accept of its own key, and
+// bytes flow both ways over the one CONNECT.
+func testUpgradeToExtendedConnect(t *testing.T) {
+	got := make(chan http.Header, 4)
+	var connects atomic.Int64
+	u := echoConnect(t, got, &connects)
+	fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP2})
+	defer fw.Transport().CloseIdleConnections()
+	base, _ := ingress(t, fw, "h1")
+	addr := strings.TrimPrefix(base, "http://")
+	conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	const key = "dGhlIHNhbXBsZSBub25jZQ=="
+	io.WriteString(conn, "GET /chat HTTP/1.1\r\nHost: "+addr+"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"+
+		"Sec-WebSocket-Key: "+key+"\r\nSec-WebSocket-Version: 13\r\n\r\n")
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-Websocket-Accept") != wsAccept(key) ||
+		!strings.EqualFold(resp.Header.Get("Upgrade"), "websocket") {
+		t.Fatalf("client got %s %v", resp.Status, resp.Header)
+	}
+	h := <-got
+	if h.Get("X-Method") != http.MethodConnect || h.Get(":protocol") != "websocket" || h.Get("Sec-Websocket-Key") != "" ||
+		h.Get("Upgrade") != "" || h.Get("Sec-Websocket-Version") != "13" {
+		t.Errorf("upstream header %v", h)
+	}
+	for _, msg := range []string{"ping", "second message"} {
+		if _, err := io.WriteString(conn, msg); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != msg {
+			t.Fatalf("echo %q, %v", buf, err)
+		}
+	}
+	if n := connects.Load(); n != 1 {
+		t.Errorf("the upstream received %d CONNECTs, want 1", n)
 	}
 }
