@@ -3,6 +3,7 @@ module github.com/replaysafe/replaysafe
 go 1.26.0
 
 require (
+	github.com/coder/websocket v1.8.15
 	github.com/quic-go/qpack v0.6.0
 	github.com/quic-go/quic-go v0.65.0
 	go.uber.org/goleak v1.3.0
