@@ -196,6 +196,16 @@ var faults = []fault{
 	{"h2 close crossing POST", forward.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.CloseConnAfterBody())
 	}, 1, 502, true, false},
+	// After a 1xx nothing is resent (RS07): the server read the request.
+	{"h2 1xx then close, GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
+		return h2Upstream(t, h2server.OK("first"), h2server.CloseConn().WithInformational(103, nil))
+	}, 1, 502, true, false},
+	{"h3 1xx then close, GET", forward.EgressHTTP3, "GET", "", func(t *testing.T) upstream {
+		// The close comes 50 ms after the 103, so that it cannot overtake
+		// it: a CONNECTION_CLOSE discards stream data the client has not
+		// read, and a 103 the client never saw is no evidence.
+		return h3Upstream(t, h3server.OK("first"), h3server.Hang(50*time.Millisecond).WithInformational(103, nil))
+	}, 1, 502, true, false},
 }
 
 // outcome is what one forwarder did with one fault.
