@@ -18,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/net/http2"
 
+	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/forward"
 )
 
@@ -78,6 +80,7 @@ func TestExtendedConnectPassThrough(t *testing.T) {
 		return
 	}
 	t.Run("h1-upgrade-to-h2", testUpgradeToExtendedConnect)
+	t.Run("h2-to-h3", testExtendedConnectToH3)
 	for _, ingressProto := range []string{"h2", "h3"} {
 		t.Run(ingressProto+"-to-h2", func(t *testing.T) {
 			got := make(chan http.Header, 4)
@@ -177,6 +180,70 @@ func testUpgradeToExtendedConnect(t *testing.T) {
 		}
 		buf := make([]byte, len(msg))
 		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != msg {
+			t.Fatalf("echo %q, %v", buf, err)
+		}
+	}
+	if n := connects.Load(); n != 1 {
+		t.Errorf("the upstream received %d CONNECTs, want 1", n)
+	}
+}
+
+// testExtendedConnectToH3: an HTTP/2 extended CONNECT goes on to an
+// HTTP/3 upstream as an RFC 9220 extended CONNECT (quic-go's server hands
+// its :protocol over in Request.Proto), and bytes flow both ways.
+func testExtendedConnectToH3(t *testing.T) {
+	var connects atomic.Int64
+	protocols := make(chan string, 4)
+	upBase, upClient := h3Ingress(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		connects.Add(1)
+		protocols <- r.Method + " " + r.Proto
+		w.WriteHeader(http.StatusOK)
+		rc := http.NewResponseController(w)
+		rc.Flush()
+		buf := make([]byte, 1024)
+		for {
+			k, err := r.Body.Read(buf)
+			if k > 0 {
+				w.Write(buf[:k])
+				rc.Flush()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}))
+	u, _ := url.Parse(upBase)
+	roots := upClient.Transport.(*http3.Transport).TLSClientConfig.RootCAs
+	fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP3,
+		TransportOptions: replaysafe.Options{TLSClientConfig: &tls.Config{RootCAs: roots}}})
+	defer fw.Transport().CloseIdleConnections()
+	base, _ := ingress(t, fw, "h2")
+	h2t := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	defer h2t.CloseIdleConnections()
+	client := &http.Client{Transport: h2t, Timeout: 10 * time.Second}
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	req, _ := http.NewRequest(http.MethodConnect, base+"/chat", pr)
+	req.Header.Set(":protocol", "websocket")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("client got %s %s", resp.Proto, resp.Status)
+	}
+	if got := <-protocols; got != "CONNECT websocket" {
+		t.Errorf("upstream got %q, want an extended CONNECT for websocket", got)
+	}
+	for _, msg := range []string{"ping", "second message"} {
+		if _, err := io.WriteString(pw, msg); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != msg {
 			t.Fatalf("echo %q, %v", buf, err)
 		}
 	}
