@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/quic-go/quic-go/http3"
 	"golang.org/x/net/http2"
 
@@ -81,6 +83,7 @@ func TestExtendedConnectPassThrough(t *testing.T) {
 	}
 	t.Run("h1-upgrade-to-h2", testUpgradeToExtendedConnect)
 	t.Run("h2-to-h3", testExtendedConnectToH3)
+	t.Run("websocket-over-an-h2-hop", testWebSocketOverH2Hop)
 	for _, ingressProto := range []string{"h2", "h3"} {
 		t.Run(ingressProto+"-to-h2", func(t *testing.T) {
 			got := make(chan http.Header, 4)
@@ -249,5 +252,74 @@ func testExtendedConnectToH3(t *testing.T) {
 	}
 	if n := connects.Load(); n != 1 {
 		t.Errorf("the upstream received %d CONNECTs, want 1", n)
+	}
+}
+
+// testWebSocketOverH2Hop: a real WebSocket client and server
+// (github.com/coder/websocket, HTTP/1.1 on both ends) talk through two
+// forwarders joined by HTTP/2: the first sends the handshake on as an
+// extended CONNECT (RFC 8441 §5), the second turns it back into an
+// HTTP/1.1 Upgrade. Messages are echoed whole over the h2 stream, and
+// the upstream sees one handshake.
+func testWebSocketOverH2Hop(t *testing.T) {
+	var handshakes atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		handshakes.Add(1)
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		for {
+			typ, msg, err := c.Read(r.Context())
+			if err != nil {
+				return
+			}
+			if c.Write(r.Context(), typ, msg) != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(up.Close)
+	upURL, _ := url.Parse(up.URL)
+	hop := make(chan string, 2)
+	second := forward.New(forward.Options{Upstream: upURL, Egress: forward.EgressHTTP1, OnRequest: func(r *http.Request) error {
+		hop <- fmt.Sprintf("%s HTTP/%d %s", r.Method, r.ProtoMajor, r.Header.Get(":protocol"))
+		return nil
+	}})
+	defer second.Transport().CloseIdleConnections()
+	secondBase, _ := ingress(t, second, "h2")
+	secondURL, _ := url.Parse(secondBase)
+	first := forward.New(forward.Options{Upstream: secondURL, Egress: forward.EgressHTTP2})
+	defer first.Transport().CloseIdleConnections()
+	firstBase, _ := ingress(t, first, "h1")
+
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	c, resp, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(firstBase, "http")+"/chat", nil)
+	if err != nil {
+		t.Fatalf("dial: %v (%v)", err, resp)
+	}
+	defer c.CloseNow()
+	if via := resp.Header.Values("Via"); len(via) == 0 {
+		t.Errorf("handshake response %s %v", resp.Status, resp.Header)
+	}
+	for i, msg := range []string{"hello", strings.Repeat("x", 10000), "bye"} {
+		if err := c.Write(ctx, websocket.MessageText, []byte(msg)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+		_, got, err := c.Read(ctx)
+		if err != nil || string(got) != msg {
+			t.Fatalf("message %d: %d bytes, %v", i, len(got), err)
+		}
+	}
+	if err := c.Close(websocket.StatusNormalClosure, "done"); err != nil {
+		t.Errorf("close: %v", err)
+	}
+	if n := handshakes.Load(); n != 1 {
+		t.Errorf("the upstream saw %d handshakes, want 1", n)
+	}
+	if got := <-hop; got != "CONNECT HTTP/2 websocket" {
+		t.Errorf("the middle hop carried %q, want an HTTP/2 extended CONNECT", got)
 	}
 }
