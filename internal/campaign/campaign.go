@@ -237,6 +237,9 @@ func runTarget(ctx context.Context, cfg Config, target, goCmd string, workers in
 		res.Status = "crash"
 	case ctx.Err() != nil:
 		res.Status, res.Err = "stopped", ctx.Err()
+	case err != nil && DeadlineRace(tail):
+		fmt.Fprintf(out, "[%s] go test failed with a bare \"context deadline exceeded\" at the end of -fuzztime and no failing input: "+
+			"the fuzzing engine's own shutdown race (go.dev/issue/75804, fixed in Go 1.27), counted as ok\n", target)
 	case err != nil:
 		res.Status, res.Err = "error", err
 		fmt.Fprintf(out, "[%s] go test failed: %v\n", target, err)
@@ -337,4 +340,24 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// DeadlineRace reports whether the last lines of a failed fuzzing run
+// show only Go's fuzzing-engine race at the end of -fuzztime
+// (go.dev/issue/75804, fixed in Go 1.27): the target failed with a bare
+// "context deadline exceeded" and no input failed (no failing input
+// written, no panic, no test error). A real finding always writes its
+// input, which ParseCrasher sees.
+func DeadlineRace(tail []string) bool {
+	bare := false
+	for _, l := range tail {
+		switch t := strings.TrimSpace(l); {
+		case t == "context deadline exceeded":
+			bare = true
+		case strings.Contains(t, "Failing input written"), strings.HasPrefix(t, "panic:"),
+			strings.Contains(t, "_test.go:"), strings.Contains(t, ".go:") && strings.Contains(t, "Error"):
+			return false
+		}
+	}
+	return bare
 }

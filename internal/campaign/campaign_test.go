@@ -275,3 +275,28 @@ func FuzzLoud(f *testing.F) {
 		t.Errorf("replaying %q: %v\n%s", m[2], err, b)
 	}
 }
+
+// TestDeadlineRace: the fuzzing engine's bare deadline at the end of
+// -fuzztime is told apart from a failing target.
+func TestDeadlineRace(t *testing.T) {
+	race := []string{
+		"fuzz: elapsed: 1s, execs: 31600 (30525/sec), new interesting: 0 (total: 1)",
+		"--- FAIL: FuzzQuiet (1.04s)",
+		"    context deadline exceeded",
+		"FAIL",
+		"exit status 1",
+	}
+	if !DeadlineRace(race) {
+		t.Error("the bare deadline is not recognised")
+	}
+	for name, tail := range map[string][]string{
+		"failing input": append(append([]string(nil), race...), "    Failing input written to testdata/fuzz/FuzzQuiet/abc"),
+		"panic":         {"--- FAIL: FuzzQuiet (0.1s)", "panic: boom", "context deadline exceeded"},
+		"test error":    {"--- FAIL: FuzzQuiet (0.1s)", "    x_test.go:12: wrong", "context deadline exceeded"},
+		"no deadline":   {"--- FAIL: FuzzQuiet (0.1s)", "exit status 1"},
+	} {
+		if DeadlineRace(tail) {
+			t.Errorf("%s: taken for the deadline race", name)
+		}
+	}
+}
