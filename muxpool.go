@@ -437,17 +437,9 @@ func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, sam
 			}
 			continue
 		}
-		c, err := dial()
-		if err != nil {
-			p.limit.closed(key)
-		} else {
-			p.add(c)
-		}
+		c, err := p.dialCounted(key, dial)
 		lead()
-		if err != nil {
-			return zero, false, err
-		}
-		return c, false, nil
+		return c, false, err
 	}
 }
 
@@ -490,11 +482,19 @@ func (p *muxPool[C]) dialOwn(ctx context.Context, key connKey, dial func() (C, e
 			return zero, false, err
 		}
 	}
+	c, err := p.dialCounted(key, dial)
+	return c, false, err
+}
+
+// dialCounted dials a connection for key, whose room in the limit the
+// caller took, and adds it with one attempt running; a failed dial gives
+// the room back.
+func (p *muxPool[C]) dialCounted(key connKey, dial func() (C, error)) (C, error) {
 	c, err := dial()
 	if err != nil {
 		p.limit.closed(key)
-		return zero, false, err
+		return c, err
 	}
 	p.add(c)
-	return c, false, nil
+	return c, nil
 }
