@@ -56,6 +56,31 @@ func echoUpgrade(t *testing.T, got chan<- http.Header) *url.URL {
 	return u
 }
 
+// wantEcho writes two messages to w and reads each back whole from r.
+func wantEcho(t *testing.T, w io.Writer, r io.Reader) {
+	t.Helper()
+	for _, msg := range []string{"ping", "second message"} {
+		if _, err := io.WriteString(w, msg); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, len(msg))
+		if _, err := io.ReadFull(r, buf); err != nil || string(buf) != msg {
+			t.Fatalf("echo %q, %v", buf, err)
+		}
+	}
+}
+
+// h2cExtendedClient is an HTTP/2 client over cleartext that sends
+// extended CONNECT: x/net's, since net/http's client refuses the
+// ":protocol" field.
+func h2cExtendedClient(t *testing.T) *http.Client {
+	h2t := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(h2t.CloseIdleConnections)
+	return &http.Client{Transport: h2t, Timeout: 10 * time.Second}
+}
+
 // TestUpgradeTunnel: an HTTP/1.1 Upgrade handshake goes through with only
 // its connection fields, the 101 comes back, and bytes flow both ways.
 func TestUpgradeTunnel(t *testing.T) {
@@ -89,15 +114,7 @@ func TestUpgradeTunnel(t *testing.T) {
 		h.Get("Sec-Websocket-Key") != key || h.Get("Via") != "1.1 replaysafe" {
 		t.Errorf("upstream handshake header %v", h)
 	}
-	for _, msg := range []string{"ping", "second message"} {
-		if _, err := io.WriteString(c, msg); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, len(msg))
-		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != msg {
-			t.Fatalf("echo %q, %v", buf, err)
-		}
-	}
+	wantEcho(t, c, br)
 }
 
 // TestExtendedConnectToUpgrade: an HTTP/2 extended CONNECT for websocket
@@ -120,12 +137,7 @@ func TestExtendedConnectToUpgrade(t *testing.T) {
 	fw := forward.New(forward.Options{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	base, _ := ingress(t, fw, "h2")
-	// net/http's client refuses the ":protocol" field; x/net's sends it.
-	h2t := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
-	defer h2t.CloseIdleConnections()
-	client := &http.Client{Transport: h2t, Timeout: 10 * time.Second}
+	client := h2cExtendedClient(t)
 
 	pr, pw := io.Pipe()
 	defer pw.Close()
@@ -145,15 +157,7 @@ func TestExtendedConnectToUpgrade(t *testing.T) {
 		h.Get("Sec-Websocket-Version") != "13" || h.Get("Via") != "2 replaysafe" || h.Get(":protocol") != "" {
 		t.Errorf("upstream handshake header %v", h)
 	}
-	for _, msg := range []string{"ping", "second message"} {
-		if _, err := io.WriteString(pw, msg); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, len(msg))
-		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != msg {
-			t.Fatalf("echo %q, %v", buf, err)
-		}
-	}
+	wantEcho(t, pw, resp.Body)
 }
 
 // TestExtendedConnectH3ToUpgrade: the same over HTTP/3 (RFC 9220), with
@@ -183,15 +187,7 @@ func TestExtendedConnectH3ToUpgrade(t *testing.T) {
 		h.Get("Via") != "3 replaysafe" {
 		t.Errorf("upstream handshake header %v", h)
 	}
-	for _, msg := range []string{"ping", "second message"} {
-		if _, err := io.WriteString(pw, msg); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, len(msg))
-		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != msg {
-			t.Fatalf("echo %q, %v", buf, err)
-		}
-	}
+	wantEcho(t, pw, resp.Body)
 }
 
 // TestUpgradeHandshakeResent: a close crossing the (bodyless, idempotent)

@@ -15,14 +15,12 @@ import (
 	"github.com/replaysafe/replaysafe/forward"
 )
 
-// TestWebSocketEcho: a real WebSocket client and server
-// (github.com/coder/websocket) talk through the forwarder over HTTP/1.1:
-// the handshake reaches the upstream once, text and binary messages are
-// echoed whole, and the close handshake goes through.
-func TestWebSocketEcho(t *testing.T) {
-	var handshakes atomic.Int64
+// wsEchoServer starts a WebSocket server (coder/websocket) that counts
+// its handshakes in n and echoes every message, up to 1 MiB.
+func wsEchoServer(t *testing.T, n *atomic.Int64) *url.URL {
+	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		handshakes.Add(1)
+		n.Add(1)
 		c, err := websocket.Accept(w, r, nil)
 		if err != nil {
 			return
@@ -41,6 +39,16 @@ func TestWebSocketEcho(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	u, _ := url.Parse(up.URL)
+	return u
+}
+
+// TestWebSocketEcho: a real WebSocket client and server
+// (github.com/coder/websocket) talk through the forwarder over HTTP/1.1:
+// the handshake reaches the upstream once, text and binary messages are
+// echoed whole, and the close handshake goes through.
+func TestWebSocketEcho(t *testing.T) {
+	var handshakes atomic.Int64
+	u := wsEchoServer(t, &handshakes)
 	fw := forward.New(forward.Options{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	base, _ := ingress(t, fw, "h1")

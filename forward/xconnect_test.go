@@ -21,11 +21,29 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/quic-go/quic-go/http3"
-	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/forward"
 )
+
+// echoStream answers an extended CONNECT 200 and echoes the stream's
+// bytes back as they arrive, until the request body ends.
+func echoStream(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	rc.Flush()
+	buf := make([]byte, 1024)
+	for {
+		k, err := r.Body.Read(buf)
+		if k > 0 {
+			w.Write(buf[:k])
+			rc.Flush()
+		}
+		if err != nil {
+			return
+		}
+	}
+}
 
 // echoConnect starts an h2c upstream that accepts extended CONNECT
 // (under GODEBUG=http2xconnect=1), reports each CONNECT's :protocol and
@@ -41,20 +59,7 @@ func echoConnect(t *testing.T, got chan<- http.Header, n *atomic.Int64) *url.URL
 			http.Error(w, "not an extended CONNECT", http.StatusBadRequest)
 			return
 		}
-		w.WriteHeader(http.StatusOK)
-		rc := http.NewResponseController(w)
-		rc.Flush()
-		buf := make([]byte, 1024)
-		for {
-			k, err := r.Body.Read(buf)
-			if k > 0 {
-				w.Write(buf[:k])
-				rc.Flush()
-			}
-			if err != nil {
-				return
-			}
-		}
+		echoStream(w, r)
 	}))
 	srv.Config.Protocols = new(http.Protocols)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
@@ -98,11 +103,7 @@ func TestExtendedConnectPassThrough(t *testing.T) {
 				base, client = h3Ingress(t, fw)
 			} else {
 				base, _ = ingress(t, fw, "h2")
-				h2t := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-					return (&net.Dialer{}).DialContext(ctx, network, addr)
-				}}
-				defer h2t.CloseIdleConnections()
-				client = &http.Client{Transport: h2t, Timeout: 10 * time.Second}
+				client = h2cExtendedClient(t)
 			}
 			pr, pw := io.Pipe()
 			defer pw.Close()
@@ -126,15 +127,7 @@ func TestExtendedConnectPassThrough(t *testing.T) {
 				h.Get("Sec-Websocket-Key") != "" || h.Get("Sec-Websocket-Version") != "13" {
 				t.Errorf("upstream header %v", h)
 			}
-			for _, msg := range []string{"ping", "second message"} {
-				if _, err := io.WriteString(pw, msg); err != nil {
-					t.Fatal(err)
-				}
-				buf := make([]byte, len(msg))
-				if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != msg {
-					t.Fatalf("echo %q, %v", buf, err)
-				}
-			}
+			wantEcho(t, pw, resp.Body)
 			if n := connects.Load(); n != 1 {
 				t.Errorf("the upstream received %d CONNECTs, want 1", n)
 			}
@@ -177,15 +170,7 @@ func testUpgradeToExtendedConnect(t *testing.T) {
 		h.Get("Upgrade") != "" || h.Get("Sec-Websocket-Version") != "13" {
 		t.Errorf("upstream header %v", h)
 	}
-	for _, msg := range []string{"ping", "second message"} {
-		if _, err := io.WriteString(conn, msg); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, len(msg))
-		if _, err := io.ReadFull(br, buf); err != nil || string(buf) != msg {
-			t.Fatalf("echo %q, %v", buf, err)
-		}
-	}
+	wantEcho(t, conn, br)
 	if n := connects.Load(); n != 1 {
 		t.Errorf("the upstream received %d CONNECTs, want 1", n)
 	}
@@ -200,20 +185,7 @@ func testExtendedConnectToH3(t *testing.T) {
 	upBase, upClient := h3Ingress(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		connects.Add(1)
 		protocols <- r.Method + " " + r.Proto
-		w.WriteHeader(http.StatusOK)
-		rc := http.NewResponseController(w)
-		rc.Flush()
-		buf := make([]byte, 1024)
-		for {
-			k, err := r.Body.Read(buf)
-			if k > 0 {
-				w.Write(buf[:k])
-				rc.Flush()
-			}
-			if err != nil {
-				return
-			}
-		}
+		echoStream(w, r)
 	}))
 	u, _ := url.Parse(upBase)
 	roots := upClient.Transport.(*http3.Transport).TLSClientConfig.RootCAs
@@ -221,11 +193,7 @@ func testExtendedConnectToH3(t *testing.T) {
 		TransportOptions: replaysafe.Options{TLSClientConfig: &tls.Config{RootCAs: roots}}})
 	defer fw.Transport().CloseIdleConnections()
 	base, _ := ingress(t, fw, "h2")
-	h2t := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
-	defer h2t.CloseIdleConnections()
-	client := &http.Client{Transport: h2t, Timeout: 10 * time.Second}
+	client := h2cExtendedClient(t)
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	req, _ := http.NewRequest(http.MethodConnect, base+"/chat", pr)
@@ -241,15 +209,7 @@ func testExtendedConnectToH3(t *testing.T) {
 	if got := <-protocols; got != "CONNECT websocket" {
 		t.Errorf("upstream got %q, want an extended CONNECT for websocket", got)
 	}
-	for _, msg := range []string{"ping", "second message"} {
-		if _, err := io.WriteString(pw, msg); err != nil {
-			t.Fatal(err)
-		}
-		buf := make([]byte, len(msg))
-		if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != msg {
-			t.Fatalf("echo %q, %v", buf, err)
-		}
-	}
+	wantEcho(t, pw, resp.Body)
 	if n := connects.Load(); n != 1 {
 		t.Errorf("the upstream received %d CONNECTs, want 1", n)
 	}
@@ -263,25 +223,7 @@ func testExtendedConnectToH3(t *testing.T) {
 // the upstream sees one handshake.
 func testWebSocketOverH2Hop(t *testing.T) {
 	var handshakes atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		handshakes.Add(1)
-		c, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer c.CloseNow()
-		for {
-			typ, msg, err := c.Read(r.Context())
-			if err != nil {
-				return
-			}
-			if c.Write(r.Context(), typ, msg) != nil {
-				return
-			}
-		}
-	}))
-	t.Cleanup(up.Close)
-	upURL, _ := url.Parse(up.URL)
+	upURL := wsEchoServer(t, &handshakes)
 	hop := make(chan string, 2)
 	second := forward.New(forward.Options{Upstream: upURL, Egress: forward.EgressHTTP1, OnRequest: func(r *http.Request) error {
 		hop <- fmt.Sprintf("%s HTTP/%d %s", r.Method, r.ProtoMajor, r.Header.Get(":protocol"))
