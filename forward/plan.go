@@ -1,5 +1,7 @@
 package forward
 
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -linecomment -type Egress,Version,Mode,Form -output enum_string.go
+
 import (
 	"fmt"
 	"net/http"
@@ -17,35 +19,27 @@ type Egress uint8
 const (
 	// EgressHTTP1 speaks HTTP/1.1 to the upstream, exactly. The zero
 	// value and the default.
-	EgressHTTP1 Egress = iota
+	EgressHTTP1 Egress = iota // h1
 	// EgressHTTP2 speaks HTTP/2 to the upstream, exactly: h2 over TLS
 	// for https, h2c with prior knowledge for http.
-	EgressHTTP2
+	EgressHTTP2 // h2
 	// EgressHTTP3 speaks HTTP/3 to the upstream, exactly; the upstream
 	// must be https.
-	EgressHTTP3
+	EgressHTTP3 // h3
 	// EgressNegotiate lets ALPN choose HTTP/2 or HTTP/1.1 for https
 	// upstreams; http upstreams get HTTP/1.1.
-	EgressNegotiate
-
-	egressCount // number of policies; keep last
+	EgressNegotiate // negotiate
 )
 
-var egressNames = [egressCount]string{"h1", "h2", "h3", "negotiate"}
+// egressCount is the number of policies.
+const egressCount = EgressNegotiate + 1
 
-// String returns the policy's name: h1, h2, h3 or negotiate.
-func (e Egress) String() string {
-	if e < egressCount {
-		return egressNames[e]
-	}
-	return fmt.Sprintf("Egress(%d)", uint8(e))
-}
-
-// ParseEgress returns the policy named s (h1, h2, h3 or negotiate).
+// ParseEgress returns the policy named s (h1, h2, h3 or negotiate), the
+// inverse of its String.
 func ParseEgress(s string) (Egress, error) {
-	for i, n := range egressNames {
-		if s == n {
-			return Egress(i), nil
+	for e := range egressCount {
+		if s == e.String() {
+			return e, nil
 		}
 	}
 	return 0, fmt.Errorf("forward: unknown egress %q (want h1, h2, h3 or negotiate)", s)
@@ -71,28 +65,16 @@ type Version uint8
 const (
 	// VersionNone: the request is refused and goes nowhere. The zero
 	// value.
-	VersionNone Version = iota
+	VersionNone Version = iota // none
 	// VersionHTTP11 is HTTP/1.1.
-	VersionHTTP11
+	VersionHTTP11 // HTTP/1.1
 	// VersionHTTP2 is HTTP/2.
-	VersionHTTP2
+	VersionHTTP2 // HTTP/2
 	// VersionHTTP3 is HTTP/3.
-	VersionHTTP3
+	VersionHTTP3 // HTTP/3
 	// VersionALPN is HTTP/2 or HTTP/1.1, whichever ALPN selects.
-	VersionALPN
-
-	versionCount // number of versions; keep last
+	VersionALPN // ALPN(h2,http/1.1)
 )
-
-var versionNames = [versionCount]string{"none", "HTTP/1.1", "HTTP/2", "HTTP/3", "ALPN(h2,http/1.1)"}
-
-// String returns the version's name.
-func (v Version) String() string {
-	if v < versionCount {
-		return versionNames[v]
-	}
-	return fmt.Sprintf("Version(%d)", uint8(v))
-}
 
 // Mode is what kind of exchange a forwarded request is.
 type Mode uint8
@@ -100,29 +82,17 @@ type Mode uint8
 // Modes.
 const (
 	// ModeOrdinary is a request and its response. The zero value.
-	ModeOrdinary Mode = iota
+	ModeOrdinary Mode = iota // ordinary
 	// ModeUpgrade is an HTTP/1.1 Upgrade (RFC 9110 §7.8), such as a
 	// WebSocket handshake: after a 101 response both directions are
 	// tunnelled.
-	ModeUpgrade
+	ModeUpgrade // upgrade
 	// ModeExtendedConnect is an HTTP/2 or HTTP/3 extended CONNECT
 	// (RFC 8441, RFC 9220) carrying a :protocol.
-	ModeExtendedConnect
+	ModeExtendedConnect // extended-connect
 	// ModeConnect is a classic CONNECT tunnel request (RFC 9110 §9.3.6).
-	ModeConnect
-
-	modeCount // number of modes; keep last
+	ModeConnect // connect
 )
-
-var modeNames = [modeCount]string{"ordinary", "upgrade", "extended-connect", "connect"}
-
-// String returns the mode's name.
-func (m Mode) String() string {
-	if m < modeCount {
-		return modeNames[m]
-	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
-}
 
 // Form is a request target form (RFC 9112 §3.2).
 type Form uint8
@@ -130,26 +100,14 @@ type Form uint8
 // Target forms.
 const (
 	// FormOrigin is an absolute path and query. The zero value.
-	FormOrigin Form = iota
+	FormOrigin Form = iota // origin
 	// FormAbsolute is an absolute URI, as sent to a proxy.
-	FormAbsolute
+	FormAbsolute // absolute
 	// FormAuthority is host:port, for CONNECT.
-	FormAuthority
+	FormAuthority // authority
 	// FormAsterisk is "*", for a server-wide OPTIONS.
-	FormAsterisk
-
-	formCount // number of forms; keep last
+	FormAsterisk // asterisk
 )
-
-var formNames = [formCount]string{"origin", "absolute", "authority", "asterisk"}
-
-// String returns the form's name.
-func (f Form) String() string {
-	if f < formCount {
-		return formNames[f]
-	}
-	return fmt.Sprintf("Form(%d)", uint8(f))
-}
 
 // Dispatch is the plan for one forwarded request: how it goes out, or
 // why it does not.
