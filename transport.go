@@ -130,10 +130,7 @@ func (t *Transport) IdleConns() int {
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	key, err := validate(req)
 	if err != nil {
-		if req != nil && req.Body != nil {
-			req.Body.Close()
-		}
-		return nil, err
+		return nil, closeBody(req, err)
 	}
 	urls, err := t.proxies(req) // once per call, the resend and fallbacks included
 	if err != nil {
@@ -167,7 +164,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // closeBody closes req's body, as a RoundTripper must also on error, and
 // returns err.
 func closeBody(req *http.Request, err error) error {
-	if req.Body != nil {
+	if req != nil && req.Body != nil {
 		req.Body.Close()
 	}
 	return err
@@ -381,10 +378,7 @@ func (c *call) attempts(attempt attemptFunc) (*http.Response, error) {
 // refuse fails a call before any attempt: it closes the request body, as
 // a RoundTripper must, and returns err.
 func (c *call) refuse(err error) (*http.Response, error) {
-	if c.req.Body != nil {
-		c.req.Body.Close()
-	}
-	return nil, err
+	return nil, closeBody(c.req, err)
 }
 
 // resend is what an attempt starts from: the request facts and body,
