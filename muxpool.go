@@ -117,12 +117,12 @@ func (p *muxPool[C]) learn(c C, streams int, now time.Time) {
 
 // budgetLocked returns the streams a connection for key may take, or 0
 // for no learned limit.
-func (p *muxPool[C]) budgetLocked(key connKey, now time.Time) int {
+func (p *muxPool[C]) budgetLocked(key connKey) int {
 	l, ok := p.perConn[key]
 	if !ok {
-		return 0
+		return 0 // the common case reads no clock
 	}
-	if now.After(l.expires) {
+	if time.Now().After(l.expires) {
 		delete(p.perConn, key)
 		return 0
 	}
@@ -162,7 +162,7 @@ func (p *muxPool[C]) take(key connKey, after uint64, same C) (got C, reused, pen
 	defer p.mu.Unlock()
 	list := p.conns[key]
 	kept := list[:0]
-	budget := p.budgetLocked(key, time.Now())
+	budget := p.budgetLocked(key)
 	var zero C
 	for _, c := range list {
 		switch m := c.mux(); {
@@ -232,7 +232,7 @@ func (p *muxPool[C]) done(c C, clean bool) {
 		m.served++
 	}
 	if m.active == 0 && !m.retired {
-		if budget := p.budgetLocked(m.key, time.Now()); budget > 0 && m.started >= budget ||
+		if budget := p.budgetLocked(m.key); budget > 0 && m.started >= budget ||
 			p.idleLocked(m.key) > p.maxIdle {
 			p.retireLocked(c) // spent, or beyond the idle cap
 		}
