@@ -30,9 +30,9 @@ func TestSpecExamples(t *testing.T) {
 				t.Fatalf("want examples both ways, have %d decides and %d not", len(decides), len(not))
 			}
 			for _, e := range append(decides, not...) {
-				final := e.Final()
-				if (final.Rule == r.Value) != e.Decides {
-					t.Errorf("%s line %d (%s): final %v\n%s", e.File, e.Line, e.Name, final, e.Explain())
+				action, rule := e.FinalRule()
+				if (rule == r.Value) != e.Decides {
+					t.Errorf("%s line %d (%s): final %v %v\n%s", e.File, e.Line, e.Name, action, rule, e.Explain())
 				}
 				if err := e.Check(); err != nil {
 					t.Errorf("%s: %v", e.File, err)

@@ -7,7 +7,8 @@ package fsm
 type Rule uint8
 
 // Rules, by stable value. The precedence order is the order of
-// spec/ruledata.Rules and docs/rules.md.
+// spec/ruledata.Rules and docs/rules.md: fsm.Machine applies the attempt
+// rules in that order, fsm.Call the call rules.
 const (
 	// RuleNone (RS00, decides continue): No rule has decided yet; the zero value of fsm.Rule.
 	RuleNone Rule = 0
@@ -25,7 +26,7 @@ const (
 	RuleTimeout Rule = 6
 	// RuleResponseStarted (RS07, decides fail): At least one response byte arrived (a status line, a partial line, a 1xx, a malformed response): the server saw the request, so it is never resent. This comes before every evidence rule: after a 1xx the server has processed the header section, so a REFUSED_STREAM, a GOAWAY boundary or an H3_REQUEST_REJECTED that follows it is not a resend permission.
 	RuleResponseStarted Rule = 7
-	// RuleNoSecondResend (RS08, decides fail): The failed attempt was already the automatic resend: it is not resent again, so a call goes on the wire at most twice.
+	// RuleNoSecondResend (RS08, decides fail): The failed attempt was the last the call may make: the automatic resend, or the last attempt a configured retry policy allows. It is not resent again, so without a policy a call goes on the wire at most twice.
 	RuleNoSecondResend Rule = 8
 	// RuleResendOff (RS09, decides fail): Automatic resending is switched off for this request.
 	RuleResendOff Rule = 9
@@ -53,11 +54,25 @@ const (
 	RuleAmbiguousIdempotentResend Rule = 20
 	// RuleLocalFailure (RS21, decides fail): The caller's side failed, not the server or the network: the request body's Read returned an error, or GetBody could not produce the body again for a resend. The request cannot be sent as the caller meant it, so it is never resent, whatever the wire showed; the error is the caller's and keeps its cause.
 	RuleLocalFailure Rule = 21
+	// RuleTooEarly (RS22, call rule, decides resend): The server answered 425 Too Early: it did not process a request it would not risk having replayed. Retry once, any method, if the body is reproducible, on a connection whose handshake is complete (replaysafe never sends early data); a second 425 is delivered. It counts as one of the call's attempts and needs no configured policy.
+	RuleTooEarly Rule = 22
+	// RuleRetryStatus (RS23, call rule, decides resend): A configured policy lists the delivered response's status, the request is idempotent by method or key, and its body is reproducible: retry after the jittered backoff, or after the response's Retry-After when a 429 or 503 asks for longer. The response is closed unread.
+	RuleRetryStatus Rule = 23
+	// RuleRetryAcquire (RS24, call rule, decides resend): A configured policy is set and no connection could be established (RS04): nothing was sent, so any method is retried after the jittered backoff, if its body is still as it was (none, buffered, or a one-shot reader no attempt has read).
+	RuleRetryAcquire Rule = 24
+	// RuleRetryAmbiguous (RS25, call rule, decides resend): A configured policy is set and an attempt failed without evidence either way (a timeout, a response cut after it started, a fresh connection failing, or the last automatic resend failing): retried after the jittered backoff only where a copy has no further side effect, a method idempotent or keyed, and a reproducible body. A POST without a key, a one-shot body and every refusal of the attempt rules (canceled, local failure, resend off, a retry policy of the caller's own, RS18, RS19) stay final.
+	RuleRetryAmbiguous Rule = 25
+	// RuleRetryExhausted (RS26, call rule, decides fail): A configured retry would be allowed, but the call has made the policy's attempts (the automatic resend counted): the last failure is returned, or the last response delivered.
+	RuleRetryExhausted Rule = 26
+	// RuleRetryBudget (RS27, call rule, decides fail): A configured retry would be allowed, but the route's retry budget is spent (retries are at most a ratio of the route's recent calls plus a floor per second): the last failure is returned, or the last response delivered, so a failing upstream does not get multiplied load.
+	RuleRetryBudget Rule = 27
+	// RuleRetryAfterTooLong (RS28, call rule, decides deliver): A 429 or 503 asked, in Retry-After, for a longer wait than the policy's MaxRetryAfter: the response is delivered rather than holding the call.
+	RuleRetryAfterTooLong Rule = 28
 )
 
 // RuleCount is the number of rules; valid rules are below it.
-const RuleCount = 22
+const RuleCount = 29
 
-var ruleSlugs = [RuleCount]string{"none", "progress", "deliver-final-response", "invalid-order", "acquire-failed", "canceled", "timeout", "response-started", "no-second-resend", "resend-off", "retry-policy", "evidence-body-consumed", "evidence-handed-back", "evidence-refused-stream", "evidence-goaway-boundary", "evidence-request-rejected", "evidence-nothing-written", "ambiguous-fresh-conn", "ambiguous-not-idempotent", "ambiguous-body-not-reproducible", "ambiguous-idempotent-resend", "local-failure"}
+var ruleSlugs = [RuleCount]string{"none", "progress", "deliver-final-response", "invalid-order", "acquire-failed", "canceled", "timeout", "response-started", "no-second-resend", "resend-off", "retry-policy", "evidence-body-consumed", "evidence-handed-back", "evidence-refused-stream", "evidence-goaway-boundary", "evidence-request-rejected", "evidence-nothing-written", "ambiguous-fresh-conn", "ambiguous-not-idempotent", "ambiguous-body-not-reproducible", "ambiguous-idempotent-resend", "local-failure", "too-early", "retry-status", "retry-acquire", "retry-ambiguous", "retry-exhausted", "retry-budget", "retry-after-too-long"}
 
-var ruleIDs = [RuleCount]string{"RS00", "RS01", "RS02", "RS03", "RS04", "RS05", "RS06", "RS07", "RS08", "RS09", "RS10", "RS11", "RS12", "RS13", "RS14", "RS15", "RS16", "RS17", "RS18", "RS19", "RS20", "RS21"}
+var ruleIDs = [RuleCount]string{"RS00", "RS01", "RS02", "RS03", "RS04", "RS05", "RS06", "RS07", "RS08", "RS09", "RS10", "RS11", "RS12", "RS13", "RS14", "RS15", "RS16", "RS17", "RS18", "RS19", "RS20", "RS21", "RS22", "RS23", "RS24", "RS25", "RS26", "RS27", "RS28"}

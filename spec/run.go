@@ -51,21 +51,43 @@ func (e *Expect) String() string {
 	return s
 }
 
+// FinalRule returns the action and rule of the trace's last decision: the
+// attempt machine's, or for a call trace the call machine's.
+func (t Trace) FinalRule() (fsm.Action, fsm.Rule) {
+	if t.IsCall() {
+		ds := t.RunCall()
+		d := ds[len(ds)-1]
+		return d.Action, d.Rule
+	}
+	d := t.Final()
+	return d.Action, d.Rule
+}
+
 // Check runs the trace and reports the first expectation that fails, and,
 // for a spec example, whether its claimed rule decided as claimed.
 func (t Trace) Check() error {
-	var final fsm.Decision
-	for _, r := range t.Run() {
-		if r.Mismatch {
-			return fmt.Errorf("line %d: after %v: got %v, %v", r.Step.Line, r.Step.Event, r.Decision, r.Step.Expect)
+	var final string
+	if t.IsCall() {
+		for i, d := range t.RunCall() {
+			s := t.Calls[i]
+			if s.Expect != nil && !s.Expect.Holds(d) {
+				return fmt.Errorf("line %d: after %s: got %v, %v", s.Line, outcomeString(s.Outcome), d, s.Expect)
+			}
+			final = d.String()
 		}
-		final = r.Decision
+	} else {
+		for _, r := range t.Run() {
+			if r.Mismatch {
+				return fmt.Errorf("line %d: after %v: got %v, %v", r.Step.Line, r.Step.Event, r.Decision, r.Step.Expect)
+			}
+			final = r.Decision.String()
+		}
 	}
 	if t.Claim == fsm.RuleNone {
 		return nil
 	}
-	if decided := final.Rule == t.Claim; decided != t.Decides {
-		return fmt.Errorf("example %q (line %d): final decision %v", t.Name, t.Line, final)
+	if _, rule := t.FinalRule(); (rule == t.Claim) != t.Decides {
+		return fmt.Errorf("example %q (line %d): final decision %s", t.Name, t.Line, final)
 	}
 	return nil
 }
@@ -78,6 +100,21 @@ func (t Trace) Explain() string {
 		fmt.Fprintf(&b, "example %s\n", t.Name)
 	}
 	fmt.Fprintf(&b, "%v\n", t.Request)
+	if t.IsCall() {
+		fmt.Fprintf(&b, "%v\n", t.Retry)
+		for i, d := range t.RunCall() {
+			s := t.Calls[i]
+			retry := ""
+			if d.Retry {
+				retry = " retry after=" + d.Delay.String()
+			}
+			fmt.Fprintf(&b, "%3d  %-56s -> %-8s %s %s%s\n", i+1, outcomeString(s.Outcome), d.Action, d.Rule.ID(), d.Rule, retry)
+			if s.Expect != nil && !s.Expect.Holds(d) {
+				fmt.Fprintf(&b, "     MISMATCH: trace line %d says %v\n", s.Expect.Line, s.Expect)
+			}
+		}
+		return b.String()
+	}
 	for i, r := range t.Run() {
 		fmt.Fprintf(&b, "%3d  %-40s -> %-8s %-32s conn=%v\n", i+1, r.Step.Event, r.Decision.Action, r.Decision.Rule.ID()+" "+r.Decision.Rule.String(), r.Decision.Conn)
 		if r.Mismatch {

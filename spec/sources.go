@@ -40,7 +40,7 @@ var sources = []Source{
 		Name:    "RFC 9110",
 		Title:   "HTTP Semantics",
 		Doc:     "sources/rfcs.md#rfc-9110",
-		Summary: "§9.2.2: which methods are idempotent, and that a client should not retry a failed automatic retry; §15: status codes.",
+		Summary: "§9.2.2: which methods are idempotent, and that a client should not retry a failed automatic retry; §10.2.3: Retry-After; §15: status codes.",
 	},
 	{
 		Name:    "RFC 9112",
@@ -59,6 +59,18 @@ var sources = []Source{
 		Title:   "HTTP/3",
 		Doc:     "sources/rfcs.md#rfc-9114",
 		Summary: "§4.1.1 and §8.1: H3_REQUEST_REJECTED; §5.2: GOAWAY and the first unprocessed stream ID.",
+	},
+	{
+		Name:    "RFC 8470",
+		Title:   "Using Early Data in HTTP",
+		Doc:     "sources/rfcs.md#rfc-8470",
+		Summary: "§5.2: 425 Too Early means the request was not processed; retry it once the handshake is complete, never in early data.",
+	},
+	{
+		Name:    "RFC 6585",
+		Title:   "Additional HTTP Status Codes",
+		Doc:     "sources/rfcs.md#rfc-6585",
+		Summary: "§4: 429 Too Many Requests and its Retry-After.",
 	},
 }
 

@@ -37,6 +37,12 @@ func TestExamplesHold(t *testing.T) {
 			if err := e.Check(); err != nil {
 				t.Fatalf("%s: %v\n%s", e.File, err, e.Explain())
 			}
+			if e.IsCall() {
+				if e.Calls[len(e.Calls)-1].Expect == nil {
+					t.Fatalf("%s line %d: an example must end with an expect line", e.File, e.Line)
+				}
+				return
+			}
 			if len(e.Steps) == 0 || e.Steps[len(e.Steps)-1].Expect == nil {
 				t.Fatalf("%s line %d: an example must end with an expect line", e.File, e.Line)
 			}

@@ -30,6 +30,11 @@ type Trace struct {
 	Limits  fsm.Limits
 	Start   fsm.Instant
 	Steps   []Step
+	// Retry is a call trace's configured policy ("retry" line).
+	Retry fsm.Retry
+	// Calls are a call trace's attempt outcomes, fed to fsm.Call; a
+	// trace has Steps or Calls, never both.
+	Calls []CallStep
 	// Line is the line number the trace starts on.
 	Line int
 }
@@ -104,6 +109,12 @@ func ParseTraces(r io.Reader) ([]Trace, error) {
 		if s := len(cur.Steps); s > 0 && cur.Steps[s-1].Expect != nil && cur.Steps[s-1].Expect.Line == 0 {
 			cur.Steps[s-1].Expect.Line = n
 		}
+		if s := len(cur.Calls); s > 0 && cur.Calls[s-1].Line == 0 {
+			cur.Calls[s-1].Line = n
+		}
+		if s := len(cur.Calls); s > 0 && cur.Calls[s-1].Expect != nil && cur.Calls[s-1].Expect.Line == 0 {
+			cur.Calls[s-1].Expect.Line = n
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, &SyntaxError{n + 1, "", err}
@@ -141,7 +152,23 @@ func (t *Trace) parseLine(f []string) error {
 		at, err := parseAt(f[1])
 		t.Start = at
 		return err
+	case "retry":
+		return t.parseRetry(f[1:])
+	case "outcome":
+		if len(t.Steps) > 0 {
+			return errors.New("a trace has events or outcomes, not both")
+		}
+		return t.parseOutcome(f[1:])
 	case "expect":
+		if n := len(t.Calls); n > 0 {
+			last := &t.Calls[n-1]
+			if last.Expect != nil {
+				return errors.New("two expect lines for one outcome")
+			}
+			e, err := parseCallExpect(f[1:])
+			last.Expect = e
+			return err
+		}
 		if len(t.Steps) == 0 {
 			return errors.New("expect before any event")
 		}
@@ -152,6 +179,9 @@ func (t *Trace) parseLine(f []string) error {
 		e, err := parseExpect(f[1:])
 		last.Expect = e
 		return err
+	}
+	if len(t.Calls) > 0 {
+		return errors.New("a trace has events or outcomes, not both")
 	}
 	ev, err := t.parseEvent(f)
 	if err != nil {

@@ -24,6 +24,10 @@ type Rule struct {
 	Statement string
 	// Source cites where the rule comes from.
 	Source string
+	// Call marks a rule of the call machine (fsm.Call), which decides
+	// between wire attempts; the others decide within one attempt
+	// (fsm.Machine). Each machine applies its own rules in list order.
+	Call bool
 }
 
 // Rules lists every rule. When several could decide a failure, the first
@@ -77,7 +81,7 @@ var Rules = []Rule{
 	},
 	{
 		Number: 8, ID: "RS08", Name: "NoSecondResend", Slug: "no-second-resend", Action: "fail",
-		Statement: "The failed attempt was already the automatic resend: it is not resent again, so a call goes on the wire at most twice.",
+		Statement: "The failed attempt was the last the call may make: the automatic resend, or the last attempt a configured retry policy allows. It is not resent again, so without a policy a call goes on the wire at most twice.",
 		Source:    "RFC 9110 §9.2.2 (\"A client SHOULD NOT automatically retry a failed automatic retry.\")",
 	},
 	{
@@ -138,6 +142,41 @@ var Rules = []Rule{
 	{
 		Number: 20, ID: "RS20", Name: "AmbiguousIdempotentResend", Slug: "ambiguous-idempotent-resend", Action: "resend",
 		Statement: "A reused connection failed ambiguously (closed, reset, TLS failure, GOAWAY at or above our stream) before any response byte, the request is idempotent by method or key, and its body is reproducible: resend once on a new connection.",
+		Source:    "RFC 9110 §9.2.2; resend-idempotent-on-reused-connection",
+	},
+	{
+		Number: 22, ID: "RS22", Name: "TooEarly", Slug: "too-early", Action: "resend", Call: true,
+		Statement: "The server answered 425 Too Early: it did not process a request it would not risk having replayed. Retry once, any method, if the body is reproducible, on a connection whose handshake is complete (replaysafe never sends early data); a second 425 is delivered. It counts as one of the call's attempts and needs no configured policy.",
+		Source:    "RFC 8470 §5.2",
+	},
+	{
+		Number: 28, ID: "RS28", Name: "RetryAfterTooLong", Slug: "retry-after-too-long", Action: "deliver", Call: true,
+		Statement: "A 429 or 503 asked, in Retry-After, for a longer wait than the policy's MaxRetryAfter: the response is delivered rather than holding the call.",
+		Source:    "RFC 9110 §10.2.3; replaysafe",
+	},
+	{
+		Number: 26, ID: "RS26", Name: "RetryExhausted", Slug: "retry-exhausted", Action: "fail", Call: true,
+		Statement: "A configured retry would be allowed, but the call has made the policy's attempts (the automatic resend counted): the last failure is returned, or the last response delivered.",
+		Source:    "replaysafe; RFC 9110 §9.2.2",
+	},
+	{
+		Number: 27, ID: "RS27", Name: "RetryBudget", Slug: "retry-budget", Action: "fail", Call: true,
+		Statement: "A configured retry would be allowed, but the route's retry budget is spent (retries are at most a ratio of the route's recent calls plus a floor per second): the last failure is returned, or the last response delivered, so a failing upstream does not get multiplied load.",
+		Source:    "replaysafe (retry budgets as in Finagle, Envoy and gRPC)",
+	},
+	{
+		Number: 23, ID: "RS23", Name: "RetryStatus", Slug: "retry-status", Action: "resend", Call: true,
+		Statement: "A configured policy lists the delivered response's status, the request is idempotent by method or key, and its body is reproducible: retry after the jittered backoff, or after the response's Retry-After when a 429 or 503 asks for longer. The response is closed unread.",
+		Source:    "RFC 9110 §9.2.2, §10.2.3, §15.5.20, §15.6.3–5; RFC 6585 §4",
+	},
+	{
+		Number: 24, ID: "RS24", Name: "RetryAcquire", Slug: "retry-acquire", Action: "resend", Call: true,
+		Statement: "A configured policy is set and no connection could be established (RS04): nothing was sent, so any method is retried after the jittered backoff, if its body is still as it was (none, buffered, or a one-shot reader no attempt has read).",
+		Source:    "replaysafe; request-dispatch-guarantees (acquisition)",
+	},
+	{
+		Number: 25, ID: "RS25", Name: "RetryAmbiguous", Slug: "retry-ambiguous", Action: "resend", Call: true,
+		Statement: "A configured policy is set and an attempt failed without evidence either way (a timeout, a response cut after it started, a fresh connection failing, or the last automatic resend failing): retried after the jittered backoff only where a copy has no further side effect, a method idempotent or keyed, and a reproducible body. A POST without a key, a one-shot body and every refusal of the attempt rules (canceled, local failure, resend off, a retry policy of the caller's own, RS18, RS19) stay final.",
 		Source:    "RFC 9110 §9.2.2; resend-idempotent-on-reused-connection",
 	},
 }

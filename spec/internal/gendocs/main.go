@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/replaysafe/replaysafe/fsm"
@@ -47,18 +48,32 @@ func rulesTable(rules []spec.Rule, examples []spec.Example) []byte {
 	var b bytes.Buffer
 	b.WriteString(header)
 	b.WriteString("# Dispatch rules\n\n")
-	b.WriteString("Every decision of `fsm.Machine` names one of these rules. When a failure\n")
+	b.WriteString("Every decision of `fsm.Machine` and `fsm.Call` names one of these rules. When a failure\n")
 	b.WriteString("arrives, the rules are checked in this order and the first that applies\n")
 	b.WriteString("decides; a rule's ID is stable and is not its place in the order. The\n")
 	b.WriteString("examples are trace files in `spec/examples/`; `replaysafe explain` replays\n")
 	b.WriteString("them step by step, and `replaysafe rules` prints this table (`-v` adds the\n")
 	b.WriteString("statements, `-sources` says what each source is, `-json` gives it to\n")
 	b.WriteString("programs). Each source name links to its page under [sources/](sources/).\n\n")
-	b.WriteString("| ID | rule | decides | statement | source | examples |\n")
-	b.WriteString("|---|---|---|---|---|---|\n")
-	for _, r := range rules {
-		decides, not := spec.ExamplesFor(examples, r.Value)
-		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s | %s |\n", r.ID, r.Slug, r.Action, cell(r.Statement), cell(sourceLinks(r.Source)), exampleRefs(decides, not))
+	for _, call := range []bool{false, true} {
+		if call {
+			b.WriteString("\n## Call rules\n\n")
+			b.WriteString("`fsm.Call` decides between wire attempts, on each attempt's outcome:\n")
+			b.WriteString("deliver, fail, the automatic resend, or a configured retry\n")
+			b.WriteString("(`Options.Retry`, [retries.md](retries.md)). It checks these in this\n")
+			b.WriteString("order; an attempt rule's refusal stands unless one of them applies.\n\n")
+		} else {
+			b.WriteString("## Attempt rules\n\n")
+		}
+		b.WriteString("| ID | rule | decides | statement | source | examples |\n")
+		b.WriteString("|---|---|---|---|---|---|\n")
+		for _, r := range rules {
+			if r.Call != call {
+				continue
+			}
+			decides, not := spec.ExamplesFor(examples, r.Value)
+			fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s | %s |\n", r.ID, r.Slug, r.Action, cell(r.Statement), cell(sourceLinks(r.Source)), exampleRefs(decides, not))
+		}
 	}
 	b.WriteString("\n## Sources\n\n")
 	b.WriteString("Each name in the source column links to a page in `docs/sources/` that says\n")
@@ -161,20 +176,44 @@ func diagram(rules []spec.Rule) []byte {
 	b.WriteString("```\n\n")
 	b.WriteString("## Failure decisions, in precedence order\n\n")
 	b.WriteString("```mermaid\nflowchart TD\n    F[failure or handed-back] --> C0\n")
+	chart(&b, rules, false)
+	b.WriteString("```\n\n")
+	b.WriteString("## Call decisions, in precedence order\n\n")
+	b.WriteString("`fsm.Call` takes each attempt's outcome; when none of these applies,\n")
+	b.WriteString("the attempt's own decision (deliver, fail, or its one automatic resend)\n")
+	b.WriteString("stands.\n\n")
+	b.WriteString("```mermaid\nflowchart TD\n    F[attempt outcome] --> C0\n")
+	chart(&b, rules, true)
+	b.WriteString("    C" + strconv.Itoa(countCall(rules)-1) + " -- no --> A[the attempt's decision]\n")
+	b.WriteString("```\n")
+	return b.Bytes()
+}
+
+// chart writes the precedence chain of the attempt rules that fail or
+// resend, or of the call rules.
+func chart(b *bytes.Buffer, rules []spec.Rule, call bool) {
 	var chain []spec.Rule
 	for _, r := range rules {
-		if r.Action == "fail" || r.Action == "resend" {
+		if r.Call == call && (call || r.Action == "fail" || r.Action == "resend") {
 			chain = append(chain, r)
 		}
 	}
 	for i, r := range chain {
-		fmt.Fprintf(&b, "    C%d{%s applies?} -- yes --> R%d[%s %s: %s]\n", i, r.Slug, i, r.Action, r.ID, r.Slug)
+		fmt.Fprintf(b, "    C%d{%s applies?} -- yes --> R%d[%s %s: %s]\n", i, r.Slug, i, r.Action, r.ID, r.Slug)
 		if i+1 < len(chain) {
-			fmt.Fprintf(&b, "    C%d -- no --> C%d\n", i, i+1)
+			fmt.Fprintf(b, "    C%d -- no --> C%d\n", i, i+1)
 		}
 	}
-	b.WriteString("```\n")
-	return b.Bytes()
+}
+
+func countCall(rules []spec.Rule) int {
+	n := 0
+	for _, r := range rules {
+		if r.Call {
+			n++
+		}
+	}
+	return n
 }
 
 func node(m fsm.Machine) string {

@@ -34,14 +34,19 @@ func render(rules []ruledata.Rule) ([]byte, error) {
 	b.WriteString("// normative statements are in spec/ruledata and docs/rules.md.\n")
 	b.WriteString("type Rule uint8\n\n")
 	b.WriteString("// Rules, by stable value. The precedence order is the order of\n")
-	b.WriteString("// spec/ruledata.Rules and docs/rules.md.\nconst (\n")
+	b.WriteString("// spec/ruledata.Rules and docs/rules.md: fsm.Machine applies the attempt\n")
+	b.WriteString("// rules in that order, fsm.Call the call rules.\nconst (\n")
 	byNumber, err := sortByNumber(rules)
 	if err != nil {
 		return nil, err
 	}
 	rules = byNumber
 	for _, r := range rules {
-		fmt.Fprintf(&b, "\t// Rule%s (%s, decides %s): %s\n", r.Name, r.ID, r.Action, r.Statement)
+		level := ""
+		if r.Call {
+			level = "call rule, "
+		}
+		fmt.Fprintf(&b, "\t// Rule%s (%s, %sdecides %s): %s\n", r.Name, r.ID, level, r.Action, r.Statement)
 		fmt.Fprintf(&b, "\tRule%s Rule = %d\n", r.Name, r.Number)
 	}
 	b.WriteString(")\n\n")
