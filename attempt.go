@@ -3,8 +3,10 @@ package replaysafe
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
 )
@@ -75,7 +77,9 @@ type attemptWire interface {
 // driver of the machine's decisions.
 type attempt struct {
 	c      *call
-	n      int
+	n      int              // within the try: 1, or 2 for the automatic resend
+	number int              // within the call, as the call machine counts
+	call   fsm.CallDecision // how the call went on after this attempt
 	rec    attemptRec
 	ctx    context.Context // the call's context, canceled on a deadline or at the end
 	cancel context.CancelCauseFunc
@@ -99,7 +103,7 @@ type bodyWatch struct{ mux, finish bool }
 // recorder made by rec.
 func (c *call) newAttempt(n int, facts fsm.Request, body io.ReadCloser, rec recFunc, w bodyWatch) *attempt {
 	ctx, cancel := context.WithCancelCause(c.ctx)
-	a := &attempt{c: c, n: n, ctx: ctx, cancel: cancel}
+	a := &attempt{c: c, n: n, number: c.cs.cm.Attempts() + 1, ctx: ctx, cancel: cancel}
 	a.rec = rec(facts, a.deadlinePassed)
 	if body != nil && body != http.NoBody {
 		a.body = newReqBody(body, a.rec.BodyRead, w.mux)
@@ -154,8 +158,30 @@ func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, 
 		resp.Body.Close()
 		return a.failed(d, a.cause(context.Cause(a.ctx)))
 	}
-	return a.deliver(resp), nil, nil
+	o := fsm.Outcome{Decision: d, Facts: a.rec.Facts(), Status: resp.StatusCode}
+	if v := resp.Header.Get("Retry-After"); v != "" {
+		o.RetryAfter, o.HasRetryAfter = fsm.ParseRetryAfter(v, time.Now())
+	}
+	a.call = a.c.step(o)
+	if a.call.Action != fsm.ActionResend {
+		return a.deliver(resp), nil, nil
+	}
+	// The call goes on without this response: its body is read up to a
+	// bound, so that a small one leaves the connection reusable, and
+	// closed, which ends the attempt.
+	status := resp.Status
+	body := a.deliver(resp).Body
+	if body != nil {
+		io.CopyN(io.Discard, body, maxDiscard)
+		body.Close()
+	}
+	_, err = a.c.again(a.call, fmt.Errorf("replaysafe: the server answered %s", status), nil)
+	return nil, nil, err
 }
+
+// maxDiscard bounds what is read of a response the call does not deliver
+// (one it retries) before it is closed.
+const maxDiscard = 64 << 10
 
 // deadlinePassed is the recorder's deadline hook: abort the exchange.
 func (a *attempt) deadlinePassed(p fsm.Phase) {
@@ -270,8 +296,9 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 	}
 	a.endWire(d, false)
 	a.cancel(nil)
+	a.call = a.c.step(fsm.Outcome{Decision: d, Facts: a.rec.Facts()})
 	a.report(err)
-	resp, next, err := a.c.afterFailure(a.n, d, err, a.rec.Request(), a.rec.Facts(), a.body)
+	resp, next, err := a.c.afterFailure(a.call, err, a.body)
 	if next != nil {
 		next.after, next.same = after, same
 	}
@@ -334,7 +361,7 @@ func (a *attempt) finishBody(err error) {
 
 // report tells the Observer how the attempt ended.
 func (a *attempt) report(err error) {
-	a.c.report(a.n, a.reused, err, a.rec)
+	a.c.report(a.number, a.reused, err, a.rec, a.call)
 }
 
 // boundError is a stack's error caused by a bound replaysafe set (the 1xx

@@ -15,11 +15,18 @@ import (
 // rule that decided, how many wire attempts were made, and the cause.
 type Error struct {
 	// Rule is the rule that decided the final failure, such as
-	// fsm.RuleAmbiguousNotIdempotent (RS18).
+	// fsm.RuleAmbiguousNotIdempotent (RS18), or the call rule that stopped
+	// a configured retry (RS26 when the attempts were used up, RS27 when
+	// the route's retry budget was).
 	Rule fsm.Rule
-	// Attempts is the number of wire attempts the call made: 1, or 2 when
-	// the failure hit the resend.
+	// Attempts is the number of wire attempts the call made: 1, 2 when
+	// the failure hit the automatic resend, up to Retry.MaxAttempts with
+	// configured retries.
 	Attempts int
+	// History is the call machine's decision after each attempt, in
+	// order: why the call went on (the rule of each resend or retry, and
+	// the wait before it) and, last, the decision that ended it.
+	History []fsm.CallDecision
 	// Err is the cause: the stack's error, classified into the event the
 	// rule decided on.
 	Err error

@@ -34,7 +34,8 @@ type Observer struct {
 type AttemptReport struct {
 	// Request is the caller's request.
 	Request *http.Request
-	// Number is 1 for the original attempt and 2 for the resend.
+	// Number counts the call's wire attempts from 1: 2 is the automatic
+	// resend or the first configured retry.
 	Number int
 	// Facts are the request facts the attempt was decided on.
 	Facts fsm.Request
@@ -43,6 +44,10 @@ type AttemptReport struct {
 	// Decision is the machine's last decision: its action and rule, and
 	// what happened to the connection.
 	Decision fsm.Decision
+	// Call is how the call went on after this attempt (fsm.Call): it
+	// delivered, failed, resent at once, or retried after Call.Delay, and
+	// the rule that said so.
+	Call fsm.CallDecision
 	// Events are the events fed to the machine, in order.
 	Events []fsm.Event
 	// Err is the error that ended the attempt, or nil.

@@ -125,8 +125,17 @@ type Options struct {
 
 	// RetryPolicy declares that the caller wraps this Transport in a retry
 	// policy of its own. replaysafe then never resends by itself (RS10),
-	// so the policy's attempt count stays true. Off by default.
+	// so the policy's attempt count stays true; Retry is ignored. Off by
+	// default.
 	RetryPolicy bool
+
+	// Retry configures retries under the same rules as the automatic
+	// resend: on listed statuses, failed dials and ambiguous failures of
+	// requests whose copies have no further side effect, with a jittered
+	// backoff, Retry-After, and a retry budget per route. The zero value
+	// configures none; WithRetry overrides it per request. See Retry and
+	// docs/retries.md.
+	Retry Retry
 
 	// DisableCompression stops the Transport from asking for gzip and
 	// decoding it transparently, as in net/http. Off by default.

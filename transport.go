@@ -79,6 +79,9 @@ type Transport struct {
 	// Direct routes built once (route.go): directRoute → cachedSnapshot.
 	directRoutes     sync.Map
 	directRouteCount atomic.Int64
+
+	budgets retryBudgets   // Retry.Budget, per route
+	rand    func() float64 // a retry's jitter; nil: math/rand/v2 (tests set it)
 }
 
 // New returns a Transport configured by o.
@@ -124,7 +127,8 @@ func (t *Transport) IdleConns() int {
 }
 
 // RoundTrip sends req and returns its response, resending it at most once
-// when fsm allows. A failure is an *Error naming the rule that decided.
+// when fsm allows, and retrying it as Options.Retry (or WithRetry)
+// configures. A failure is an *Error naming the rule that decided.
 // Like every RoundTripper it closes req.Body, also on error (perhaps after
 // it returns).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -132,9 +136,55 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, closeBody(req, err)
 	}
-	urls, err := t.proxies(req) // once per call, the resend and fallbacks included
+	pol, budget := t.retryFor(req)
+	cs := &callState{cm: fsm.NewCall(factsOf(req, t.opt), pol), budget: budget}
+	if pol.On() {
+		t.budgets.call(key.addr, budget, time.Now())
+	}
+	start := resend{facts: cs.cm.Next(), body: req.Body}
+	for try := 0; ; try++ {
+		c, in, p, err := t.newCall(req, key, cs, start)
+		if err != nil && try == 0 {
+			return nil, closeBody(req, err)
+		}
+		if try == 0 {
+			t.opt.Observer.request(req)
+		}
+		var resp *http.Response
+		if err == nil {
+			resp, err = c.run(in, p)
+		} else if start.body != nil {
+			start.body.Close() // the retry's route could not be resolved
+		}
+		if rn, ok := err.(*retryNext); ok {
+			if err = sleep(req.Context(), rn.decision.Delay); err == nil {
+				start = *rn.start
+				continue
+			}
+			if rn.start.body != nil {
+				rn.start.body.Close()
+			}
+			err = &Error{Rule: fsm.RuleCanceled, Attempts: cs.cm.Attempts(), History: cs.history,
+				Err: fmt.Errorf("waiting %v to retry (%s): %w; attempt %d had ended: %w", rn.decision.Delay, rn.decision.Rule.ID(), err, cs.cm.Attempts(), rn.err)}
+		}
+		if err != nil {
+			t.opt.Observer.fail(req, err)
+			return nil, err
+		}
+		t.learnAltSvc(c.key, resp)
+		t.opt.Observer.response(req, resp)
+		return resp, nil
+	}
+}
+
+// newCall resolves one try of req: its proxies, dispatch plan and route
+// snapshot, anew for every configured retry ("a configured retry is a new
+// wire attempt and resolves a new snapshot"); the automatic resend and
+// fallbacks run inside a try and keep them.
+func (t *Transport) newCall(req *http.Request, key connKey, cs *callState, start resend) (*call, plan.Input, plan.Plan, error) {
+	urls, err := t.proxies(req)
 	if err != nil {
-		return nil, closeBody(req, err)
+		return nil, plan.Input{}, plan.Plan{}, err
 	}
 	in := t.planInput(req, key, len(urls) > 0)
 	p := plan.Make(in)
@@ -143,22 +193,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if in.Proxied {
 			err = &ProxyError{Err: p.Err}
 		}
-		return nil, closeBody(req, err)
+		return nil, in, p, err
 	}
 	key, snap, err := t.snapshot(req, key, urls, p.First().Route) // route.go
 	if err != nil {
-		return nil, closeBody(req, err)
+		return nil, in, p, err
 	}
-	c := &call{t: t, req: req, ctx: req.Context(), key: key, snap: snap, facts: factsOf(req, t.opt)}
-	t.opt.Observer.request(req)
-	resp, err := c.run(in, p)
-	if err != nil {
-		t.opt.Observer.fail(req, err)
-		return nil, err
-	}
-	t.learnAltSvc(key, resp)
-	t.opt.Observer.response(req, resp)
-	return resp, nil
+	return &call{t: t, req: req, ctx: req.Context(), key: key, snap: snap, cs: cs, start: start}, in, p, nil
 }
 
 // closeBody closes req's body, as a RoundTripper must also on error, and
@@ -340,8 +381,10 @@ func factsOf(req *http.Request, o Options) fsm.Request {
 	return f
 }
 
-// call is one RoundTrip: at most two wire attempts on each leg of its
-// plan, a later leg only when nothing was sent on the one before.
+// call is one try of a RoundTrip on one route snapshot: its first wire
+// attempt and the automatic resend on each leg of its plan, a later leg
+// only when nothing was sent on the one before. A configured retry is a
+// new call sharing the callState.
 type call struct {
 	t     *Transport
 	req   *http.Request
@@ -349,30 +392,66 @@ type call struct {
 	key   connKey
 	snap  *routeSnapshot // the route of every attempt; nil for a direct one route.New could not build
 	leg   plan.Leg       // the leg running
-	facts fsm.Request
+	cs    *callState
+	start resend // the try's first attempt
 }
 
-// maxAttempts is the most wire attempts a call makes: the original and
-// one resend (RS08).
-const maxAttempts = 2
+// callState is what the tries of one RoundTrip share: the call machine,
+// its decisions so far, and the route's retry budget.
+type callState struct {
+	cm      fsm.Call
+	history []fsm.CallDecision
+	budget  RetryBudget
+}
 
-// attemptFunc runs wire attempt n of a call from its start; it returns
+// retryNext ends a try with a configured retry: the next try starts from
+// start after decision.Delay; err is what ended the attempt.
+type retryNext struct {
+	decision fsm.CallDecision
+	start    *resend
+	err      error
+}
+
+func (r *retryNext) Error() string { return "replaysafe: retry after " + r.decision.Delay.String() }
+
+// step feeds the outcome of the call's latest attempt to the call
+// machine, with the route's budget and a jitter when retries are
+// configured, and takes a retry from the budget when one is decided.
+func (c *call) step(o fsm.Outcome) fsm.CallDecision {
+	cs := c.cs
+	now := time.Now()
+	if cs.budget.Window > 0 {
+		o.Budget = c.t.budgets.room(c.key.addr, cs.budget, now)
+		o.Jitter = c.t.jitter()
+	}
+	d := cs.cm.Step(o)
+	if d.Retry && d.Rule != fsm.RuleTooEarly && cs.budget.Window > 0 {
+		c.t.budgets.take(c.key.addr, cs.budget, now)
+	}
+	if len(cs.history) < maxRetryAttempts+2 {
+		cs.history = append(cs.history, d)
+	}
+	return d
+}
+
+// attemptFunc runs wire attempt n of a try from its start; it returns
 // the response, or the final error, or the next attempt's start when fsm
-// decided to resend.
+// decided the automatic resend.
 type attemptFunc func(n int, start resend) (*http.Response, *resend, error)
 
-// attempts runs a call's wire attempts: the original and, when fsm
-// decides so, the resend, at once.
+// attempts runs a try's wire attempts: the first and, when fsm decides
+// so, the automatic resend, at once. The call machine bounds them: every
+// attempt is counted, and the last it allows is never resent.
 func (c *call) attempts(attempt attemptFunc) (*http.Response, error) {
-	start := resend{facts: c.facts, body: c.req.Body}
-	for n := 1; n <= maxAttempts; n++ {
+	start := c.start
+	for n := 1; n <= maxRetryAttempts+1; n++ {
 		resp, next, err := attempt(n, start)
 		if next == nil {
 			return resp, err
 		}
 		start = *next
 	}
-	panic("replaysafe: fsm decided a second resend") // RS08 forbids it
+	panic("replaysafe: fsm decided more attempts than a call allows")
 }
 
 // refuse fails a call before any attempt: it closes the request body, as
@@ -490,46 +569,63 @@ func abortCause(ctx context.Context, err error) error {
 	return err
 }
 
-// afterFailure acts on decision d, which ended wire attempt n with err:
-// the next attempt's start for a resend (see nextResend), or the call's
-// *Error. req and facts are what the attempt's machine decided on, body
-// the attempt's request body (nil without one).
-func (c *call) afterFailure(n int, d fsm.Decision, err error, req fsm.Request, facts fsm.Facts, body *reqBody) (*http.Response, *resend, error) {
-	switch d.Action {
+// afterFailure acts on the call decision cd, made after an attempt ended
+// with err: the next attempt's start for the automatic resend (see
+// nextStart), a *retryNext for a configured retry, or the call's *Error.
+// body is the attempt's request body (nil without one).
+func (c *call) afterFailure(cd fsm.CallDecision, err error, body *reqBody) (*http.Response, *resend, error) {
+	switch cd.Action {
 	case fsm.ActionResend:
-		next, gerr := c.nextResend(req, facts, body)
-		if gerr != nil {
-			// The resend cannot be made as the caller meant it: the
-			// resend's machine decides the local failure (RS21) before any
-			// connection, and the error keeps both causes.
-			m := fsm.New(req.Resend(), c.t.limits, c.t.clock.Now())
-			ld := m.Step(fsm.Event{Kind: fsm.EventLocalFailure, At: c.t.clock.Now()})
-			return nil, nil, &Error{Rule: ld.Rule, Attempts: n,
-				Err: fmt.Errorf("GetBody for the resend: %w; attempt %d had failed: %w", gerr, n, err)}
+		next, err := c.again(cd, err, body)
+		if err != nil {
+			return nil, nil, err
 		}
 		return nil, next, nil
 	case fsm.ActionFail:
 		if body != nil {
 			body.release(false)
 		}
-		return nil, nil, &Error{Rule: d.Rule, Attempts: n, Err: err}
+		return nil, nil, c.fail(cd.Rule, err)
 	}
-	panic("replaysafe: attempt failed with decision " + d.String())
+	panic("replaysafe: attempt failed with decision " + cd.String())
 }
 
-// nextResend prepares a call's resend after an attempt with request facts
-// req that established facts: the same request marked as the resend, and
-// the body again (GetBody's copy, or the untouched one-shot reader).
-func (c *call) nextResend(req fsm.Request, facts fsm.Facts, body *reqBody) (*resend, error) {
-	next := req.Resend()
-	if facts&fsm.FactBodyRead != 0 && next.Body == fsm.BodyOneShotUntouched {
-		next.Body = fsm.BodyOneShotConsumed // fsm.Request.Resend leaves Body as it was
+// again prepares the attempt after one that ended with err: the
+// automatic resend's start, or the *retryNext of a configured retry.
+func (c *call) again(cd fsm.CallDecision, err error, body *reqBody) (*resend, error) {
+	n := c.cs.cm.Attempts()
+	next, gerr := c.nextStart(body)
+	if gerr != nil {
+		// The next attempt cannot be made as the caller meant it: its
+		// machine decides the local failure (RS21) before any
+		// connection, and the error keeps both causes.
+		m := fsm.New(c.cs.cm.Next(), c.t.limits, c.t.clock.Now())
+		ld := m.Step(fsm.Event{Kind: fsm.EventLocalFailure, At: c.t.clock.Now()})
+		return nil, c.fail(ld.Rule, fmt.Errorf("GetBody for attempt %d: %w; attempt %d had ended: %w", n+1, gerr, n, err))
 	}
+	if cd.Retry {
+		return nil, &retryNext{decision: cd, start: next, err: err}
+	}
+	return next, nil
+}
+
+// fail returns the call's *Error: rule decided, after the attempts made.
+func (c *call) fail(rule fsm.Rule, err error) *Error {
+	return &Error{Rule: rule, Attempts: c.cs.cm.Attempts(), History: c.cs.history, Err: err}
+}
+
+// nextStart prepares the call's next attempt after one whose request body
+// was body: the facts the call machine gives it, and the body again
+// (GetBody's copy, or the untouched one-shot reader).
+func (c *call) nextStart(body *reqBody) (*resend, error) {
+	next := c.cs.cm.Next()
 	switch next.Body {
 	case fsm.BodyNone:
 		return &resend{facts: next, body: c.req.Body}, nil
 	case fsm.BodyBuffered:
-		body.release(false)
+		if body != nil {
+			body.release(false)
+		}
 		b, err := c.req.GetBody()
 		if err != nil {
 			return nil, err
@@ -539,7 +635,9 @@ func (c *call) nextResend(req fsm.Request, facts fsm.Facts, body *reqBody) (*res
 	if next.Body != fsm.BodyOneShotUntouched {
 		panic("replaysafe: fsm decided to resend a consumed one-shot body") // RS11 forbids it
 	}
-	body.release(true)
+	if body != nil {
+		body.release(true)
+	}
 	return &resend{facts: next, body: c.req.Body}, nil
 }
 
@@ -549,8 +647,9 @@ type attemptRecord interface {
 	Seal() (fsm.Decision, []fsm.Event, string)
 }
 
-// report tells the Observer how wire attempt n of the call ended.
-func (c *call) report(n int, reused bool, err error, rec attemptRecord) {
+// report tells the Observer how wire attempt n of the call ended, and how
+// the call went on after it (cd).
+func (c *call) report(n int, reused bool, err error, rec attemptRecord, cd fsm.CallDecision) {
 	if c.t.opt.Observer.OnAttempt == nil {
 		return
 	}
@@ -567,6 +666,7 @@ func (c *call) report(n int, reused bool, err error, rec attemptRecord) {
 		Facts:    rec.Request(),
 		Reused:   reused,
 		Decision: final,
+		Call:     cd,
 		Events:   events,
 		Err:      err,
 		Trace:    trace,
