@@ -323,7 +323,7 @@ func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return time.Duration(n) * time.Second, true
 	}
 	for _, layout := range []string{
-		"Mon, 02 Jan 2006 15:04:05 GMT", // IMF-fixdate
+		"Mon, 02 Jan 2006 15:04:05 GMT",  // IMF-fixdate
 		"Monday, 02-Jan-06 15:04:05 GMT", // obsolete RFC 850
 		"Mon Jan _2 15:04:05 2006",       // obsolete asctime
 	} {
