@@ -195,21 +195,28 @@ func (b *retryBudgets) call(route string, p RetryBudget, now time.Time) {
 	w.calls[w.slot(now.Unix())]++
 }
 
-// room reports whether route's budget allows one more retry at now.
-func (b *retryBudgets) room(route string, p RetryBudget, now time.Time) bool {
+// reserve counts one retry of route at now when the budget has room for
+// it, and reports whether it had.
+func (b *retryBudgets) reserve(route string, p RetryBudget, now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := b.window(route, int(p.Window/time.Second))
 	calls, retries := w.sums(now.Unix())
-	return float64(retries) < p.Ratio*float64(calls)+float64(p.MinPerSecond*len(w.sec))
+	if float64(retries+1) > p.Ratio*float64(calls)+float64(p.MinPerSecond*len(w.sec)) {
+		return false
+	}
+	w.retries[w.slot(now.Unix())]++
+	return true
 }
 
-// take counts one retry of route at now.
-func (b *retryBudgets) take(route string, p RetryBudget, now time.Time) {
+// unreserve gives back a retry reserved at now.
+func (b *retryBudgets) unreserve(route string, p RetryBudget, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	w := b.window(route, int(p.Window/time.Second))
-	w.retries[w.slot(now.Unix())]++
+	if i := w.slot(now.Unix()); w.retries[i] > 0 {
+		w.retries[i]--
+	}
 }
 
 // jitter returns a random fraction in [0, 1) for a retry's wait.

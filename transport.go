@@ -415,18 +415,20 @@ type retryNext struct {
 func (r *retryNext) Error() string { return "replaysafe: retry after " + r.decision.Delay.String() }
 
 // step feeds the outcome of the call's latest attempt to the call
-// machine, with the route's budget and a jitter when retries are
-// configured, and takes a retry from the budget when one is decided.
+// machine, with a jitter and a retry reserved from the route's budget
+// when retries are configured; the reservation is given back unless a
+// configured retry that draws on the budget is decided, so concurrent
+// calls never overdraw it.
 func (c *call) step(o fsm.Outcome) fsm.CallDecision {
 	cs := c.cs
 	now := time.Now()
 	if cs.budget.Window > 0 {
-		o.Budget = c.t.budgets.room(c.key.addr, cs.budget, now)
+		o.Budget = c.t.budgets.reserve(c.key.addr, cs.budget, now)
 		o.Jitter = c.t.jitter()
 	}
 	d := cs.cm.Step(o)
-	if d.Retry && d.Rule != fsm.RuleTooEarly && cs.budget.Window > 0 {
-		c.t.budgets.take(c.key.addr, cs.budget, now)
+	if o.Budget && !(d.Retry && d.Rule != fsm.RuleTooEarly) {
+		c.t.budgets.unreserve(c.key.addr, cs.budget, now)
 	}
 	if len(cs.history) < maxRetryAttempts+2 {
 		cs.history = append(cs.history, d)
