@@ -12,16 +12,17 @@ import (
 // Print writes rows as a plain table, one line per scenario and client:
 // the copies the server received per run (min/max/total), the runs that
 // duplicated a POST, whether the copies were byte-identical, the runs
-// that resent an altered body, how the calls ended and the slowest call.
+// that resent an altered body, how the calls ended and the shortest and
+// longest call (which show a client's backoff).
 func Print(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "scenario\tclient\truns\tcopies min/max/total\tdup POST\tcopies identical\taltered body\toutcome\tslowest")
+	fmt.Fprintln(tw, "scenario\tclient\truns\tcopies min/max/total\tdup POST\tcopies identical\taltered body\toutcome\tcall min/max")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d/%d/%d\t%s\t%s\t%d\t%s\t%s\n",
+		fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d/%d/%d\t%s\t%s\t%d\t%s\t%s/%s\n",
 			r.Scenario, r.Issue, r.Client, r.Runs,
 			r.MinCopies, r.MaxCopies, r.TotalCopies,
 			r.dupCell(), r.identicalCell(), r.Altered,
-			outcomes(r.Outcomes), r.Slowest.Round(time.Millisecond))
+			outcomes(r.Outcomes), r.Fastest.Round(time.Millisecond), r.Slowest.Round(time.Millisecond))
 	}
 	return tw.Flush()
 }

@@ -372,16 +372,16 @@ func TestRunOptions(t *testing.T) {
 var sampleRows = []Row{
 	{Scenario: "post-crossing", Issue: "a", Title: "POST, close crosses it", Client: "one", Runs: 30,
 		MinCopies: 1, MaxCopies: 1, TotalCopies: 30, SideEffect: true,
-		Outcomes: []Tally{{"error eof", 30}}, Slowest: 2 * time.Millisecond},
+		Outcomes: []Tally{{"error eof", 30}}, Fastest: time.Millisecond, Slowest: 2 * time.Millisecond},
 	{Scenario: "post-crossing", Issue: "a", Title: "POST, close crosses it", Client: "two", Runs: 30,
 		MinCopies: 1, MaxCopies: 2, TotalCopies: 58, SideEffect: true, Duplicated: 28, Identical: 27, Altered: 1,
-		Outcomes: []Tally{{"200", 28}, {"error eof", 2}}, Slowest: 1012345 * time.Microsecond},
+		Outcomes: []Tally{{"200", 28}, {"error eof", 2}}, Fastest: time.Millisecond, Slowest: 1012345 * time.Microsecond},
 	{Scenario: "put-crossing", Issue: "c", Title: "PUT, close crosses it", Client: "one", Runs: 30,
 		MinCopies: 2, MaxCopies: 2, TotalCopies: 60, Duplicated: 30, Identical: 30,
-		Outcomes: []Tally{{"200", 30}}, Slowest: 3 * time.Millisecond},
+		Outcomes: []Tally{{"200", 30}}, Fastest: 2 * time.Millisecond, Slowest: 3 * time.Millisecond},
 	{Scenario: "put-crossing", Issue: "c", Title: "PUT, close crosses it", Client: "two", Runs: 30,
 		MinCopies: 1, MaxCopies: 1, TotalCopies: 30,
-		Outcomes: []Tally{{"503", 30}}, Slowest: 4 * time.Millisecond},
+		Outcomes: []Tally{{"503", 30}}, Fastest: 2 * time.Millisecond, Slowest: 4 * time.Millisecond},
 }
 
 func TestPrint(t *testing.T) {
@@ -389,11 +389,11 @@ func TestPrint(t *testing.T) {
 	if err := Print(&b, sampleRows); err != nil {
 		t.Fatal(err)
 	}
-	want := `scenario           client  runs  copies min/max/total  dup POST  copies identical  altered body  outcome                slowest
-post-crossing (a)  one     30    1/1/30                0/30      -                 0             error eof              2ms
-post-crossing (a)  two     30    1/2/58                28/30     27/28             1             200 ×28, error eof ×2  1.012s
-put-crossing (c)   one     30    2/2/60                -         30/30             0             200                    3ms
-put-crossing (c)   two     30    1/1/30                -         -                 0             503                    4ms
+	want := `scenario           client  runs  copies min/max/total  dup POST  copies identical  altered body  outcome                call min/max
+post-crossing (a)  one     30    1/1/30                0/30      -                 0             error eof              1ms/2ms
+post-crossing (a)  two     30    1/2/58                28/30     27/28             1             200 ×28, error eof ×2  1ms/1.012s
+put-crossing (c)   one     30    2/2/60                -         30/30             0             200                    2ms/3ms
+put-crossing (c)   two     30    1/1/30                -         -                 0             503                    2ms/4ms
 `
 	if got := b.String(); got != want {
 		t.Errorf("Print:\n%s\nwant:\n%s", got, want)

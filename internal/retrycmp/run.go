@@ -143,7 +143,11 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 	}
 	rows := make([]Row, 0, len(scenarios)*len(clients))
 	results := make([][]run, 0, cap(rows))
-	type job struct{ row, run int }
+	type job struct {
+		row, run int
+		sc       scenario
+		c        Client
+	}
 	var jobs []job
 	for _, sc := range scenarios {
 		n, limit := runs, callTimeout
@@ -157,7 +161,7 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 			})
 			results = append(results, make([]run, n))
 			for i := range n {
-				jobs = append(jobs, job{len(rows) - 1, i})
+				jobs = append(jobs, job{len(rows) - 1, i, sc, c})
 			}
 		}
 	}
@@ -182,14 +186,12 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		if ctx.Err() != nil {
 			break
 		}
-		sc := scenarios[j.row/len(clients)]
-		c := clients[j.row%len(clients)]
 		wg.Go(func() {
 			defer func() { <-sem }()
-			r, err := runOnce(ctx, sc, c, rows[j.row].Window)
+			r, err := runOnce(ctx, j.sc, j.c, rows[j.row].Window)
 			if err != nil {
 				errOnce.Do(func() {
-					firstErr = fmt.Errorf("retrycmp: %s, %s, run %d: %w", sc.id, c.Name, j.run+1, err)
+					firstErr = fmt.Errorf("retrycmp: %s, %s, run %d: %w", j.sc.id, j.c.Name, j.run+1, err)
 					cancel()
 				})
 				return
