@@ -77,7 +77,7 @@ type Client struct {
 // order: net/http, replaysafe with default options, go-retryablehttp with
 // its defaults, resty with its defaults and resty with SetRetryCount(3).
 func Peers() []Client {
-	return []Client{NetHTTP(), Replaysafe(), RetryableHTTP(), Resty(), RestyRetry(3)}
+	return []Client{NetHTTP(), Replaysafe(), ReplaysafeRetry(), RetryableHTTP(), Resty(), RestyRetry(3)}
 }
 
 // HTTPClient returns a Client whose instances are the *http.Client that
@@ -100,6 +100,15 @@ func NetHTTP() Client {
 func Replaysafe() Client {
 	return HTTPClient("replaysafe", func() *http.Client {
 		return &http.Client{Transport: replaysafe.New(replaysafe.Options{})}
+	})
+}
+
+// ReplaysafeRetry is replaysafe's Transport with configured retries: five
+// attempts at most, as retryablehttp's default of one try and four
+// retries, and the default statuses, backoff and budget.
+func ReplaysafeRetry() Client {
+	return HTTPClient("replaysafe Retry{MaxAttempts: 5}", func() *http.Client {
+		return &http.Client{Transport: replaysafe.New(replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 5}})}
 	})
 }
 

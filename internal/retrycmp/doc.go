@@ -1,5 +1,5 @@
 // Package retrycmp measures, at the server, how many copies of a request
-// the retry libraries users pick today send on the faults of issue #16,
+// the retry libraries users pick today send on the faults a retry policy meets,
 // beside net/http and replaysafe: go-retryablehttp (v0.7.8) with its
 // defaults, and resty (v2) with its defaults and with SetRetryCount(3).
 //

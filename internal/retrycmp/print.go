@@ -19,7 +19,7 @@ func Print(w io.Writer, rows []Row) error {
 	fmt.Fprintln(tw, "scenario\tclient\truns\tcopies min/max/total\tdup POST\tcopies identical\taltered body\toutcome\tcall min/max")
 	for _, r := range rows {
 		fmt.Fprintf(tw, "%s (%s)\t%s\t%d\t%d/%d/%d\t%s\t%s\t%d\t%s\t%s/%s\n",
-			r.Scenario, r.Issue, r.Client, r.Runs,
+			r.Scenario, r.Letter, r.Client, r.Runs,
 			r.MinCopies, r.MaxCopies, r.TotalCopies,
 			r.dupCell(), r.identicalCell(), r.Altered,
 			outcomes(r.Outcomes), r.Fastest.Round(time.Millisecond), r.Slowest.Round(time.Millisecond))
@@ -38,7 +38,7 @@ func Markdown(w io.Writer, rows []Row) error {
 	for _, r := range rows {
 		if _, ok := titles[r.Scenario]; !ok {
 			order = append(order, r.Scenario)
-			titles[r.Scenario] = fmt.Sprintf("(%s) %s", r.Issue, r.Title)
+			titles[r.Scenario] = fmt.Sprintf("(%s) %s", r.Letter, r.Title)
 		}
 		key := [2]string{r.Scenario, r.Client}
 		if _, ok := cells[key]; ok {

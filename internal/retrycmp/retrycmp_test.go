@@ -72,6 +72,21 @@ var (
 		"oneshot-post-503":      {copies: 1, outcome: "503"},
 		"oneshot-post-crossing": {copies: 1, outcome: "error RS18 eof"},
 	}
+	// replaysafe with Retry{MaxAttempts: 5} retries what the call rules
+	// allow: the PUT by its automatic resend (RS20), the GET's 503 after
+	// its Retry-After (RS23), and every 503 of the failing server until
+	// the five attempts are made (RS26 delivers the last; the waits,
+	// full jitter under 100, 200, 400 and 800 ms, end within the quick
+	// window). The POST, keyless, keeps one copy whatever it got back.
+	replaysafeRetry = map[string]expect{
+		"post-crossing":         {copies: 1, outcome: "error RS18 eof"},
+		"post-503":              {copies: 1, outcome: "503"},
+		"put-crossing":          {copies: 2, outcome: "200"},
+		"get-retry-after":       {copies: 2, outcome: "200", wait: 2 * time.Second},
+		"get-fail-all":          {copies: 5, outcome: "503"},
+		"oneshot-post-503":      {copies: 1, outcome: "503"},
+		"oneshot-post-crossing": {copies: 1, outcome: "error RS18 eof"},
+	}
 	// retryablehttp's DefaultRetryPolicy (RH:472) calls baseRetryPolicy
 	// (RH:495), which retries every transport error but a few URL errors
 	// (redirects, scheme, header, certificate), and every status 429, 0
@@ -134,11 +149,12 @@ var (
 func TestPeers(t *testing.T) {
 	t.Parallel()
 	want := map[string]map[string]expect{
-		NetHTTP().Name:       netHTTP,
-		Replaysafe().Name:    replaysafeDefault,
-		RetryableHTTP().Name: retryableDefault,
-		Resty().Name:         restyDefault,
-		RestyRetry(3).Name:   restyRetry3,
+		NetHTTP().Name:         netHTTP,
+		Replaysafe().Name:      replaysafeDefault,
+		ReplaysafeRetry().Name: replaysafeRetry,
+		RetryableHTTP().Name:   retryableDefault,
+		Resty().Name:           restyDefault,
+		RestyRetry(3).Name:     restyRetry3,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -370,16 +386,16 @@ func TestRunOptions(t *testing.T) {
 
 // sampleRows are two clients on two scenarios, for the printers.
 var sampleRows = []Row{
-	{Scenario: "post-crossing", Issue: "a", Title: "POST, close crosses it", Client: "one", Runs: 30,
+	{Scenario: "post-crossing", Letter: "a", Title: "POST, close crosses it", Client: "one", Runs: 30,
 		MinCopies: 1, MaxCopies: 1, TotalCopies: 30, SideEffect: true,
 		Outcomes: []Tally{{"error eof", 30}}, Fastest: time.Millisecond, Slowest: 2 * time.Millisecond},
-	{Scenario: "post-crossing", Issue: "a", Title: "POST, close crosses it", Client: "two", Runs: 30,
+	{Scenario: "post-crossing", Letter: "a", Title: "POST, close crosses it", Client: "two", Runs: 30,
 		MinCopies: 1, MaxCopies: 2, TotalCopies: 58, SideEffect: true, Duplicated: 28, Identical: 27, Altered: 1,
 		Outcomes: []Tally{{"200", 28}, {"error eof", 2}}, Fastest: time.Millisecond, Slowest: 1012345 * time.Microsecond},
-	{Scenario: "put-crossing", Issue: "c", Title: "PUT, close crosses it", Client: "one", Runs: 30,
+	{Scenario: "put-crossing", Letter: "c", Title: "PUT, close crosses it", Client: "one", Runs: 30,
 		MinCopies: 2, MaxCopies: 2, TotalCopies: 60, Duplicated: 30, Identical: 30,
 		Outcomes: []Tally{{"200", 30}}, Fastest: 2 * time.Millisecond, Slowest: 3 * time.Millisecond},
-	{Scenario: "put-crossing", Issue: "c", Title: "PUT, close crosses it", Client: "two", Runs: 30,
+	{Scenario: "put-crossing", Letter: "c", Title: "PUT, close crosses it", Client: "two", Runs: 30,
 		MinCopies: 1, MaxCopies: 1, TotalCopies: 30,
 		Outcomes: []Tally{{"503", 30}}, Fastest: 2 * time.Millisecond, Slowest: 4 * time.Millisecond},
 }

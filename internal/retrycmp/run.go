@@ -59,8 +59,8 @@ type Options struct {
 type Row struct {
 	// Scenario is the scenario's short name, e.g. "post-crossing".
 	Scenario string
-	// Issue is the scenario's letter in issue #16's list (a to f).
-	Issue string
+	// Letter names the scenario in the comparison list (a to f).
+	Letter string
 	// Title says what the server does.
 	Title string
 	// Client is the client's name.
@@ -156,7 +156,7 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		}
 		for _, c := range clients {
 			rows = append(rows, Row{
-				Scenario: sc.id, Issue: sc.issue, Title: sc.title, Client: c.Name,
+				Scenario: sc.id, Letter: sc.letter, Title: sc.title, Client: c.Name,
 				Runs: n, Window: limit, SideEffect: sc.sideEffect(),
 			})
 			results = append(results, make([]run, n))

@@ -19,13 +19,13 @@ const (
 // payload is the body of every request that has one.
 var payload = []byte("charge card 4242, order 16")
 
-// scenario is one scripted fault of issue #16 "Tests". Its server runs
+// scenario is one scripted fault of the comparison. Its server runs
 // conns (connection i gets conns[i]) and rest beyond them.
 type scenario struct {
 	// id names the scenario in the tables.
 	id string
-	// issue is the scenario's letter in the brief: a to f.
-	issue string
+	// letter names the scenario in the comparison list: a to f.
+	letter string
 	// title says what happens, in a few words.
 	title string
 	// method and body describe the target request.
@@ -89,26 +89,26 @@ func unavailable() replaysafetest.Action {
 // scenarios are the rows, in table order.
 var scenarios = []scenario{
 	{
-		id: "post-crossing", issue: "a", title: "POST, close crosses it on a reused connection",
+		id: "post-crossing", letter: "a", title: "POST, close crosses it on a reused connection",
 		method: http.MethodPost, body: BodyBuffered, warm: true, conns: crossing, rest: okScript,
 	},
 	{
-		id: "post-503", issue: "b", title: "POST answered 503, then 200",
+		id: "post-503", letter: "b", title: "POST answered 503, then 200",
 		method: http.MethodPost, body: BodyBuffered, conns: unavailableOnce, rest: okScript,
 	},
 	{
-		id: "put-crossing", issue: "c", title: "PUT, close crosses it on a reused connection",
+		id: "put-crossing", letter: "c", title: "PUT, close crosses it on a reused connection",
 		method: http.MethodPut, body: BodyBuffered, warm: true, conns: crossing, rest: okScript,
 	},
 	{
-		id: "get-retry-after", issue: "d", title: "GET answered 503 with Retry-After: 2, then 200",
+		id: "get-retry-after", letter: "d", title: "GET answered 503 with Retry-After: 2, then 200",
 		method: http.MethodGet, body: BodyNone, rest: okScript,
 		conns: func() []replaysafetest.ConnScript {
 			return []replaysafetest.ConnScript{replaysafetest.Script(unavailable().WithHeader("Retry-After", "2"))}
 		},
 	},
 	{
-		id: "get-fail-all", issue: "e", title: "GET, every request answered 503: copies of one call within the window",
+		id: "get-fail-all", letter: "e", title: "GET, every request answered 503: copies of one call within the window",
 		method: http.MethodGet, body: BodyNone, load: true,
 		rest: func() replaysafetest.ConnScript {
 			a := unavailable()
@@ -116,11 +116,11 @@ var scenarios = []scenario{
 		},
 	},
 	{
-		id: "oneshot-post-503", issue: "f", title: "POST with a one-shot body answered 503, then 200",
+		id: "oneshot-post-503", letter: "f", title: "POST with a one-shot body answered 503, then 200",
 		method: http.MethodPost, body: BodyOneShot, conns: unavailableOnce, rest: okScript,
 	},
 	{
-		id: "oneshot-post-crossing", issue: "f", title: "POST with a one-shot body, close crosses it on a reused connection",
+		id: "oneshot-post-crossing", letter: "f", title: "POST with a one-shot body, close crosses it on a reused connection",
 		method: http.MethodPost, body: BodyOneShot, warm: true, conns: crossing, rest: okScript,
 	},
 }
