@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/replaysafetest"
@@ -134,4 +135,50 @@ func Example_http3() {
 	// attempt 2: deliver RS02 deliver-final-response
 	// HTTP/3.0 200 ok
 	// copies of /order at the server: 2 on connections 0 and 1
+}
+
+// A configured retry policy: the GET's 503s are retried after a short
+// jittered wait, the POST's is delivered, since a POST without an
+// Idempotency-Key may have had its effect. The call rules decide each
+// step; the server counts the copies.
+func ExampleRetry() {
+	srv, err := replaysafetest.Start(replaysafetest.Config{Conns: []replaysafetest.ConnScript{replaysafetest.Script(
+		replaysafetest.Respond(503, "busy"), replaysafetest.Respond(503, "busy"), replaysafetest.OK(),
+		replaysafetest.Respond(503, "busy"))}})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+
+	tr := replaysafe.New(replaysafe.Options{
+		Retry: replaysafe.Retry{MaxAttempts: 4, BaseDelay: 10 * time.Millisecond},
+		Observer: replaysafe.Observer{OnAttempt: func(a replaysafe.AttemptReport) {
+			fmt.Printf("%s %s attempt %d: %s %s %s\n", a.Request.Method, a.Request.URL.Path, a.Number, a.Call.Action, a.Call.Rule.ID(), a.Call.Rule)
+		}},
+	})
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+
+	resp, err := client.Get(srv.URL() + "/report")
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	fmt.Println("GET:", resp.StatusCode)
+
+	resp, err = client.Post(srv.URL()+"/pay", "text/plain", strings.NewReader("10 EUR"))
+	if err != nil {
+		panic(err)
+	}
+	resp.Body.Close()
+	fmt.Println("POST:", resp.StatusCode)
+	fmt.Println("copies at the server:", replaysafetest.Copies(srv))
+	// Output:
+	// GET /report attempt 1: resend RS23 retry-status
+	// GET /report attempt 2: resend RS23 retry-status
+	// GET /report attempt 3: deliver RS02 deliver-final-response
+	// GET: 200
+	// POST /pay attempt 1: deliver RS02 deliver-final-response
+	// POST: 503
+	// copies at the server: map[/pay:1 /report:3]
 }

@@ -120,7 +120,8 @@ type Options struct {
 	ResponseHeaderTimeout time.Duration
 
 	// DisableResend switches automatic resending off: every failure goes
-	// to the caller (RS09). Resending is on by default.
+	// to the caller (RS09), and Retry makes no retries either, so no
+	// request goes out twice. Resending is on by default.
 	DisableResend bool
 
 	// RetryPolicy declares that the caller wraps this Transport in a retry

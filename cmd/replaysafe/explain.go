@@ -36,8 +36,13 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 				fmt.Fprintf(stdout, "== %s trace %d (line %d)\n", name, i+1, t.Line)
 			}
 			fmt.Fprint(stdout, t.Explain())
-			final := t.Final()
-			fmt.Fprintf(stdout, "decision: %s by %s %s (connection: %s)\n", final.Action, final.Rule.ID(), final.Rule, final.Conn)
+			if t.IsCall() {
+				action, rule := t.FinalRule()
+				fmt.Fprintf(stdout, "call decision: %s by %s %s\n", action, rule.ID(), rule)
+			} else {
+				final := t.Final()
+				fmt.Fprintf(stdout, "decision: %s by %s %s (connection: %s)\n", final.Action, final.Rule.ID(), final.Rule, final.Conn)
+			}
 			if err := t.Check(); err != nil {
 				fmt.Fprintf(stdout, "expectation failed: %v\n", err)
 				status = 1
