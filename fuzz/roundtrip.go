@@ -100,6 +100,15 @@ func PrintTraces(traces []spec.Trace, spellZeros bool) string {
 		if t.Start != 0 {
 			b.WriteString("start @" + t.Start.String() + "\n")
 		}
+		if t.Retry != (fsm.Retry{}) {
+			b.WriteString(t.Retry.String() + "\n")
+		}
+		for _, s := range t.Calls {
+			b.WriteString(s.String() + "\n")
+			if s.Expect != nil {
+				b.WriteString(s.Expect.String() + "\n")
+			}
+		}
 		for _, s := range t.Steps {
 			line := s.Event.String()
 			if spellZeros {
@@ -134,6 +143,19 @@ func traceDiff(a, b spec.Trace) string {
 		return fmt.Sprintf("start %v became %v", a.Start, b.Start)
 	case len(a.Steps) != len(b.Steps):
 		return fmt.Sprintf("%d events became %d", len(a.Steps), len(b.Steps))
+	case a.Retry != b.Retry:
+		return fmt.Sprintf("policy %v became %v", a.Retry, b.Retry)
+	case len(a.Calls) != len(b.Calls):
+		return fmt.Sprintf("%d outcomes became %d", len(a.Calls), len(b.Calls))
+	}
+	for i := range a.Calls {
+		x, y := a.Calls[i], b.Calls[i]
+		if x.Outcome != y.Outcome {
+			return fmt.Sprintf("outcome %d %+v became %+v", i+1, x.Outcome, y.Outcome)
+		}
+		if (x.Expect == nil) != (y.Expect == nil) || x.Expect != nil && !sameCallExpect(*x.Expect, *y.Expect) {
+			return fmt.Sprintf("outcome %d: expectation %v became %v", i+1, x.Expect, y.Expect)
+		}
 	}
 	for i := range a.Steps {
 		x, y := a.Steps[i], b.Steps[i]
@@ -149,4 +171,10 @@ func traceDiff(a, b spec.Trace) string {
 		}
 	}
 	return ""
+}
+
+// sameCallExpect compares two call expectations, line numbers aside.
+func sameCallExpect(x, y spec.CallExpect) bool {
+	x.Line, y.Line = 0, 0
+	return x == y
 }

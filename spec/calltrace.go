@@ -193,6 +193,9 @@ func parseCallExpect(f []string) (*CallExpect, error) {
 	return e, nil
 }
 
+// String prints the step's outcome as its trace line.
+func (s CallStep) String() string { return outcomeString(s.Outcome) }
+
 // outcomeString prints an outcome as its trace line.
 func outcomeString(o fsm.Outcome) string {
 	var b strings.Builder
