@@ -33,6 +33,9 @@ func TestModelAgreesWithSpecExamples(t *testing.T) {
 	}
 	expects := 0
 	for _, ex := range all {
+		if ex.IsCall() {
+			continue // call traces: TestCallModelAgreesWithSpecExamples
+		}
 		tr := traceOf(ex.Trace)
 		var last fsm.Decision
 		for i, s := range ex.Steps {
@@ -60,12 +63,15 @@ func TestModelReachesEveryRule(t *testing.T) {
 	}
 	seen := map[fsm.Rule]bool{}
 	for _, ex := range all {
+		if ex.IsCall() {
+			continue
+		}
 		tr := traceOf(ex.Trace)
 		for i := range tr.Events {
 			seen[Decide(Trace{Request: tr.Request, Limits: tr.Limits, Events: tr.Events[:i+1]}, Reading{}).Decision.Rule] = true
 		}
 	}
-	for r := fsm.Rule(1); r < fsm.RuleCount; r++ {
+	for r := fsm.Rule(1); r < fsm.RuleTooEarly; r++ { // the attempt rules; RS22 on: TestCallModelAgreesWithSpecExamples
 		if !seen[r] {
 			t.Errorf("no spec example makes the model decide %s %v", r.ID(), r)
 		}
