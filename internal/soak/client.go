@@ -132,6 +132,7 @@ func newClient(cfg Config, srv *server) (*client, error) {
 			}
 		}},
 	}
+	o.Retry.MaxAttempts = cfg.Retry
 	switch cfg.Proto {
 	case "h2", "h2c":
 		o.Protocol = replaysafe.ProtocolHTTP2

@@ -26,8 +26,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	peer := fs.Bool("peer", false, "also run the soak with the reference client (net/http, x/net/http2, quic-go/http3) and print its numbers")
 	faultFree := fs.Bool("faultfree", false, "also run the soak without faults and compare the throughput")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound of each call")
+	retry := fs.Int("retry", 0, "Options.Retry.MaxAttempts of the replaysafe Transport; 0 means no configured retries")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: replaysafe soak [-proto h1|h1tls|h2|h2c|h3] [-n N] [-c 64] [-faults RATE] [-seed S] [-maxconns K] [-peer] [-faultfree]")
+		fmt.Fprintln(stderr, "usage: replaysafe soak [-proto h1|h1tls|h2|h2c|h3] [-n N] [-c 64] [-faults RATE] [-seed S] [-maxconns K] [-retry N] [-peer] [-faultfree]")
 		fmt.Fprintln(stderr, "\nRuns N requests from c goroutines through one Transport against an in-process faulty server")
 		fmt.Fprintln(stderr, "on 127.0.0.1 and prints copies per request, success per method, errors by rule, dials and resources.")
 		fmt.Fprintln(stderr, "Exits 1 when a hard bound breaks: more than 2 copies, a duplicate non-idempotent delivery,")
@@ -51,7 +52,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	cfg := Config{Proto: *proto, N: *n, Concurrency: *c, Faults: *faults, Seed: *seed,
-		MaxConns: *maxConns, RequestTimeout: *timeout, Progress: stderr}
+		MaxConns: *maxConns, Retry: *retry, RequestTimeout: *timeout, Progress: stderr}
 	res, err := Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "replaysafe soak: %v\n", err)

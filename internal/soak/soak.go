@@ -57,6 +57,10 @@ type Config struct {
 	Seed uint64
 	// MaxConns, if positive, is the Transport's MaxConnsPerHost.
 	MaxConns int
+	// Retry, if above zero, is the replaysafe Transport's
+	// Options.Retry.MaxAttempts (configured retries, default statuses,
+	// backoff and budget); the copies may then reach it.
+	Retry int
 	// Peer runs the soak with the reference client instead of replaysafe:
 	// net/http's Transport for h1 and h1tls, x/net's http2.Transport for h2
 	// and h2c, quic-go's http3.Transport for h3.
@@ -248,8 +252,8 @@ func (r *Result) RecoverableIdempotentRate() float64 {
 // well.
 func (r *Result) Violations() []string {
 	var v []string
-	if r.MaxCopies > 2 {
-		v = append(v, fmt.Sprintf("max copies %d > 2", r.MaxCopies))
+	if bound := max(2, r.Config.Retry); r.MaxCopies > bound {
+		v = append(v, fmt.Sprintf("max copies %d > %d", r.MaxCopies, bound))
 	}
 	if r.DuplicateNonIdempotent > 0 {
 		v = append(v, fmt.Sprintf("%d non-idempotent requests delivered more than once", r.DuplicateNonIdempotent))

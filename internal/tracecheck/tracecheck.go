@@ -45,8 +45,8 @@ type Checker struct {
 	checked  int
 	failed   int
 	failures []string
-	// resends maps a call's request to the number of its last attempt
-	// and whether that attempt decided to resend.
+	// calls maps a call's request to the number of its last attempt
+	// and whether the call went on after it (a resend or a retry).
 	calls map[*http.Request]lastAttempt
 }
 
@@ -85,7 +85,7 @@ func (c *Checker) orderLocked(r replaysafe.AttemptReport) error {
 		c.calls = map[*http.Request]lastAttempt{}
 	}
 	prev, seen := c.calls[r.Request]
-	c.calls[r.Request] = lastAttempt{number: r.Number, resend: r.Decision.Action == fsm.ActionResend}
+	c.calls[r.Request] = lastAttempt{number: r.Number, resend: r.Call.Action == fsm.ActionResend}
 	switch {
 	case r.Number < 1:
 		return fmt.Errorf("attempt number %d", r.Number)
@@ -120,8 +120,12 @@ func (c *Checker) Err() error {
 
 // Check checks one attempt report on its own: its trace parses to the
 // events it lists, fsm and the model agree after every event, no event
-// is out of order, and the replayed decision is the reported one.
+// is out of order, the replayed decision is the reported one, and the
+// call's decision after it is one the call rules allow.
 func Check(r replaysafe.AttemptReport) error {
+	if err := checkCall(r); err != nil {
+		return fail(r, err)
+	}
 	tr, err := spec.ParseTrace(strings.NewReader(r.Trace))
 	if err != nil {
 		return fail(r, fmt.Errorf("the trace does not parse: %w", err))
@@ -171,4 +175,29 @@ func fail(r replaysafe.AttemptReport, err error) error {
 
 func indent(s string) string {
 	return "    " + strings.ReplaceAll(strings.TrimSuffix(s, "\n"), "\n", "\n    ")
+}
+
+// checkCall checks how the call went on after attempt r (r.Call) against
+// the attempt's own decision: the automatic resend only where the attempt
+// machine resent, a configured retry of a status or an ambiguous failure
+// only for a request whose copies have no further effect, and never a
+// retry of a body that cannot be produced again.
+func checkCall(r replaysafe.AttemptReport) error {
+	d, cd, f := r.Decision, r.Call, r.Facts
+	eligible := f.Method.Idempotent() || f.IdempotencyKey
+	switch {
+	case !cd.Action.Final():
+		return fmt.Errorf("no call decision after the attempt (%v)", cd)
+	case cd.Action == fsm.ActionResend && !cd.Retry && (d.Action != fsm.ActionResend || cd.Rule != d.Rule):
+		return fmt.Errorf("the call resent at once by %v after the attempt decided %v", cd.Rule, d)
+	case cd.Action == fsm.ActionResend && d.Action == fsm.ActionFail && !cd.Retry:
+		return fmt.Errorf("a failed attempt was resent without a retry decision (%v)", cd)
+	case cd.Action == fsm.ActionResend && (cd.Rule == fsm.RuleRetryStatus || cd.Rule == fsm.RuleRetryAmbiguous) && (!eligible || !f.Body.Reproducible()):
+		return fmt.Errorf("%v retried a request whose copies may have an effect (%v)", cd.Rule, f)
+	case cd.Action == fsm.ActionResend && f.Body == fsm.BodyOneShotConsumed:
+		return fmt.Errorf("%v sent a consumed one-shot body again", cd.Rule)
+	case d.Action == fsm.ActionDeliver && cd.Action == fsm.ActionFail:
+		return fmt.Errorf("a delivered attempt ended the call in failure (%v)", cd)
+	}
+	return nil
 }
