@@ -206,12 +206,15 @@ func (c *Call) decide(req Request, o *Outcome) CallDecision {
 	case ActionDeliver:
 		return c.delivered(req, o)
 	case ActionResend:
+		if r := c.refusal(req, d.Rule); r != RuleNone {
+			return CallDecision{Action: ActionFail, Rule: r} // a broken adapter never earns a resend
+		}
 		if c.made == 1 {
 			return CallDecision{Action: ActionResend, Rule: d.Rule} // the automatic resend
 		}
 		return c.configured(d.Rule, o) // a later one is a configured retry
 	case ActionFail:
-		if !c.retry.On() || req.ResendOff || req.RetryPolicy {
+		if !c.retry.On() || c.req.ResendOff || c.req.RetryPolicy {
 			return CallDecision{Action: ActionFail, Rule: d.Rule}
 		}
 		switch d.Rule {
@@ -233,10 +236,13 @@ func (c *Call) decide(req Request, o *Outcome) CallDecision {
 // a configured retry on a listed status, or delivery.
 func (c *Call) delivered(req Request, o *Outcome) CallDecision {
 	deliver := CallDecision{Action: ActionDeliver, Rule: o.Decision.Rule}
-	if req.ResendOff || req.RetryPolicy || !c.bodyReproducible() {
+	if c.req.ResendOff || c.req.RetryPolicy || !c.bodyReproducible() {
 		return deliver
 	}
-	if o.Status == StatusTooEarly && !c.tooEarly && c.made < c.retry.max() {
+	switch {
+	case o.Status == StatusTooEarly && c.tooEarly:
+		return deliver // a second 425 is the caller's, whatever the policy lists
+	case o.Status == StatusTooEarly && c.made < c.retry.max():
 		return CallDecision{Action: ActionResend, Rule: RuleTooEarly, Retry: true}
 	}
 	if !c.retry.On() || !c.retry.Statuses.Has(o.Status) || !eligible(req) {
@@ -258,6 +264,31 @@ func (c *Call) delivered(req Request, o *Outcome) CallDecision {
 	return d
 }
 
+// refusal returns the rule by which the attempt rules refuse a resend by
+// rule of an attempt made with facts req, or RuleNone: a resend the
+// attempt machine cannot decide for those facts comes from a broken
+// driver and is never followed.
+func (c *Call) refusal(req Request, rule Rule) Rule {
+	switch {
+	case req.Attempt == AttemptResend:
+		return RuleNoSecondResend
+	case req.ResendOff:
+		return RuleResendOff
+	case req.RetryPolicy:
+		return RuleRetryPolicy
+	case rule == RuleAmbiguousIdempotentResend && !eligible(req):
+		return RuleAmbiguousNotIdempotent
+	case rule == RuleAmbiguousIdempotentResend && !req.Body.Reproducible():
+		return RuleAmbiguousBodyNotReproducible
+	case rule < RuleEvidenceHandedBack || rule > RuleAmbiguousIdempotentResend || rule == RuleAmbiguousFreshConn ||
+		rule == RuleAmbiguousNotIdempotent || rule == RuleAmbiguousBodyNotReproducible:
+		return RuleInvalidOrder // not a resend rule
+	case rule != RuleAmbiguousIdempotentResend && !c.bodyUsable():
+		return RuleEvidenceBodyConsumed
+	}
+	return RuleNone
+}
+
 // configured decides a configured retry by rule: refused when the call
 // has made its attempts or the route's budget is spent, else a retry after
 // the jittered backoff.
@@ -277,6 +308,10 @@ func (c *Call) configured(rule Rule, o *Outcome) CallDecision {
 func (c *Call) backoff(j float64) time.Duration {
 	ceiling := c.retry.Base
 	for i := uint8(2); i <= c.made && ceiling < c.retry.Cap; i++ {
+		if ceiling > c.retry.Cap/2 {
+			ceiling = c.retry.Cap // doubling would pass the cap, or wrap
+			break
+		}
 		ceiling *= 2
 	}
 	ceiling = min(ceiling, c.retry.Cap)

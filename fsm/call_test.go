@@ -81,15 +81,58 @@ func TestOneShotBodyReadIsConsumed(t *testing.T) {
 	if c.Next().Body != fsm.BodyOneShotUntouched {
 		t.Fatalf("an unread body stays untouched: %v", c.Next())
 	}
+	// A resend of a body the attempt read is one no attempt machine
+	// decides (RS11): it is refused, and the body is consumed.
 	o = fsm.Outcome{Decision: fsm.Decision{Action: fsm.ActionResend, Rule: fsm.RuleEvidenceNothingWritten}, Facts: fsm.FactBodyRead, Budget: true}
-	if d := c.Step(o); d.Action != fsm.ActionResend {
-		t.Fatalf("evidence on attempt 2: %v", d)
+	if d := c.Step(o); d.Action != fsm.ActionFail || d.Rule != fsm.RuleEvidenceBodyConsumed {
+		t.Fatalf("a resend of a read one-shot body: %v, want fail by RS11", d)
 	}
 	if c.Next().Body != fsm.BodyOneShotConsumed {
 		t.Fatalf("a read one-shot body is consumed: %v", c.Next())
 	}
-	if d := c.Step(failWith(fsm.RuleAcquireFailed)); d.Action != fsm.ActionFail || d.Rule != fsm.RuleAcquireFailed {
-		t.Fatalf("a failed dial with the body gone: %v, want fail by RS04", d)
+}
+
+// TestImpossibleResendsAreRefused: a resend the attempt rules cannot
+// decide for the facts Next gave fails by the rule that refuses it.
+func TestImpossibleResendsAreRefused(t *testing.T) {
+	resend := func(r fsm.Rule) fsm.Outcome {
+		return fsm.Outcome{Decision: fsm.Decision{Action: fsm.ActionResend, Rule: r}, Budget: true}
+	}
+	cases := []struct {
+		name string
+		req  fsm.Request
+		r    fsm.Retry
+		o    []fsm.Outcome
+		want fsm.Rule
+	}{
+		{"one attempt", fsm.Request{Method: fsm.MethodGET}, fsm.Retry{Attempts: 1}, []fsm.Outcome{resend(fsm.RuleEvidenceNothingWritten)}, fsm.RuleResendOff},
+		{"the last attempt", fsm.Request{Method: fsm.MethodGET}, fsm.Retry{}, []fsm.Outcome{resend(fsm.RuleEvidenceNothingWritten), resend(fsm.RuleEvidenceNothingWritten)}, fsm.RuleNoSecondResend},
+		{"a caller's policy", fsm.Request{Method: fsm.MethodGET, RetryPolicy: true}, fsm.Retry{}, []fsm.Outcome{resend(fsm.RuleEvidenceRefusedStream)}, fsm.RuleRetryPolicy},
+		{"RS20 for a POST", fsm.Request{Method: fsm.MethodPOST}, fsm.Retry{}, []fsm.Outcome{resend(fsm.RuleAmbiguousIdempotentResend)}, fsm.RuleAmbiguousNotIdempotent},
+		{"RS20 for a one-shot PUT", fsm.Request{Method: fsm.MethodPUT, Body: fsm.BodyOneShotUntouched}, fsm.Retry{}, []fsm.Outcome{resend(fsm.RuleAmbiguousIdempotentResend)}, fsm.RuleAmbiguousBodyNotReproducible},
+		{"not a resend rule", fsm.Request{Method: fsm.MethodGET}, fsm.Retry{}, []fsm.Outcome{resend(fsm.RuleTimeout)}, fsm.RuleInvalidOrder},
+		{"RS17 is no resend", fsm.Request{Method: fsm.MethodGET}, fsm.Retry{}, []fsm.Outcome{resend(fsm.RuleAmbiguousFreshConn)}, fsm.RuleInvalidOrder},
+	}
+	for _, tc := range cases {
+		c := fsm.NewCall(tc.req, tc.r)
+		var d fsm.CallDecision
+		for _, o := range tc.o {
+			d = c.Step(o)
+		}
+		if d.Action != fsm.ActionFail || d.Rule != tc.want {
+			t.Errorf("%s: %v, want fail by %v", tc.name, d, tc.want)
+		}
+	}
+}
+
+func TestBackoffSaturatesAtTheCap(t *testing.T) {
+	c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, fsm.Retry{Attempts: 40, Statuses: fsm.Statuses(503), Base: time.Second, Cap: 1<<63 - 1})
+	var d fsm.CallDecision
+	for range 35 {
+		d = c.Step(deliverStatus(503))
+	}
+	if want := time.Duration(0.5 * float64(time.Duration(1<<63-1))); d.Delay != want {
+		t.Fatalf("wait before attempt 36: %v, want half the cap %v", d.Delay, want)
 	}
 }
 

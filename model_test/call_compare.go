@@ -2,10 +2,8 @@ package modeltest
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
 )
@@ -30,46 +28,11 @@ var (
 
 // CallDivergences lists the known disagreements between fsm.Call and the
 // text.
-var CallDivergences = []CallDivergence{
-	{
-		ID: "CD1",
-		Summary: "Under a policy of one attempt fsm.Call reads the ResendOff that its own Next sets for the attempt machine " +
-			"as the caller's: a listed 503 of a GET is delivered by RS02 (and an acquire failure or a timeout fails by its own rule, " +
-			"a long Retry-After is delivered by RS02), where RS26 (or RS28) says a configured retry would be allowed but the call " +
-			"has made the policy's attempts. The action is the same; the rule is not.",
-		Reading: CallReading{OneAttemptIsOff: true},
-		Example: CallTrace{Request: getNone, Policy: fsm.Retry{Attempts: 1, Statuses: fsm.Statuses(503), Base: 100 * time.Millisecond, Cap: time.Second, MaxRetryAfter: 10 * time.Second},
-			Outcomes: []fsm.Outcome{deliver503}},
-	},
-	{
-		ID: "CD2",
-		Summary: "RS22 says a second 425 is delivered; fsm.Call retries it by RS23 when the policy lists 425 " +
-			"(the request idempotent or keyed, the body reproducible).",
-		Reading: CallReading{TooEarlyByStatus: true},
-		Example: CallTrace{Request: getNone, Policy: fsm.Retry{Attempts: 3, Statuses: fsm.Statuses(425), Base: 100 * time.Millisecond, Cap: time.Second, MaxRetryAfter: 10 * time.Second},
-			Outcomes: []fsm.Outcome{deliver425, deliver425}},
-	},
-	{
-		ID: "CD3",
-		Summary: "fsm.Call follows an attempt's resend that the attempt rules cannot decide for the facts Next gave it: " +
-			"under a policy of one attempt (Next: resend=off, RS09) a resend outcome becomes a second wire attempt; likewise " +
-			"a resend on the last attempt, of a read one-shot body (RS11), or RS20 for a POST without a key (RS18). " +
-			"The real attempt machine never decides these, so only a broken driver or adapter reaches them; the text " +
-			"(RS08, RS09, RS11, RS18, RS03's \"a broken adapter never earns a resend\") forbids the copy.",
-		Reading: CallReading{TrustsResend: true},
-		Example: CallTrace{Request: getNone, Policy: fsm.Retry{Attempts: 1},
-			Outcomes: []fsm.Outcome{resendUnsent}},
-	},
-	{
-		ID: "CD4",
-		Summary: "The backoff ceiling Base·2^(k−2) is doubled in time.Duration and wraps past int64 when Cap is larger than " +
-			"half of the longest Duration (a \"no cap\" of math.MaxInt64): the wait before attempt 36 of a 1s-base policy is 0 " +
-			"instead of the jittered cap.",
-		Reading: CallReading{WrappingBackoff: true},
-		Example: CallTrace{Request: getNone, Policy: fsm.Retry{Attempts: 40, Statuses: fsm.Statuses(503), Base: time.Second, Cap: math.MaxInt64, MaxRetryAfter: 10 * time.Second},
-			Outcomes: repeatOutcome(deliver503, 35)},
-	},
-}
+// fsm.Call agreed with the text on the four found when the model was
+// written (a one-attempt policy's rule, a second 425, a resend the attempt
+// rules cannot decide, the backoff wrapping past int64) once fsm/call.go
+// was fixed; the readings of CallReading stay to name such a point again.
+var CallDivergences = []CallDivergence{}
 
 func repeatOutcome(o fsm.Outcome, n int) []fsm.Outcome {
 	out := make([]fsm.Outcome, n)
