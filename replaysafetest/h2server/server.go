@@ -35,9 +35,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"net"
-	"net/http"
-	"sync"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -51,24 +52,24 @@ import (
 const (
 	// DefaultHandshakeTimeout bounds the TLS handshake and the arrival of
 	// the client connection preface.
-	DefaultHandshakeTimeout = 5 * time.Second
+	DefaultHandshakeTimeout = kit.HandshakeTimeout
 	// DefaultIdleTimeout is how long a connection may go without a frame
 	// from the client before the server closes it.
-	DefaultIdleTimeout = 30 * time.Second
+	DefaultIdleTimeout = kit.IdleTimeout
 	// DefaultWriteTimeout bounds each frame write.
-	DefaultWriteTimeout = 5 * time.Second
+	DefaultWriteTimeout = kit.WriteTimeout
 	// DefaultHangTimeout bounds Hang actions that set no duration.
-	DefaultHangTimeout = 30 * time.Second
+	DefaultHangTimeout = kit.HangTimeout
 	// DefaultDrainTimeout bounds how long a FIN close keeps discarding
 	// what the client still sends.
 	DefaultDrainTimeout = time.Second
 	// DefaultWaitTimeout bounds the Wait methods when their context has no
 	// deadline.
-	DefaultWaitTimeout = 10 * time.Second
+	DefaultWaitTimeout = kit.WaitTimeout
 	// DefaultLifetime is how long a server runs before it closes itself.
-	DefaultLifetime = 2 * time.Minute
+	DefaultLifetime = kit.Lifetime
 	// DefaultMaxBodyBytes bounds the body recorded for one stream.
-	DefaultMaxBodyBytes = 1 << 20
+	DefaultMaxBodyBytes = kit.MaxBodyBytes
 )
 
 // SettingsHold bounds how long a server with RefuseBodyBeforeSettingsAck
@@ -127,7 +128,7 @@ type Config struct {
 	// the server's SETTINGS is reset with RST_STREAM(REFUSED_STREAM), its
 	// body discarded, without running its action. Once the SETTINGS ACK
 	// has arrived, bodies are accepted. A refused stream is recorded with
-	// PrereadRefused set and Action KindRefuse; it takes a Seq, but not a
+	// PrereadRefused set and Action StreamRefuse; it takes a Seq, but not a
 	// script position. So that the race is decided the same way in every
 	// run, the server holds back its SETTINGS (and the ACK of the
 	// client's) until the first HEADERS, a PING or DATA frame, or
@@ -158,62 +159,31 @@ func (c *Config) setDefaults() {
 	kit.Default(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 }
 
-// Received is one stream as the server received it.
+// Received is one stream as the server received it: the record every
+// scripted stream server keeps, and what only HTTP/2 has.
 type Received struct {
-	// Conn is the connection's index in accept order, from 0.
-	Conn int
-	// Seq is the stream's position on its connection, from 0: the j of
-	// ConnScript.Streams[j].
-	Seq int
+	replaysafetest.StreamRecord
 	// StreamID is the stream's HTTP/2 identifier.
 	StreamID uint32
-	// At is when the stream's HEADERS arrived.
-	At time.Time
-	// Method, Scheme, Authority and Path are the request pseudo-header
-	// fields; Protocol is :protocol (extended CONNECT), usually empty.
-	Method, Scheme, Authority, Path, Protocol string
 	// Fields is the request's decoded header block as it arrived,
 	// pseudo-header fields first.
 	Fields []hpack.HeaderField
-	// Header holds the regular header fields, with canonical keys.
-	Header http.Header
-	// Trailer holds the request trailer fields, or nil.
-	Trailer http.Header
-	// Body is the request body as received (DATA payloads, padding
-	// removed), up to Config.MaxBodyBytes.
-	Body []byte
-	// BodyDropped counts body bytes beyond Config.MaxBodyBytes.
-	BodyDropped int64
 	// EndStream reports that the client ended the stream (END_STREAM on
 	// HEADERS, DATA or trailers) while the server was still reading it.
 	EndStream bool
-	// ClientReset reports that the client reset the stream, with
-	// ClientResetCode.
-	ClientReset     bool
+	// ClientResetCode is the code of the client's RST_STREAM, when
+	// ClientReset.
 	ClientResetCode http2.ErrCode
 	// PrereadRefused reports that the stream was refused because its
 	// body arrived before the client acknowledged the server's SETTINGS
 	// (Config.RefuseBodyBeforeSettingsAck).
 	PrereadRefused bool
-	// Ignored reports that the stream arrived above the last stream ID
-	// of a GOAWAY the server had already sent; it was recorded but not
-	// handled (RFC 9113 §6.8).
-	Ignored bool
-	// Action is the kind of action the server took (meaningless when
-	// Ignored).
-	Action Kind
-	// Done reports that the server will record nothing more for the
-	// stream: END_STREAM arrived, the stream was reset by either side, or
-	// the server stopped reading it or its connection.
-	Done bool
 }
 
 func (r *Received) clone() Received {
 	c := *r
+	c.StreamRecord = r.StreamRecord.Clone()
 	c.Fields = append([]hpack.HeaderField(nil), r.Fields...)
-	c.Header = r.Header.Clone()
-	c.Trailer = r.Trailer.Clone()
-	c.Body = append([]byte(nil), r.Body...)
 	return c
 }
 
@@ -271,28 +241,22 @@ type Server struct {
 	tlsCfg *tls.Config
 	cert   kit.Cert
 	done   chan struct{} // closed when Close starts
-	wg     sync.WaitGroup
 
-	closeOnce sync.Once
-
-	mu      sync.Mutex
-	board   kit.Board   // wakes the waiters on every change of the records
-	life    *time.Timer // closes the server after Config.Lifetime
-	closing bool        // Close has started: accept no more connections
-	conns   []*connRecord
-	reqs    []*Received
-	live    map[*conn]struct{}
+	core kit.Core[Received, connRecord] // streams, connections, waiters, Close
+	live map[*conn]struct{}             // guarded by core.Mu
 }
 
 // New starts a server on 127.0.0.1 with an ephemeral port.
 func New(cfg Config) (*Server, error) {
 	cfg.setDefaults()
-	s := &Server{
-		cfg:  cfg,
-		done: make(chan struct{}),
-		live: make(map[*conn]struct{}),
-	}
-	s.board.Init(&s.mu)
+	s := &Server{cfg: cfg, done: make(chan struct{}), live: make(map[*conn]struct{})}
+	s.core.Init(kit.CoreSpec[Received, connRecord]{
+		Name: "h2server", WaitTimeout: cfg.WaitTimeout, Logf: cfg.Logf, ErrClosed: ErrClosed,
+		Clone:  (*Received).clone,
+		ConnOf: func(r *Received) int { return r.Conn },
+		Done:   func(r *Received) bool { return r.Done },
+		Closed: func(c *connRecord) bool { return c.info.Closed },
+	})
 	if cfg.TLS {
 		var err error
 		if s.tlsCfg, s.cert, err = kit.NewCert("replaysafe h2server", []string{http2.NextProtoTLS}, tls.VersionTLS12); err != nil {
@@ -304,14 +268,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("h2server: listen: %w", err)
 	}
 	s.ln = ln
-	s.wg.Add(1)
+	s.core.WG.Add(1)
 	go s.acceptLoop()
-	s.mu.Lock()
-	s.life = time.AfterFunc(cfg.Lifetime, func() {
-		s.logf("lifetime %v over: closing", cfg.Lifetime)
-		s.Close()
-	})
-	s.mu.Unlock()
+	s.core.CloseAfter(cfg.Lifetime, s.Close)
 	return s, nil
 }
 
@@ -366,32 +325,22 @@ func (s *Server) Dial(ctx context.Context) (net.Conn, error) {
 
 // Requests returns a copy of every stream received, in the order their
 // HEADERS arrived.
-func (s *Server) Requests() []Received {
-	return kit.Snapshot(&s.mu, func() []*Received { return s.reqs }, nil, (*Received).clone)
-}
+func (s *Server) Requests() []Received { return s.core.Requests() }
 
 // RequestsOn returns a copy of the streams received on connection i.
-func (s *Server) RequestsOn(i int) []Received {
-	return kit.Snapshot(&s.mu, func() []*Received { return s.reqs }, func(r *Received) bool { return r.Conn == i }, (*Received).clone)
+func (s *Server) RequestsOn(i int) []Received { return s.core.RequestsOn(i) }
+
+// Conns returns a snapshot of every accepted connection.
+func (s *Server) Conns() []ConnInfo {
+	return kit.Locked(&s.core.Mu, func() []ConnInfo { return kit.Map(s.core.Conns, (*connRecord).snapshot) })
 }
 
 // Count returns the number of streams received so far, on every
 // connection, ignored ones included.
-func (s *Server) Count() int { return kit.Locked(&s.mu, func() int { return len(s.reqs) }) }
+func (s *Server) Count() int { return s.core.Count() }
 
 // Accepted returns the number of connections accepted so far.
-func (s *Server) Accepted() int { return kit.Locked(&s.mu, func() int { return len(s.conns) }) }
-
-// Conns returns a snapshot of every accepted connection.
-func (s *Server) Conns() []ConnInfo {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]ConnInfo, len(s.conns))
-	for i, c := range s.conns {
-		out[i] = c.snapshot()
-	}
-	return out
-}
+func (s *Server) Accepted() int { return s.core.Accepted() }
 
 // snapshot copies the record; the caller holds Server.mu.
 func (c *connRecord) snapshot() ConnInfo {
@@ -405,38 +354,17 @@ func (c *connRecord) snapshot() ConnInfo {
 }
 
 // WaitRequests waits until at least n streams are Done (fully received,
-// or never to be read further).
-func (s *Server) WaitRequests(ctx context.Context, n int) error {
-	return s.wait(ctx, func() bool {
-		done := 0
-		for _, r := range s.reqs {
-			if r.Done {
-				done++
-			}
-		}
-		return done >= n
-	})
-}
+// or never to be read further). A context without a deadline gets
+// Config.WaitTimeout; once the server has finished closing with fewer,
+// it returns ErrClosed.
+func (s *Server) WaitRequests(ctx context.Context, n int) error { return s.core.WaitDone(ctx, n) }
 
 // WaitConns waits until at least n connections have been accepted.
-func (s *Server) WaitConns(ctx context.Context, n int) error {
-	return s.wait(ctx, func() bool { return len(s.conns) >= n })
-}
+func (s *Server) WaitConns(ctx context.Context, n int) error { return s.core.WaitConns(ctx, n) }
 
 // WaitConnClosed waits until connection i has been accepted and is over.
 func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
-	return s.wait(ctx, func() bool { return i < len(s.conns) && s.conns[i].info.Closed })
-}
-
-// wait blocks until cond (called with s.mu held) holds, the context ends,
-// or the server has finished closing with cond still false. A context
-// without a deadline gets Config.WaitTimeout.
-func (s *Server) wait(ctx context.Context, cond func() bool) error {
-	err := s.board.Wait(ctx, s.cfg.WaitTimeout, "h2server", true, cond)
-	if errors.Is(err, kit.ErrClosed) {
-		return ErrClosed
-	}
-	return err
+	return s.core.WaitConnClosed(ctx, i)
 }
 
 // Close stops the server: it stops accepting, closes every connection and
@@ -444,54 +372,28 @@ func (s *Server) wait(ctx context.Context, cond func() bool) error {
 // readable. Close is idempotent; every call returns after the first has
 // finished.
 func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		if s.life != nil {
-			s.life.Stop()
-		}
-		s.closing = true
+	s.core.Close(func() func() {
 		close(s.done)
-		live := make([]*conn, 0, len(s.live))
-		for c := range s.live {
-			live = append(live, c)
+		live := slices.Collect(maps.Keys(s.live))
+		return func() {
+			s.ln.Close()
+			for _, c := range live {
+				c.tcp.Close() // unblocks the connection's read; it then cleans up
+			}
 		}
-		s.mu.Unlock()
-		s.ln.Close()
-		for _, c := range live {
-			c.tcp.Close() // unblocks the connection's read; it then cleans up
-		}
-		s.wg.Wait()
-		s.board.Finish()
-	})
+	}, nil)
 	return nil
 }
 
-// update runs f with s.mu held and wakes the waiters.
-func (s *Server) update(f func()) { s.board.Update(f) }
-
-func (s *Server) logf(format string, args ...any) {
-	if s.cfg.Logf != nil {
-		s.cfg.Logf("h2server: "+format, args...)
-	}
-}
-
-// script returns the script for connection i.
-func (s *Server) script(i int) *ConnScript {
-	if i < len(s.cfg.Conns) {
-		return &s.cfg.Conns[i]
-	}
-	return s.cfg.Default
-}
-
 func (s *Server) acceptLoop() {
-	defer s.wg.Done()
+	defer s.core.WG.Done()
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {
 			select {
 			case <-s.done:
 			default:
-				s.logf("accept: %v; no longer accepting", err)
+				s.core.Logf("accept: %v; no longer accepting", err)
 			}
 			return
 		}
@@ -500,19 +402,15 @@ func (s *Server) acceptLoop() {
 			nc.Close()
 			continue
 		}
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
+		admitted := s.core.Admit(func(idx int) (*connRecord, func()) {
+			rec := &connRecord{info: ConnInfo{Index: idx, Remote: tcp.RemoteAddr().String()}}
+			c := newConn(s, rec, tcp)
+			s.live[c] = struct{}{}
+			return rec, c.serve
+		})
+		if !admitted {
 			tcp.Close()
 			return
 		}
-		rec := &connRecord{info: ConnInfo{Index: len(s.conns), Remote: tcp.RemoteAddr().String()}}
-		s.conns = append(s.conns, rec)
-		c := newConn(s, rec, tcp)
-		s.live[c] = struct{}{}
-		s.wg.Add(1)
-		s.board.NotifyLocked()
-		s.mu.Unlock()
-		go c.serve()
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"io"
 	"net/http"
 	"strings"
@@ -92,7 +93,7 @@ func TestRawRespondRecordsEverything(t *testing.T) {
 			r.Scheme != "https" || r.Authority != "127.0.0.1" {
 			t.Errorf("record: %+v", r)
 		}
-		if string(r.Body) != "hello world" || !r.EndStream || !r.Done || r.Action != h2server.KindRespond {
+		if string(r.Body) != "hello world" || !r.EndStream || !r.Done || r.Action != replaysafetest.StreamRespond {
 			t.Errorf("body %q end=%v done=%v action=%v", r.Body, r.EndStream, r.Done, r.Action)
 		}
 		if r.Header.Get("X-Req") != "v" || r.Trailer.Get("X-Req-Trailer") != "t" {
@@ -132,10 +133,10 @@ func TestRawRefuseOnHeadersSkipsBody(t *testing.T) {
 	if len(rs) != 2 {
 		t.Fatalf("%d records", len(rs))
 	}
-	if r := rs[0]; r.StreamID != 1 || r.Action != h2server.KindRefuse || len(r.Body) != 0 || r.EndStream || !r.Done {
+	if r := rs[0]; r.StreamID != 1 || r.Action != replaysafetest.StreamRefuse || len(r.Body) != 0 || r.EndStream || !r.Done {
 		t.Errorf("refused stream record: %+v", r)
 	}
-	if r := rs[1]; r.StreamID != 3 || r.Seq != 1 || r.Action != h2server.KindRespond {
+	if r := rs[1]; r.StreamID != 3 || r.Seq != 1 || r.Action != replaysafetest.StreamRespond {
 		t.Errorf("second record: %+v", r)
 	}
 }
@@ -194,7 +195,7 @@ func TestRawGoAway(t *testing.T) {
 			t.Fatalf("frames %v", frames)
 		}
 		rs := waitRequests(t, s, 2)
-		if rs[1].StreamID != 3 || rs[1].Action != h2server.KindGoAway || len(rs[1].Body) != 0 {
+		if rs[1].StreamID != 3 || rs[1].Action != replaysafetest.StreamGoAway || len(rs[1].Body) != 0 {
 			t.Errorf("record %+v", rs[1])
 		}
 		rc.c.Close() // ends the server's drain at once
@@ -263,7 +264,7 @@ func TestRawCloseMidRequest(t *testing.T) {
 			t.Fatalf("frames %v, end %v; want nothing then EOF", frames, err)
 		}
 		r := waitRequests(t, s, 1)[0]
-		if r.Action != h2server.KindClose || r.EndStream {
+		if r.Action != replaysafetest.StreamClose || r.EndStream {
 			t.Errorf("record %+v", r)
 		}
 	})
@@ -313,7 +314,7 @@ func TestRawHangThenClose(t *testing.T) {
 	if d := time.Since(began); d < 250*time.Millisecond {
 		t.Errorf("closed after %v, before the hang ended", d)
 	}
-	if r := waitRequests(t, s, 1)[0]; string(r.Body) != "still recorded" || r.Action != h2server.KindHang {
+	if r := waitRequests(t, s, 1)[0]; string(r.Body) != "still recorded" || r.Action != replaysafetest.StreamHang {
 		t.Errorf("record %+v", r)
 	}
 }
@@ -395,7 +396,7 @@ func TestEveryConnectionRefusesEverything(t *testing.T) {
 	}
 	rs := waitRequests(t, s, 6)
 	for i, r := range rs {
-		if r.Conn != i/2 || r.Seq != i%2 || r.Action != h2server.KindRefuse {
+		if r.Conn != i/2 || r.Seq != i%2 || r.Action != replaysafetest.StreamRefuse {
 			t.Errorf("record %d: conn %d seq %d action %v", i, r.Conn, r.Seq, r.Action)
 		}
 	}
@@ -468,9 +469,9 @@ func TestWaitHonoursTheContext(t *testing.T) {
 
 func TestEnumStrings(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{h2server.KindRefuse.String(), "refuse"},
-		{h2server.KindPartialHeaders.String(), "partial-headers"},
-		{h2server.Kind(200).String(), "Kind(200)"},
+		{replaysafetest.StreamRefuse.String(), "refuse"},
+		{replaysafetest.StreamPartialHeaders.String(), "partial-headers"},
+		{h2server.Kind(200).String(), "StreamKind(200)"},
 		{h2server.OnHeaders.String(), "on-headers"},
 		{h2server.Moment(9).String(), "Moment(9)"},
 		{h2server.CloseRST.String(), "rst"},
@@ -481,7 +482,7 @@ func TestEnumStrings(t *testing.T) {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
 	}
-	if h2server.Kind(200).Valid() || !h2server.KindHang.Valid() {
+	if h2server.Kind(200).Valid() || !replaysafetest.StreamHang.Valid() {
 		t.Error("Kind.Valid")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -197,7 +198,7 @@ func TestRespondRecordsEverything(t *testing.T) {
 	}
 	r := rs[0]
 	if r.Conn != 0 || r.Seq != 0 || r.Stream != 0 || r.Method != "POST" || r.Path != "/upload?x=1" ||
-		r.Scheme != "https" || r.Authority != s.Addr() || r.Action != h3server.KindRespond {
+		r.Scheme != "https" || r.Authority != s.Addr() || r.Action != replaysafetest.StreamRespond {
 		t.Errorf("record: conn %d seq %d stream %d %s %s://%s%s %v", r.Conn, r.Seq, r.Stream, r.Method, r.Scheme, r.Authority, r.Path, r.Action)
 	}
 	if !bytes.Equal(r.Body, reqBody) || r.BodyDropped != 0 || !r.FIN || !r.Done || r.FINAt.Before(r.At) {
@@ -238,11 +239,11 @@ func TestRejectOnHeadersSkipsTheBody(t *testing.T) {
 	if len(rs) != 2 {
 		t.Fatalf("%d records", len(rs))
 	}
-	if r := rs[0]; r.Stream != 0 || r.Action != h3server.KindReject || !r.ServerReset ||
+	if r := rs[0]; r.Stream != 0 || r.Action != replaysafetest.StreamRefuse || !r.ServerReset ||
 		r.ServerResetCode != http3.ErrCodeRequestRejected || len(r.Body) != 0 || r.FIN || !r.Done {
 		t.Errorf("rejected record: %+v", r)
 	}
-	if r := rs[1]; r.Stream != 4 || r.Seq != 1 || r.Action != h3server.KindRespond || !r.FIN {
+	if r := rs[1]; r.Stream != 4 || r.Seq != 1 || r.Action != replaysafetest.StreamRespond || !r.FIN {
 		t.Errorf("second record: %+v", r)
 	}
 }
@@ -323,7 +324,7 @@ func TestCloseConnCrossesTheRequest(t *testing.T) {
 			t.Logf("client error for the next request: %T %q", err, err)
 
 			r := waitRequests(t, s, 1)[0]
-			if string(r.Body) != tc.wantBody || r.FIN != (tc.wantBody != "") || r.Action != h3server.KindClose {
+			if string(r.Body) != tc.wantBody || r.FIN != (tc.wantBody != "") || r.Action != replaysafetest.StreamClose {
 				t.Errorf("record: body %q FIN %v action %v", r.Body, r.FIN, r.Action)
 			}
 			if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
@@ -464,7 +465,7 @@ func TestGoAway(t *testing.T) {
 		}
 		waitDone(t, cc)
 		r := waitRequests(t, s, 1)[0]
-		if r.ServerReset || r.Action != h3server.KindGoAway || len(r.Body) != 0 || r.FIN {
+		if r.ServerReset || r.Action != replaysafetest.StreamGoAway || len(r.Body) != 0 || r.FIN {
 			t.Errorf("record %+v", r)
 		}
 		if c := s.Conns()[0]; !c.GoAwaySent || c.GoAwayID != 0 {
@@ -535,7 +536,7 @@ func TestStopSending(t *testing.T) {
 			t.Fatalf("upload: %v, want the body closed", err)
 		}
 		r := waitRequests(t, s, 1)[0]
-		if r.FIN || r.Action != h3server.KindStopSending || len(r.Body) != 0 || r.ServerReset {
+		if r.FIN || r.Action != replaysafetest.StreamStopSending || len(r.Body) != 0 || r.ServerReset {
 			t.Errorf("record %+v", r)
 		}
 	})
@@ -638,7 +639,7 @@ func TestHangThenClose(t *testing.T) {
 	if d := time.Since(began); d < 200*time.Millisecond {
 		t.Errorf("closed after %v, before the hang ended", d)
 	}
-	if r := waitRequests(t, s, 1)[0]; string(r.Body) != "still recorded" || !r.FIN || r.Action != h3server.KindHang {
+	if r := waitRequests(t, s, 1)[0]; string(r.Body) != "still recorded" || !r.FIN || r.Action != replaysafetest.StreamHang {
 		t.Errorf("record %+v", r)
 	}
 }
@@ -673,7 +674,7 @@ func TestEveryConnectionRejectsEverything(t *testing.T) {
 	}
 	rs := waitRequests(t, s, 6)
 	for i, r := range rs {
-		if r.Conn != i/2 || r.Seq != i%2 || r.Stream != uint64(4*(i%2)) || r.Action != h3server.KindReject {
+		if r.Conn != i/2 || r.Seq != i%2 || r.Stream != uint64(4*(i%2)) || r.Action != replaysafetest.StreamRefuse {
 			t.Errorf("record %d: conn %d seq %d stream %d action %v", i, r.Conn, r.Seq, r.Stream, r.Action)
 		}
 	}
@@ -746,9 +747,9 @@ func TestWaitHonoursTheContext(t *testing.T) {
 
 func TestEnumAndActionStrings(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{h3server.KindReject.String(), "reject"},
-		{h3server.KindStopSending.String(), "stop-sending"},
-		{h3server.Kind(200).String(), "Kind(200)"},
+		{replaysafetest.StreamRefuse.String(), "refuse"},
+		{replaysafetest.StreamStopSending.String(), "stop-sending"},
+		{h3server.Kind(200).String(), "StreamKind(200)"},
 		{h3server.OnHeaders.String(), "on-headers"},
 		{h3server.Moment(9).String(), "Moment(9)"},
 		{h3server.OK("x").String(), "respond@after-body status=200"},
@@ -766,7 +767,7 @@ func TestEnumAndActionStrings(t *testing.T) {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
 	}
-	if h3server.Kind(200).Valid() || !h3server.KindHang.Valid() || h3server.Moment(2).Valid() || !h3server.AfterBody.Valid() {
+	if h3server.Kind(200).Valid() || !replaysafetest.StreamHang.Valid() || h3server.Moment(2).Valid() || !h3server.AfterBody.Valid() {
 		t.Error("Valid")
 	}
 }

@@ -38,3 +38,14 @@ func SplitFields[F any](fields []F, nv func(F) (string, string)) (Pseudo, http.H
 	}
 	return p, h
 }
+
+// WithField returns a copy of h (nil: a new header) with the field key
+// added with value: the WithHeader of every scripted action.
+func WithField(h http.Header, key, value string) http.Header {
+	h = h.Clone()
+	if h == nil {
+		h = make(http.Header)
+	}
+	h.Add(key, value)
+	return h
+}
