@@ -264,12 +264,7 @@ func (s *Server) Close() error {
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // URL returns "http://127.0.0.1:port", or "https://..." with TLS.
-func (s *Server) URL() string {
-	if s.cfg.TLS {
-		return "https://" + s.Addr()
-	}
-	return "http://" + s.Addr()
-}
+func (s *Server) URL() string { return kit.BaseURL(s.cfg.TLS, s.Addr()) }
 
 // TLS reports whether the server speaks TLS.
 func (s *Server) TLS() bool { return s.cfg.TLS }

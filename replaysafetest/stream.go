@@ -103,3 +103,53 @@ func (r StreamRecord) Receipt(complete bool) Receipt {
 	return Receipt{Conn: r.Conn, Method: r.Method, Path: r.Path, Body: r.Body,
 		Complete: complete, Unprocessed: r.Ignored || r.Action == StreamRefuse}
 }
+
+// ConnRecord is what h2server and h3server record of one connection,
+// whatever the protocol; each server's ConnInfo adds what only its
+// protocol has.
+type ConnRecord struct {
+	// Index is the connection's position in accept order, from 0.
+	Index int
+	// Remote is the client's address.
+	Remote string
+	// NegotiatedProtocol is the ALPN result: "h2" or "h3", empty for h2c.
+	NegotiatedProtocol string
+	// Streams counts the request streams whose HEADERS arrived.
+	Streams int
+	// GoAwaySent reports that the server sent a GOAWAY.
+	GoAwaySent bool
+	// ClientGoAway reports that the client sent a GOAWAY.
+	ClientGoAway bool
+	// Closed reports that the connection is over.
+	Closed bool
+	// Err says why the connection ended, when the server ended it on an
+	// error or a timeout, or as the QUIC stack reports it; empty
+	// otherwise.
+	Err string
+}
+
+// StreamScript scripts one connection of h2server or h3server (their
+// ConnScript): Streams[j] handles the j-th request stream the client
+// opens on it, in the order its HEADERS arrive, counting from 0 whatever
+// its stream ID, and Default every stream after the list. A is the
+// server's Action.
+type StreamScript[A any] struct {
+	// Streams lists the actions in stream order.
+	Streams []A
+	// Default handles streams beyond Streams; nil means the server's
+	// OK("ok").
+	Default *A
+}
+
+// Nth returns the action for the j-th stream: Streams[j], else
+// *Default, else fallback (also for a nil script).
+func (s *StreamScript[A]) Nth(j int, fallback A) A {
+	switch {
+	case s == nil:
+	case j < len(s.Streams):
+		return s.Streams[j]
+	case s.Default != nil:
+		return *s.Default
+	}
+	return fallback
+}

@@ -30,18 +30,6 @@ import (
 // once the request is complete.
 type Kind = replaysafetest.StreamKind
 
-// Moment says when in a stream's life the server carries out its action.
-type Moment = kit.Moment
-
-// Moments.
-const (
-	// AfterBody acts once the request is complete. The zero value.
-	AfterBody = kit.AfterBody
-	// OnHeaders acts as soon as the request's HEADERS arrive, before any
-	// of its body is read.
-	OnHeaders = kit.OnHeaders
-)
-
 // CloseMode says how the server closes a connection: the close modes of
 // replaysafetest. A FIN close (with or without close_notify) then
 // discards what the client still sends for up to Config.DrainTimeout so
@@ -62,6 +50,18 @@ const (
 	// CloseRST sets SO_LINGER to 0 and closes, so the kernel sends a TCP
 	// RST and no close_notify.
 	CloseRST = replaysafetest.CloseRST
+)
+
+// Moment says when in a stream's life the server carries out its action.
+type Moment = kit.Moment
+
+// Moments.
+const (
+	// AfterBody acts once the request is complete. The zero value.
+	AfterBody = kit.AfterBody
+	// OnHeaders acts as soon as the request's HEADERS arrive, before any
+	// of its body is read.
+	OnHeaders = kit.OnHeaders
 )
 
 // LastStream chooses the last stream ID a GOAWAY carries.
@@ -283,31 +283,13 @@ func (a Action) String() string {
 	return s
 }
 
-func (a Action) status() int {
-	if a.Status == 0 {
-		return http.StatusOK
-	}
-	return a.Status
-}
+func (a Action) status() int { return kit.OrOK(a.Status) }
 
-// ConnScript scripts one connection: Streams[j] handles the j-th stream
-// the client opens on it (in the order its HEADERS arrive, counting from
-// 0, whatever its stream ID), and Default every stream after the list.
-type ConnScript struct {
-	// Streams lists the actions in stream order.
-	Streams []Action
-	// Default handles streams beyond Streams; nil means OK("ok").
-	Default *Action
-}
+// ConnScript scripts one connection: Streams[j] handles the j-th
+// stream the client opens on it, Default every one after the list
+// (replaysafetest.StreamScript).
+type ConnScript = replaysafetest.StreamScript[Action]
 
 // Every returns a script that applies a to every stream of a connection.
 // Config{Default: Every(Refuse())} is a server that refuses everything.
 func Every(a Action) *ConnScript { return &ConnScript{Default: &a} }
-
-// action returns the action for the j-th stream.
-func (c *ConnScript) action(j int) Action {
-	if c == nil {
-		return OK("ok")
-	}
-	return kit.Nth(c.Streams, c.Default, j, OK("ok"))
-}

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/replaysafe/replaysafe/replaysafetest"
 	"io"
 	"maps"
 	"net"
@@ -19,6 +18,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
@@ -496,7 +496,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) (bool, error) {
 	case refused:
 		a = Refuse()
 	case !ignored:
-		a = c.script.action(c.served)
+		a = c.script.Nth(c.served, OK("ok"))
 		c.served++
 	}
 	c.s.core.Update(func() {

@@ -1,7 +1,6 @@
 package h2server_test
 
 import (
-	"github.com/replaysafe/replaysafe/replaysafetest"
 	"io"
 	"net/http"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 )
 

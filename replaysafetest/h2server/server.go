@@ -35,9 +35,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"github.com/replaysafe/replaysafe/replaysafetest"
-	"net"
 	"maps"
+	"net"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -45,6 +44,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
@@ -180,21 +180,9 @@ type Received struct {
 	PrereadRefused bool
 }
 
-func (r *Received) clone() Received {
-	c := *r
-	c.StreamRecord = r.StreamRecord.Clone()
-	c.Fields = append([]hpack.HeaderField(nil), r.Fields...)
-	return c
-}
-
 // ConnInfo describes one accepted connection.
 type ConnInfo struct {
-	// Index is the connection's position in accept order, from 0.
-	Index int
-	// Remote is the client's address.
-	Remote string
-	// NegotiatedProtocol is the ALPN result over TLS ("h2"), empty for h2c.
-	NegotiatedProtocol string
+	replaysafetest.ConnRecord
 	// Preface reports that the client connection preface arrived intact.
 	Preface bool
 	// Settings are the parameters of the client's first SETTINGS frame.
@@ -202,8 +190,6 @@ type ConnInfo struct {
 	// SettingsAcked reports that the client acknowledged the server's
 	// SETTINGS.
 	SettingsAcked bool
-	// Streams counts the streams the client opened.
-	Streams int
 	// BytesRead and BytesWritten count the HTTP/2 bytes exchanged, preface
 	// included, inside TLS when TLS is on.
 	BytesRead, BytesWritten int64
@@ -211,18 +197,10 @@ type ConnInfo struct {
 	// TCP connection: TLS handshake and records included; for h2c the same
 	// as BytesRead and BytesWritten.
 	TCPBytesRead, TCPBytesWritten int64
-	// GoAwaySent reports that the server sent a GOAWAY, with GoAwayLast
-	// and GoAwayCode as the last one carried.
-	GoAwaySent bool
+	// GoAwayLast and GoAwayCode are the last GOAWAY the server sent, when
+	// GoAwaySent.
 	GoAwayLast uint32
 	GoAwayCode http2.ErrCode
-	// ClientGoAway reports that the client sent a GOAWAY.
-	ClientGoAway bool
-	// Closed reports that the connection is over.
-	Closed bool
-	// Err says why the connection ended, when the server ended it on an
-	// error or a timeout; empty otherwise.
-	Err string
 }
 
 // connRecord is the server's bookkeeping for one connection: info is
@@ -252,7 +230,11 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, done: make(chan struct{}), live: make(map[*conn]struct{})}
 	s.core.Init(kit.CoreSpec[Received, connRecord]{
 		Name: "h2server", WaitTimeout: cfg.WaitTimeout, Logf: cfg.Logf, ErrClosed: ErrClosed,
-		Clone:  (*Received).clone,
+		Clone: func(r *Received) Received {
+			c := *r
+			c.StreamRecord, c.Fields = r.StreamRecord.Clone(), slices.Clone(r.Fields)
+			return c
+		},
 		ConnOf: func(r *Received) int { return r.Conn },
 		Done:   func(r *Received) bool { return r.Done },
 		Closed: func(c *connRecord) bool { return c.info.Closed },
@@ -278,27 +260,10 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // URL returns the server's base URL: https:// over TLS, http:// for h2c.
-func (s *Server) URL() string {
-	if s.cfg.TLS {
-		return "https://" + s.Addr()
-	}
-	return "http://" + s.Addr()
-}
+func (s *Server) URL() string { return kit.BaseURL(s.cfg.TLS, s.Addr()) }
 
 // TLS reports whether the server speaks TLS.
 func (s *Server) TLS() bool { return s.cfg.TLS }
-
-// Certificate returns the server's self-signed certificate, or nil for
-// h2c.
-func (s *Server) Certificate() *x509.Certificate { return s.cert.Certificate() }
-
-// CertPool returns a new pool holding only the server's certificate, or
-// nil for h2c.
-func (s *Server) CertPool() *x509.CertPool { return s.cert.CertPool() }
-
-// ClientTLSConfig returns a new client configuration that trusts only
-// the server's certificate and offers ALPN "h2", or nil for h2c.
-func (s *Server) ClientTLSConfig() *tls.Config { return s.cert.ClientTLSConfig() }
 
 // Dial opens a client connection to the server: a TCP connection for h2c,
 // or a TLS connection whose handshake (ALPN "h2") is complete.
@@ -322,6 +287,18 @@ func (s *Server) Dial(ctx context.Context) (net.Conn, error) {
 	}
 	return tc, nil
 }
+
+// Certificate returns the server's self-signed certificate, or nil for
+// h2c.
+func (s *Server) Certificate() *x509.Certificate { return s.cert.Certificate() }
+
+// CertPool returns a new pool holding only the server's certificate, or
+// nil for h2c.
+func (s *Server) CertPool() *x509.CertPool { return s.cert.CertPool() }
+
+// ClientTLSConfig returns a new client configuration that trusts only
+// the server's certificate and offers ALPN "h2", or nil for h2c.
+func (s *Server) ClientTLSConfig() *tls.Config { return s.cert.ClientTLSConfig() }
 
 // Requests returns a copy of every stream received, in the order their
 // HEADERS arrived.
@@ -403,7 +380,7 @@ func (s *Server) acceptLoop() {
 			continue
 		}
 		admitted := s.core.Admit(func(idx int) (*connRecord, func()) {
-			rec := &connRecord{info: ConnInfo{Index: idx, Remote: tcp.RemoteAddr().String()}}
+			rec := &connRecord{info: ConnInfo{ConnRecord: replaysafetest.ConnRecord{Index: idx, Remote: tcp.RemoteAddr().String()}}}
 			c := newConn(s, rec, tcp)
 			s.live[c] = struct{}{}
 			return rec, c.serve

@@ -1,7 +1,6 @@
 package h3server
 
 import (
-	"github.com/replaysafe/replaysafe/replaysafetest"
 	"net/http"
 	"strconv"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/quic-go/quicvarint"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
@@ -45,18 +45,6 @@ import (
 // sent once the request is complete.
 type Kind = replaysafetest.StreamKind
 
-// Moment says when in a stream's life the server carries out its action.
-type Moment = kit.Moment
-
-// Moments.
-const (
-	// AfterBody acts once the request is complete. The zero value.
-	AfterBody = kit.AfterBody
-	// OnHeaders acts as soon as the request's HEADERS arrive, before any
-	// of its body is read.
-	OnHeaders = kit.OnHeaders
-)
-
 // GoAwayID chooses the stream ID a GOAWAY carries. From a server that ID
 // is the first client-initiated bidirectional stream the server will not
 // process: requests on lower IDs might have been processed, requests on
@@ -89,6 +77,18 @@ func (g GoAwayID) resolve(id uint64) uint64 {
 	return uint64(int64(id) + g.Delta)
 }
 
+// Moment says when in a stream's life the server carries out its action.
+type Moment = kit.Moment
+
+// Moments.
+const (
+	// AfterBody acts once the request is complete. The zero value.
+	AfterBody = kit.AfterBody
+	// OnHeaders acts as soon as the request's HEADERS arrive, before any
+	// of its body is read.
+	OnHeaders = kit.OnHeaders
+)
+
 // Informational is an interim (1xx) response: Status and Header.
 type Informational = kit.Informational
 
@@ -107,6 +107,11 @@ type Action struct {
 	// At says when the action runs; AfterBody (the zero value) waits for
 	// the whole request.
 	At Moment
+	// Stall is how long the server stops reading the request after its
+	// HEADERS (and after an OnHeaders action), whatever the kind, before
+	// it reads the body: an upload larger than Config.StreamReceiveWindow
+	// blocks on QUIC flow control meanwhile.
+	Stall time.Duration
 	// Status is the final response status (StreamRespond, StreamStopSending,
 	// and StreamGoAway streams that are still answered); 0 means 200.
 	Status int
@@ -145,11 +150,6 @@ type Action struct {
 	// NoResponse makes a StreamStopSending send STOP_SENDING only, and then
 	// hang (see StreamHang) instead of answering.
 	NoResponse bool
-	// Stall is how long the server stops reading the request after its
-	// HEADERS (and after an OnHeaders action), whatever the kind, before
-	// it reads the body: an upload larger than Config.StreamReceiveWindow
-	// blocks on QUIC flow control meanwhile.
-	Stall time.Duration
 	// Delay is how long StreamHang (and StreamStopSending with NoResponse)
 	// keeps the connection open, zero meaning Config.HangTimeout; and how
 	// long StreamGoAway with Close waits between the GOAWAY and the
@@ -368,12 +368,7 @@ func (a Action) String() string {
 	return s
 }
 
-func (a Action) status() int {
-	if a.Status == 0 {
-		return http.StatusOK
-	}
-	return a.Status
-}
+func (a Action) status() int { return kit.OrOK(a.Status) }
 
 func (a Action) code() http3.ErrCode {
 	if a.Code == 0 {
@@ -382,25 +377,11 @@ func (a Action) code() http3.ErrCode {
 	return a.Code
 }
 
-// ConnScript scripts one connection: Streams[j] handles the j-th request
-// stream the client opens on it (in the order its HEADERS arrive, counting
-// from 0, whatever its stream ID), and Default every stream after the
-// list.
-type ConnScript struct {
-	// Streams lists the actions in stream order.
-	Streams []Action
-	// Default handles streams beyond Streams; nil means OK("ok").
-	Default *Action
-}
+// ConnScript scripts one connection: Streams[j] handles the j-th
+// request stream the client opens on it, Default every one after the list
+// (replaysafetest.StreamScript).
+type ConnScript = replaysafetest.StreamScript[Action]
 
 // Every returns a script that applies a to every stream of a connection.
 // Config{Default: Every(Reject())} is a server that rejects everything.
 func Every(a Action) *ConnScript { return &ConnScript{Default: &a} }
-
-// action returns the action for the j-th stream.
-func (c *ConnScript) action(j int) Action {
-	if c == nil {
-		return OK("ok")
-	}
-	return kit.Nth(c.Streams, c.Default, j, OK("ok"))
-}

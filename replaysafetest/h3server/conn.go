@@ -263,7 +263,7 @@ func (c *conn) register(st *stream) (a Action, ignored, drop bool) {
 	defer c.mu.Unlock()
 	st.rec.Seq = c.nextSeq
 	c.nextSeq++
-	a = c.script.action(st.rec.Seq)
+	a = c.script.Nth(st.rec.Seq, OK("ok"))
 	st.rec.Action = a.Kind
 	if c.goAway && st.id >= c.goAwayID {
 		st.rec.Ignored = true

@@ -51,6 +51,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/quic-go/qpack"
@@ -194,44 +195,24 @@ type Received struct {
 	Err string
 }
 
-func (r *Received) clone() Received {
-	c := *r
-	c.StreamRecord = r.StreamRecord.Clone()
-	c.Fields = append([]qpack.HeaderField(nil), r.Fields...)
-	return c
-}
-
 // ConnInfo describes one accepted QUIC connection.
 type ConnInfo struct {
-	// Index is the connection's position in accept order, from 0.
-	Index int
-	// Remote is the client's address.
-	Remote string
-	// NegotiatedProtocol is the ALPN result, "h3".
-	NegotiatedProtocol string
+	replaysafetest.ConnRecord
 	// SettingsReceived reports that the client's control stream carried
 	// its SETTINGS frame, whose parameters are Settings.
 	SettingsReceived bool
 	Settings         []Setting
-	// Streams counts the request streams whose HEADERS arrived.
-	Streams int
-	// GoAwaySent reports that the server sent a GOAWAY, with GoAwayID as
-	// the last ID carried.
-	GoAwaySent bool
-	GoAwayID   uint64
-	// ClientGoAway reports that the client sent a GOAWAY, with
-	// ClientGoAwayID as the last ID carried.
-	ClientGoAway   bool
+	// GoAwayID is the last ID the server's GOAWAY carried, when
+	// GoAwaySent.
+	GoAwayID uint64
+	// ClientGoAwayID is the last ID the client's GOAWAY carried, when
+	// ClientGoAway.
 	ClientGoAwayID uint64
-	// Closed reports that the connection is over.
-	Closed bool
 	// ClosedByClient reports that the client closed it, and CloseCode is
 	// the application error code of the CONNECTION_CLOSE either side sent
 	// (zero when none was, as after an idle timeout).
 	ClosedByClient bool
 	CloseCode      http3.ErrCode
-	// Err says why the connection ended, as quic-go reports it.
-	Err string
 	// BytesSent and BytesReceived count the QUIC bytes exchanged,
 	// retransmissions and packet headers included (quic-go's
 	// ConnectionStats), as of the snapshot or the close.
@@ -280,7 +261,11 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, udp: udp, tr: tr, ln: ln, cert: cert}
 	s.core.Init(kit.CoreSpec[Received, connRecord]{
 		Name: "h3server", WaitTimeout: cfg.WaitTimeout, Logf: cfg.Logf, ErrClosed: ErrClosed,
-		Clone:  (*Received).clone,
+		Clone: func(r *Received) Received {
+			c := *r
+			c.StreamRecord, c.Fields = r.StreamRecord.Clone(), slices.Clone(r.Fields)
+			return c
+		},
 		ConnOf: func(r *Received) int { return r.Conn },
 		Done:   func(r *Received) bool { return r.Done },
 		Closed: func(c *connRecord) bool { return c.info.Closed },
@@ -417,11 +402,11 @@ func (s *Server) acceptLoop() {
 			return
 		}
 		admitted := s.core.Admit(func(idx int) (*connRecord, func()) {
-			rec := &connRecord{info: ConnInfo{
+			rec := &connRecord{info: ConnInfo{ConnRecord: replaysafetest.ConnRecord{
 				Index:              idx,
 				Remote:             qc.RemoteAddr().String(),
 				NegotiatedProtocol: qc.ConnectionState().TLS.NegotiatedProtocol,
-			}}
+			}}}
 			rec.conn = newConn(s, rec, qc)
 			return rec, rec.conn.serve
 		})

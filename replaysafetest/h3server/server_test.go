@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/replaysafe/replaysafe/replaysafetest"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -17,6 +16,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"go.uber.org/goleak"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/replaysafe/replaysafe/replaysafetest"
 	"io"
 	"maps"
 	"net/http"
@@ -20,6 +19,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/quic-go/quicvarint"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 

@@ -204,15 +204,3 @@ func ScriptFor[S any](conns []S, def *S, i int) *S {
 	}
 	return def
 }
-
-// Nth returns the action of the j-th stream of a connection: streams[j],
-// else *def, else fallback.
-func Nth[A any](streams []A, def *A, j int, fallback A) A {
-	switch {
-	case j < len(streams):
-		return streams[j]
-	case def != nil:
-		return *def
-	}
-	return fallback
-}

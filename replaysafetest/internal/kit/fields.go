@@ -49,3 +49,12 @@ func WithField(h http.Header, key, value string) http.Header {
 	h.Add(key, value)
 	return h
 }
+
+// OrOK returns status, or 200 when it is zero: the status of every
+// scripted response.
+func OrOK(status int) int {
+	if status == 0 {
+		return http.StatusOK
+	}
+	return status
+}
