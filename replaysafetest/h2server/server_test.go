@@ -2,7 +2,6 @@ package h2server_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kittest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,22 +24,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // start runs a server for the test and closes it at the end.
 func start(t *testing.T, cfg h2server.Config) *h2server.Server {
 	t.Helper()
-	if cfg.Logf == nil {
-		cfg.Logf = t.Logf
-	}
-	s, err := h2server.New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return kittest.Start(t, h2server.New, cfg, func(c *h2server.Config) *func(string, ...any) { return &c.Logf })
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+var ctxT = kittest.Context
 
 // one scripts the first connection's streams.
 func one(actions ...h2server.Action) h2server.Config {
@@ -445,26 +433,6 @@ func TestCloseEndsHangingConnections(t *testing.T) {
 		t.Errorf("connection not marked closed")
 	}
 	s.Close() // idempotent
-}
-
-func TestLifetimeClosesTheServer(t *testing.T) {
-	s, err := h2server.New(h2server.Config{Lifetime: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.WaitConns(ctxT(t), 1); !errors.Is(err, h2server.ErrClosed) {
-		t.Fatalf("wait: %v, want ErrClosed once the lifetime is over", err)
-	}
-}
-
-func TestWaitHonoursTheContext(t *testing.T) {
-	s := start(t, h2server.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := s.WaitRequests(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v", err)
-	}
 }
 
 func TestEnumStrings(t *testing.T) {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kittest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -25,22 +26,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // start runs a server for the test and closes it at the end.
 func start(t *testing.T, cfg h3server.Config) *h3server.Server {
 	t.Helper()
-	if cfg.Logf == nil {
-		cfg.Logf = t.Logf
-	}
-	s, err := h3server.New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return kittest.Start(t, h3server.New, cfg, func(c *h3server.Config) *func(string, ...any) { return &c.Logf })
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+var ctxT = kittest.Context
 
 // one scripts the first connection's streams.
 func one(actions ...h3server.Action) h3server.Config {
@@ -723,26 +712,6 @@ func TestCloseEndsHangingConnections(t *testing.T) {
 		t.Errorf("conn %+v", c)
 	}
 	s.Close() // idempotent
-}
-
-func TestLifetimeClosesTheServer(t *testing.T) {
-	s, err := h3server.New(h3server.Config{Lifetime: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.WaitConns(ctxT(t), 1); !errors.Is(err, h3server.ErrClosed) {
-		t.Fatalf("wait: %v, want ErrClosed once the lifetime is over", err)
-	}
-}
-
-func TestWaitHonoursTheContext(t *testing.T) {
-	s := start(t, h3server.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if _, err := s.WaitRequests(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v", err)
-	}
 }
 
 func TestEnumAndActionStrings(t *testing.T) {
