@@ -21,7 +21,8 @@ import (
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
-// Defaults for the zero fields of Config.
+// Defaults for the zero fields of Config. The hang and wait defaults
+// are those of every scripted server.
 const (
 	// DefaultReadTimeout bounds the reading of one request once its first
 	// byte has arrived, and the TLS handshake.
@@ -29,12 +30,33 @@ const (
 	// DefaultWriteTimeout bounds each write.
 	DefaultWriteTimeout = 10 * time.Second
 	// DefaultHangTimeout bounds Hang actions that set no duration.
-	DefaultHangTimeout = 30 * time.Second
+	DefaultHangTimeout = kit.HangTimeout
 	// DefaultWaitTimeout bounds the Wait methods when their context has no
 	// deadline.
-	DefaultWaitTimeout = 10 * time.Second
+	DefaultWaitTimeout = kit.WaitTimeout
 	// DefaultMaxRequestBytes bounds the size of one request as received.
 	DefaultMaxRequestBytes = 1 << 20
+)
+
+// Defaults the stream servers, h2server and h3server, give the zero
+// fields of their Config; they share DefaultHangTimeout and
+// DefaultWaitTimeout too.
+const (
+	// DefaultStreamHandshakeTimeout bounds the TLS handshake and the
+	// arrival of the HTTP/2 client preface, or the QUIC handshake.
+	DefaultStreamHandshakeTimeout = kit.HandshakeTimeout
+	// DefaultStreamIdleTimeout is how long a connection may go without a
+	// frame from the client (HTTP/2), or the QUIC idle timeout and how
+	// long a request stream may go without a byte from the client while
+	// the server reads it (HTTP/3).
+	DefaultStreamIdleTimeout = kit.IdleTimeout
+	// DefaultStreamWriteTimeout bounds each frame or stream write.
+	DefaultStreamWriteTimeout = kit.WriteTimeout
+	// DefaultStreamLifetime is how long a stream server runs before it
+	// closes itself.
+	DefaultStreamLifetime = kit.Lifetime
+	// DefaultStreamMaxBodyBytes bounds the body recorded for one stream.
+	DefaultStreamMaxBodyBytes = kit.MaxBodyBytes
 )
 
 // ErrClosed is returned by the Wait methods when the server has been
@@ -164,24 +186,12 @@ func normalize(cfg *Config) error {
 		cfg.HangTimeout < 0 || cfg.WaitTimeout < 0 || cfg.MaxRequestBytes < 0 {
 		return errors.New("scripted: negative timeout or size in Config")
 	}
-	if cfg.ReadTimeout == 0 {
-		cfg.ReadTimeout = DefaultReadTimeout
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = cfg.ReadTimeout
-	}
-	if cfg.WriteTimeout == 0 {
-		cfg.WriteTimeout = DefaultWriteTimeout
-	}
-	if cfg.HangTimeout == 0 {
-		cfg.HangTimeout = DefaultHangTimeout
-	}
-	if cfg.WaitTimeout == 0 {
-		cfg.WaitTimeout = DefaultWaitTimeout
-	}
-	if cfg.MaxRequestBytes == 0 {
-		cfg.MaxRequestBytes = DefaultMaxRequestBytes
-	}
+	kit.Default(&cfg.ReadTimeout, DefaultReadTimeout)
+	kit.Default(&cfg.IdleTimeout, cfg.ReadTimeout)
+	kit.Default(&cfg.WriteTimeout, DefaultWriteTimeout)
+	kit.Default(&cfg.HangTimeout, DefaultHangTimeout)
+	kit.Default(&cfg.WaitTimeout, DefaultWaitTimeout)
+	kit.Default(&cfg.MaxRequestBytes, DefaultMaxRequestBytes)
 	conns := make([]ConnScript, len(cfg.Conns))
 	for i := range cfg.Conns {
 		if err := cfg.Conns[i].validate(); err != nil {

@@ -48,29 +48,11 @@ import (
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
-// Defaults for the zero fields of Config.
-const (
-	// DefaultHandshakeTimeout bounds the TLS handshake and the arrival of
-	// the client connection preface.
-	DefaultHandshakeTimeout = kit.HandshakeTimeout
-	// DefaultIdleTimeout is how long a connection may go without a frame
-	// from the client before the server closes it.
-	DefaultIdleTimeout = kit.IdleTimeout
-	// DefaultWriteTimeout bounds each frame write.
-	DefaultWriteTimeout = kit.WriteTimeout
-	// DefaultHangTimeout bounds Hang actions that set no duration.
-	DefaultHangTimeout = kit.HangTimeout
-	// DefaultDrainTimeout bounds how long a FIN close keeps discarding
-	// what the client still sends.
-	DefaultDrainTimeout = time.Second
-	// DefaultWaitTimeout bounds the Wait methods when their context has no
-	// deadline.
-	DefaultWaitTimeout = kit.WaitTimeout
-	// DefaultLifetime is how long a server runs before it closes itself.
-	DefaultLifetime = kit.Lifetime
-	// DefaultMaxBodyBytes bounds the body recorded for one stream.
-	DefaultMaxBodyBytes = kit.MaxBodyBytes
-)
+// DefaultDrainTimeout bounds how long a FIN close keeps discarding what
+// the client still sends: the default of Config.DrainTimeout. The other
+// defaults of Config are replaysafetest's (DefaultStreamHandshakeTimeout
+// and the like), which h3server shares.
+const DefaultDrainTimeout = time.Second
 
 // SettingsHold bounds how long a server with RefuseBodyBeforeSettingsAck
 // holds back its SETTINGS waiting for the first request.
@@ -100,27 +82,27 @@ type Config struct {
 	// stream gets OK("ok").
 	Default *ConnScript
 	// HandshakeTimeout bounds the TLS handshake and the client preface;
-	// zero means DefaultHandshakeTimeout.
+	// zero means replaysafetest.DefaultStreamHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	// IdleTimeout closes a connection that sent no frame for this long;
-	// zero means DefaultIdleTimeout.
+	// zero means replaysafetest.DefaultStreamIdleTimeout.
 	IdleTimeout time.Duration
-	// WriteTimeout bounds each frame write; zero means DefaultWriteTimeout.
+	// WriteTimeout bounds each frame write; zero means replaysafetest.DefaultStreamWriteTimeout.
 	WriteTimeout time.Duration
 	// HangTimeout bounds Hang actions without a duration; zero means
-	// DefaultHangTimeout.
+	// replaysafetest.DefaultHangTimeout.
 	HangTimeout time.Duration
 	// DrainTimeout bounds the discarding of client bytes after a FIN
 	// close; zero means DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// WaitTimeout bounds the Wait methods when their context has no
-	// deadline; zero means DefaultWaitTimeout.
+	// deadline; zero means replaysafetest.DefaultWaitTimeout.
 	WaitTimeout time.Duration
 	// Lifetime is how long the server runs before closing itself; zero
-	// means DefaultLifetime.
+	// means replaysafetest.DefaultStreamLifetime.
 	Lifetime time.Duration
 	// MaxBodyBytes bounds the body recorded for one stream; the rest is
-	// counted in Received.BodyDropped. Zero means DefaultMaxBodyBytes.
+	// counted in Received.BodyDropped. Zero means replaysafetest.DefaultStreamMaxBodyBytes.
 	MaxBodyBytes int
 	// RefuseBodyBeforeSettingsAck emulates nginx with a small
 	// http2_body_preread_size: a stream whose HEADERS do not end it (a
@@ -149,14 +131,9 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	kit.Default(&c.HandshakeTimeout, DefaultHandshakeTimeout)
-	kit.Default(&c.IdleTimeout, DefaultIdleTimeout)
-	kit.Default(&c.WriteTimeout, DefaultWriteTimeout)
-	kit.Default(&c.HangTimeout, DefaultHangTimeout)
+	kit.StreamLimits{Handshake: &c.HandshakeTimeout, Idle: &c.IdleTimeout, Write: &c.WriteTimeout,
+		Hang: &c.HangTimeout, Wait: &c.WaitTimeout, Lifetime: &c.Lifetime, MaxBody: &c.MaxBodyBytes}.Fill()
 	kit.Default(&c.DrainTimeout, DefaultDrainTimeout)
-	kit.Default(&c.WaitTimeout, DefaultWaitTimeout)
-	kit.Default(&c.Lifetime, DefaultLifetime)
-	kit.Default(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 }
 
 // Received is one stream as the server received it: the record every

@@ -62,29 +62,11 @@ import (
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
-// Defaults for the zero fields of Config.
-const (
-	// DefaultHandshakeTimeout bounds the QUIC handshake.
-	DefaultHandshakeTimeout = kit.HandshakeTimeout
-	// DefaultIdleTimeout is the QUIC idle timeout, and how long a request
-	// stream may go without a byte from the client while the server reads
-	// it.
-	DefaultIdleTimeout = kit.IdleTimeout
-	// DefaultWriteTimeout bounds each write on a stream.
-	DefaultWriteTimeout = kit.WriteTimeout
-	// DefaultHangTimeout bounds Hang actions that set no duration.
-	DefaultHangTimeout = kit.HangTimeout
-	// DefaultGoAwayCloseDelay is how long a GOAWAY with Close waits before
-	// closing the connection, so that the GOAWAY reaches the client first.
-	DefaultGoAwayCloseDelay = 50 * time.Millisecond
-	// DefaultWaitTimeout bounds the Wait methods when their context has no
-	// deadline.
-	DefaultWaitTimeout = kit.WaitTimeout
-	// DefaultLifetime is how long a server runs before it closes itself.
-	DefaultLifetime = kit.Lifetime
-	// DefaultMaxBodyBytes bounds the body recorded for one stream.
-	DefaultMaxBodyBytes = kit.MaxBodyBytes
-)
+// DefaultGoAwayCloseDelay is how long a GOAWAY with Close waits before
+// closing the connection (Action.Delay zero), so that the GOAWAY reaches
+// the client first. The defaults of Config are replaysafetest's
+// (DefaultStreamHandshakeTimeout and the like), which h2server shares.
+const DefaultGoAwayCloseDelay = 50 * time.Millisecond
 
 // ErrClosed is returned by the Wait methods when the server has been
 // closed and the awaited condition can no longer become true.
@@ -121,25 +103,25 @@ type Config struct {
 	ConnReceiveWindow uint64
 	// HandshakeTimeout bounds the QUIC handshake (quic-go aborts a
 	// handshake silent this long, or unfinished after twice this long);
-	// zero means DefaultHandshakeTimeout.
+	// zero means replaysafetest.DefaultStreamHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	// IdleTimeout is the QUIC idle timeout and bounds each read on a
-	// request stream; zero means DefaultIdleTimeout.
+	// request stream; zero means replaysafetest.DefaultStreamIdleTimeout.
 	IdleTimeout time.Duration
 	// WriteTimeout bounds each stream write; zero means
-	// DefaultWriteTimeout.
+	// replaysafetest.DefaultStreamWriteTimeout.
 	WriteTimeout time.Duration
 	// HangTimeout bounds Hang actions without a duration; zero means
-	// DefaultHangTimeout.
+	// replaysafetest.DefaultHangTimeout.
 	HangTimeout time.Duration
 	// WaitTimeout bounds the Wait methods when their context has no
-	// deadline; zero means DefaultWaitTimeout.
+	// deadline; zero means replaysafetest.DefaultWaitTimeout.
 	WaitTimeout time.Duration
 	// Lifetime is how long the server runs before closing itself; zero
-	// means DefaultLifetime.
+	// means replaysafetest.DefaultStreamLifetime.
 	Lifetime time.Duration
 	// MaxBodyBytes bounds the body recorded for one stream; the rest is
-	// counted in Received.BodyDropped. Zero means DefaultMaxBodyBytes.
+	// counted in Received.BodyDropped. Zero means replaysafetest.DefaultStreamMaxBodyBytes.
 	MaxBodyBytes int
 	// Logf, if set, receives a line per connection and stream event (for
 	// t.Logf).
@@ -147,13 +129,8 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	kit.Default(&c.HandshakeTimeout, DefaultHandshakeTimeout)
-	kit.Default(&c.IdleTimeout, DefaultIdleTimeout)
-	kit.Default(&c.WriteTimeout, DefaultWriteTimeout)
-	kit.Default(&c.HangTimeout, DefaultHangTimeout)
-	kit.Default(&c.WaitTimeout, DefaultWaitTimeout)
-	kit.Default(&c.Lifetime, DefaultLifetime)
-	kit.Default(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	kit.StreamLimits{Handshake: &c.HandshakeTimeout, Idle: &c.IdleTimeout, Write: &c.WriteTimeout,
+		Hang: &c.HangTimeout, Wait: &c.WaitTimeout, Lifetime: &c.Lifetime, MaxBody: &c.MaxBodyBytes}.Fill()
 }
 
 func (c *Config) quicConfig() *quic.Config {
