@@ -227,10 +227,27 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("h2server: listen: %w", err)
 	}
 	s.ln = ln
-	s.core.WG.Add(1)
-	go s.acceptLoop()
+	s.core.Go(s.acceptLoop)
 	s.core.CloseAfter(cfg.Lifetime, s.Close)
 	return s, nil
+}
+
+// Close stops the server: it stops accepting, closes every connection and
+// waits until every goroutine it started has returned. The records stay
+// readable. Close is idempotent; every call returns after the first has
+// finished.
+func (s *Server) Close() error {
+	s.core.Close(func() func() {
+		close(s.done)
+		live := slices.Collect(maps.Keys(s.live))
+		return func() {
+			s.ln.Close()
+			for _, c := range live {
+				c.tcp.Close() // unblocks the connection's read; it then cleans up
+			}
+		}
+	}, nil)
+	return nil
 }
 
 // Addr returns the listening address, host:port.
@@ -321,26 +338,7 @@ func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
 	return s.core.WaitConnClosed(ctx, i)
 }
 
-// Close stops the server: it stops accepting, closes every connection and
-// waits until every goroutine it started has returned. The records stay
-// readable. Close is idempotent; every call returns after the first has
-// finished.
-func (s *Server) Close() error {
-	s.core.Close(func() func() {
-		close(s.done)
-		live := slices.Collect(maps.Keys(s.live))
-		return func() {
-			s.ln.Close()
-			for _, c := range live {
-				c.tcp.Close() // unblocks the connection's read; it then cleans up
-			}
-		}
-	}, nil)
-	return nil
-}
-
 func (s *Server) acceptLoop() {
-	defer s.core.WG.Done()
 	for {
 		nc, err := s.ln.Accept()
 		if err != nil {

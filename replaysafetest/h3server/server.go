@@ -248,10 +248,37 @@ func New(cfg Config) (*Server, error) {
 		Closed: func(c *connRecord) bool { return c.info.Closed },
 	})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.core.WG.Add(1)
-	go s.acceptLoop()
+	s.core.Go(s.acceptLoop)
 	s.core.CloseAfter(cfg.Lifetime, s.Close)
 	return s, nil
+}
+
+// Close stops the server: it stops accepting, closes every connection
+// with CONNECTION_CLOSE(H3_NO_ERROR), releases the UDP socket and waits
+// until every goroutine it started has returned. The records stay
+// readable. Close is idempotent; every call returns after the first has
+// finished.
+func (s *Server) Close() error {
+	s.core.Close(func() func() {
+		var live []*conn
+		for _, r := range s.core.Conns {
+			if r.conn != nil {
+				live = append(live, r.conn)
+			}
+		}
+		return func() {
+			s.cancel()
+			s.ln.Close()
+			for _, c := range live {
+				// Unblocks the connection's goroutines; each then cleans up.
+				c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "h3server: server closed")
+			}
+		}
+	}, func() {
+		s.tr.Close()
+		s.udp.Close()
+	})
+	return nil
 }
 
 // Addr returns the listening UDP address, "127.0.0.1:port".
@@ -340,36 +367,7 @@ func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
 	return s.core.WaitConnClosed(ctx, i)
 }
 
-// Close stops the server: it stops accepting, closes every connection
-// with CONNECTION_CLOSE(H3_NO_ERROR), releases the UDP socket and waits
-// until every goroutine it started has returned. The records stay
-// readable. Close is idempotent; every call returns after the first has
-// finished.
-func (s *Server) Close() error {
-	s.core.Close(func() func() {
-		var live []*conn
-		for _, r := range s.core.Conns {
-			if r.conn != nil {
-				live = append(live, r.conn)
-			}
-		}
-		return func() {
-			s.cancel()
-			s.ln.Close()
-			for _, c := range live {
-				// Unblocks the connection's goroutines; each then cleans up.
-				c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "h3server: server closed")
-			}
-		}
-	}, func() {
-		s.tr.Close()
-		s.udp.Close()
-	})
-	return nil
-}
-
 func (s *Server) acceptLoop() {
-	defer s.core.WG.Done()
 	for {
 		qc, err := s.ln.Accept(s.ctx)
 		if err != nil {

@@ -114,6 +114,18 @@ func (c *Core[R, C]) CloseAfter(d time.Duration, closeFn func() error) {
 	})
 }
 
+// NotifyLocked wakes the waiters after a change made with Mu held.
+func (c *Core[R, C]) NotifyLocked() { c.board.NotifyLocked() }
+
+// Go runs f on a goroutine of the server's (counted in WG).
+func (c *Core[R, C]) Go(f func()) {
+	c.WG.Add(1)
+	go func() {
+		defer c.WG.Done()
+		f()
+	}()
+}
+
 // Admit records an accepted connection unless Close has started: with
 // Mu held, newConn makes its record from its index and returns the
 // goroutine that serves it, which Admit starts (counted in WG). It
@@ -179,6 +191,16 @@ func (c *Core[R, C]) Accepted() int { return Locked(&c.Mu, func() int { return l
 // CoreSpec.WaitTimeout.
 func (c *Core[R, C]) Wait(ctx context.Context, cond func() bool) error {
 	err := c.board.Wait(ctx, c.spec.WaitTimeout, c.spec.Name, true, cond)
+	if errors.Is(err, ErrClosed) {
+		return c.spec.ErrClosed
+	}
+	return err
+}
+
+// WaitOutside is Wait with cond called without Mu held, so that it may
+// call the server's methods.
+func (c *Core[R, C]) WaitOutside(ctx context.Context, cond func() bool) error {
+	err := c.board.Wait(ctx, c.spec.WaitTimeout, c.spec.Name, false, cond)
 	if errors.Is(err, ErrClosed) {
 		return c.spec.ErrClosed
 	}
