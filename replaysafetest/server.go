@@ -8,11 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -253,7 +251,7 @@ func (s *Server) script(i int) *ConnScript {
 func (s *Server) Close() error {
 	s.core.Close(func() func() {
 		close(s.done)
-		conns := slices.Collect(maps.Keys(s.active))
+		conns := kit.Keys(s.active)
 		return func() {
 			if err := s.listener.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 				s.closeErr = err
@@ -795,13 +793,11 @@ func response(a *Action, req *Received, closing bool) []byte {
 	case !closing && req.Proto == "HTTP/1.0" && !hasToken(h.Values("Connection"), "keep-alive"):
 		h.Add("Connection", "keep-alive")
 	}
-	for _, k := range slices.Sorted(maps.Keys(h)) {
-		for _, v := range h[k] {
-			b.WriteString(k)
-			b.WriteString(": ")
-			b.WriteString(v)
-			b.WriteString("\r\n")
-		}
+	for k, v := range kit.SortedFields(h) {
+		b.WriteString(k)
+		b.WriteString(": ")
+		b.WriteString(v)
+		b.WriteString("\r\n")
 	}
 	b.WriteString("\r\n")
 	if bodyAllowed && req.Method != http.MethodHead {

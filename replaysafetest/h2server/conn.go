@@ -873,10 +873,8 @@ func (c *conn) encodeFields(h http.Header) []byte {
 }
 
 func (c *conn) writeHeader(h http.Header) {
-	for _, k := range slices.Sorted(maps.Keys(h)) {
-		for _, v := range h[k] {
-			c.writeField(strings.ToLower(k), v)
-		}
+	for k, v := range kit.SortedFields(h) {
+		c.writeField(strings.ToLower(k), v)
 	}
 }
 

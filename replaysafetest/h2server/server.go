@@ -35,7 +35,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"sync/atomic"
@@ -239,7 +238,7 @@ func New(cfg Config) (*Server, error) {
 func (s *Server) Close() error {
 	s.core.Close(func() func() {
 		close(s.done)
-		live := slices.Collect(maps.Keys(s.live))
+		live := kit.Keys(s.live)
 		return func() {
 			s.ln.Close()
 			for _, c := range live {
@@ -248,6 +247,36 @@ func (s *Server) Close() error {
 		}
 	}, nil)
 	return nil
+}
+
+// acceptLoop admits connections until the listener closes.
+func (s *Server) acceptLoop() {
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+			default:
+				s.core.Logf("accept: %v; no longer accepting", err)
+			}
+			return
+		}
+		tcp, ok := nc.(*net.TCPConn)
+		if !ok { // cannot happen with a TCP listener
+			nc.Close()
+			continue
+		}
+		admitted := s.core.Admit(func(idx int) (*connRecord, func()) {
+			rec := &connRecord{info: ConnInfo{ConnRecord: replaysafetest.ConnRecord{Index: idx, Remote: tcp.RemoteAddr().String()}}}
+			c := newConn(s, rec, tcp)
+			s.live[c] = struct{}{}
+			return rec, c.serve
+		})
+		if !admitted {
+			tcp.Close()
+			return
+		}
+	}
 }
 
 // Addr returns the listening address, host:port.
@@ -336,33 +365,4 @@ func (s *Server) WaitConns(ctx context.Context, n int) error { return s.core.Wai
 // WaitConnClosed waits until connection i has been accepted and is over.
 func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
 	return s.core.WaitConnClosed(ctx, i)
-}
-
-func (s *Server) acceptLoop() {
-	for {
-		nc, err := s.ln.Accept()
-		if err != nil {
-			select {
-			case <-s.done:
-			default:
-				s.core.Logf("accept: %v; no longer accepting", err)
-			}
-			return
-		}
-		tcp, ok := nc.(*net.TCPConn)
-		if !ok { // cannot happen with a TCP listener
-			nc.Close()
-			continue
-		}
-		admitted := s.core.Admit(func(idx int) (*connRecord, func()) {
-			rec := &connRecord{info: ConnInfo{ConnRecord: replaysafetest.ConnRecord{Index: idx, Remote: tcp.RemoteAddr().String()}}}
-			c := newConn(s, rec, tcp)
-			s.live[c] = struct{}{}
-			return rec, c.serve
-		})
-		if !admitted {
-			tcp.Close()
-			return
-		}
-	}
 }

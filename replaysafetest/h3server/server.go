@@ -238,14 +238,14 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, udp: udp, tr: tr, ln: ln, cert: cert}
 	s.core.Init(kit.CoreSpec[Received, connRecord]{
 		Name: "h3server", WaitTimeout: cfg.WaitTimeout, Logf: cfg.Logf, ErrClosed: ErrClosed,
+		Closed: func(c *connRecord) bool { return c.info.Closed },
+		ConnOf: func(r *Received) int { return r.Conn },
+		Done:   func(r *Received) bool { return r.Done },
 		Clone: func(r *Received) Received {
 			c := *r
 			c.StreamRecord, c.Fields = r.StreamRecord.Clone(), slices.Clone(r.Fields)
 			return c
 		},
-		ConnOf: func(r *Received) int { return r.Conn },
-		Done:   func(r *Received) bool { return r.Done },
-		Closed: func(c *connRecord) bool { return c.info.Closed },
 	})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.core.Go(s.acceptLoop)
@@ -279,6 +279,32 @@ func (s *Server) Close() error {
 		s.udp.Close()
 	})
 	return nil
+}
+
+// acceptLoop admits connections until the listener closes.
+func (s *Server) acceptLoop() {
+	for {
+		qc, err := s.ln.Accept(s.ctx)
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.core.Logf("accept: %v; no longer accepting", err)
+			}
+			return
+		}
+		admitted := s.core.Admit(func(idx int) (*connRecord, func()) {
+			rec := &connRecord{info: ConnInfo{ConnRecord: replaysafetest.ConnRecord{
+				Index:              idx,
+				Remote:             qc.RemoteAddr().String(),
+				NegotiatedProtocol: qc.ConnectionState().TLS.NegotiatedProtocol,
+			}}}
+			rec.conn = newConn(s, rec, qc)
+			return rec, rec.conn.serve
+		})
+		if !admitted {
+			qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "h3server: server closed")
+			return
+		}
+	}
 }
 
 // Addr returns the listening UDP address, "127.0.0.1:port".
@@ -365,29 +391,4 @@ func (s *Server) WaitConns(ctx context.Context, n int) error { return s.core.Wai
 // WaitConnClosed waits until connection i has been accepted and is over.
 func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
 	return s.core.WaitConnClosed(ctx, i)
-}
-
-func (s *Server) acceptLoop() {
-	for {
-		qc, err := s.ln.Accept(s.ctx)
-		if err != nil {
-			if s.ctx.Err() == nil {
-				s.core.Logf("accept: %v; no longer accepting", err)
-			}
-			return
-		}
-		admitted := s.core.Admit(func(idx int) (*connRecord, func()) {
-			rec := &connRecord{info: ConnInfo{ConnRecord: replaysafetest.ConnRecord{
-				Index:              idx,
-				Remote:             qc.RemoteAddr().String(),
-				NegotiatedProtocol: qc.ConnectionState().TLS.NegotiatedProtocol,
-			}}}
-			rec.conn = newConn(s, rec, qc)
-			return rec, rec.conn.serve
-		})
-		if !admitted {
-			qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "h3server: server closed")
-			return
-		}
-	}
 }

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -579,9 +577,7 @@ func encodeFields(h http.Header) []byte {
 }
 
 func encodeHeader(enc *qpack.Encoder, h http.Header) {
-	for _, k := range slices.Sorted(maps.Keys(h)) {
-		for _, v := range h[k] {
-			_ = enc.WriteField(qpack.HeaderField{Name: strings.ToLower(k), Value: v})
-		}
+	for k, v := range kit.SortedFields(h) {
+		_ = enc.WriteField(qpack.HeaderField{Name: strings.ToLower(k), Value: v})
 	}
 }

@@ -1,7 +1,10 @@
 package kit
 
 import (
+	"iter"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -58,3 +61,20 @@ func OrOK(status int) int {
 	}
 	return status
 }
+
+// SortedFields yields every field line of h, keys in sorted order and
+// each key's values in order: how every scripted server writes a header.
+func SortedFields(h http.Header) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for _, k := range slices.Sorted(maps.Keys(h)) {
+			for _, v := range h[k] {
+				if !yield(k, v) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Keys returns the keys of m, in no order.
+func Keys[K comparable, V any](m map[K]V) []K { return slices.Collect(maps.Keys(m)) }
