@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
@@ -270,22 +267,6 @@ func (s *Server) Addr() string { return s.listener.Addr().String() }
 // URL returns "http://127.0.0.1:port", or "https://..." with TLS.
 func (s *Server) URL() string { return kit.BaseURL(s.cfg.TLS, s.Addr()) }
 
-// TLS reports whether the server speaks TLS.
-func (s *Server) TLS() bool { return s.cfg.TLS }
-
-// Certificate returns the server's self-signed certificate, or nil
-// without TLS.
-func (s *Server) Certificate() *x509.Certificate { return s.cert.Certificate() }
-
-// CertPool returns a new pool holding only the server's certificate, or
-// nil without TLS.
-func (s *Server) CertPool() *x509.CertPool { return s.cert.CertPool() }
-
-// ClientTLSConfig returns a new client configuration that trusts only the
-// server's certificate, with ServerName "127.0.0.1" (an IP SAN of the
-// certificate) and ALPN "http/1.1". It returns nil without TLS.
-func (s *Server) ClientTLSConfig() *tls.Config { return s.cert.ClientTLSConfig() }
-
 // Requests returns copies of the complete requests received so far, in
 // the order they were completed.
 func (s *Server) Requests() []Received { return s.core.Requests() }
@@ -470,7 +451,7 @@ func (c *conn) readFailed(req *Received, err error) {
 	case errors.As(err, &pe):
 		c.write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
 		c.closeWith(CloseFIN)
-	case req == nil && errors.Is(err, os.ErrDeadlineExceeded):
+	case req == nil && kit.IsTimeout(err):
 		c.logf("idle timeout")
 		c.closeWith(c.script.IdleClose)
 	default:
@@ -610,19 +591,10 @@ func (c *conn) describe(err error) string {
 		return "server closed"
 	default:
 	}
-	switch {
-	case errors.As(err, &pe):
+	if errors.As(err, &pe) {
 		return pe.Error()
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, io.EOF):
-		return "eof"
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "unexpected eof"
-	case errors.Is(err, syscall.ECONNRESET):
-		return "connection reset"
 	}
-	return err.Error()
+	return kit.ReadFailure(err)
 }
 
 func (c *conn) write(b []byte) error {
@@ -675,7 +647,7 @@ func (c *conn) respondThenCloseOnNext(a *Action, req *Received) bool {
 		return false
 	}
 	next, err := c.readRequest(c.idle, time.Time{})
-	if next == nil && errors.Is(err, os.ErrDeadlineExceeded) {
+	if next == nil && kit.IsTimeout(err) {
 		c.logf("idle timeout")
 		c.closeWith(c.script.IdleClose)
 		return false

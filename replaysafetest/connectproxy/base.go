@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
@@ -271,7 +270,7 @@ func (b *base) relay(client net.Conn, pending []byte, target net.Conn) {
 			break
 		}
 		if err != nil {
-			if b.idleCut > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+			if b.idleCut > 0 && kit.IsTimeout(err) {
 				b.mu.Lock()
 				b.cuts++
 				b.mu.Unlock()

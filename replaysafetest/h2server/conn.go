@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -166,7 +165,7 @@ func (c *conn) serve() {
 			return
 		}
 		f, err := c.fr.ReadFrame()
-		if err != nil && !c.holdUntil.IsZero() && errors.Is(err, os.ErrDeadlineExceeded) {
+		if err != nil && !c.holdUntil.IsZero() && kit.IsTimeout(err) {
 			// No HEADERS within SettingsHold: send the SETTINGS and go on.
 			if err := c.releaseSettings(); err != nil {
 				c.fail(err)
@@ -286,7 +285,7 @@ func (c *conn) readDeadline() time.Time {
 // onReadError ends the connection after a failed frame read.
 func (c *conn) onReadError(err error) {
 	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case kit.IsTimeout(err):
 		if !c.hangUntil.IsZero() && !time.Now().Before(c.hangUntil) {
 			c.logf("hang over: closing (%v)", c.hangMode)
 			c.closeWith(c.hangMode)

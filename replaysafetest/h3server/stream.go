@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -316,7 +315,7 @@ func (st *stream) abandon(err error) {
 	default:
 		code := http3.ErrCodeFrameError
 		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded):
+		case kit.IsTimeout(err):
 			code = http3.ErrCodeRequestIncomplete
 		case errors.Is(err, errDataBeforeHeaders):
 			code = http3.ErrCodeFrameUnexpected
@@ -453,7 +452,7 @@ func (st *stream) readFailed(err error) {
 		})
 	case st.c.qc.Context().Err() != nil:
 		reason = "connection over"
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case kit.IsTimeout(err):
 		if !st.hangUntil.IsZero() && !time.Now().Before(st.hangUntil) {
 			break // the hang is over; waitHang closes the connection
 		}
