@@ -1,6 +1,6 @@
 package replaysafetest
 
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind,CloseMode -linecomment -output=enum_string.go
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind,CloseMode,StreamKind -linecomment -output=enum_string.go
 
 import (
 	"fmt"
@@ -288,12 +288,7 @@ func (a Action) String() string {
 	return fmt.Sprintf("%v(%v)", a.Kind, a.Close)
 }
 
-func (a *Action) status() int {
-	if a.Status == 0 {
-		return http.StatusOK
-	}
-	return a.Status
-}
+func (a *Action) status() int { return kit.OrOK(a.Status) }
 
 func (a *Action) validate() error {
 	if !a.Kind.Valid() {

@@ -4,24 +4,19 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
-	"os"
-	"slices"
 	"strconv"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
-// Defaults for the zero fields of Config.
+// Defaults for the zero fields of Config. The hang and wait defaults
+// are those of every scripted server.
 const (
 	// DefaultReadTimeout bounds the reading of one request once its first
 	// byte has arrived, and the TLS handshake.
@@ -29,12 +24,33 @@ const (
 	// DefaultWriteTimeout bounds each write.
 	DefaultWriteTimeout = 10 * time.Second
 	// DefaultHangTimeout bounds Hang actions that set no duration.
-	DefaultHangTimeout = 30 * time.Second
+	DefaultHangTimeout = kit.HangTimeout
 	// DefaultWaitTimeout bounds the Wait methods when their context has no
 	// deadline.
-	DefaultWaitTimeout = 10 * time.Second
+	DefaultWaitTimeout = kit.WaitTimeout
 	// DefaultMaxRequestBytes bounds the size of one request as received.
 	DefaultMaxRequestBytes = 1 << 20
+)
+
+// Defaults the stream servers, h2server and h3server, give the zero
+// fields of their Config; they share DefaultHangTimeout and
+// DefaultWaitTimeout too.
+const (
+	// DefaultStreamHandshakeTimeout bounds the TLS handshake and the
+	// arrival of the HTTP/2 client preface, or the QUIC handshake.
+	DefaultStreamHandshakeTimeout = kit.HandshakeTimeout
+	// DefaultStreamIdleTimeout is how long a connection may go without a
+	// frame from the client (HTTP/2), or the QUIC idle timeout and how
+	// long a request stream may go without a byte from the client while
+	// the server reads it (HTTP/3).
+	DefaultStreamIdleTimeout = kit.IdleTimeout
+	// DefaultStreamWriteTimeout bounds each frame or stream write.
+	DefaultStreamWriteTimeout = kit.WriteTimeout
+	// DefaultStreamLifetime is how long a stream server runs before it
+	// closes itself.
+	DefaultStreamLifetime = kit.Lifetime
+	// DefaultStreamMaxBodyBytes bounds the body recorded for one stream.
+	DefaultStreamMaxBodyBytes = kit.MaxBodyBytes
 )
 
 // ErrClosed is returned by the Wait methods when the server has been
@@ -115,23 +131,22 @@ func (r Received) clone() Received {
 // Server is a running scripted origin. Its methods are safe for
 // concurrent use.
 type Server struct {
-	cfg    Config
-	ln     net.Listener
-	tlsCfg *tls.Config
-	cert   kit.Cert
-	done   chan struct{} // closed when Close starts
-	wg     sync.WaitGroup
+	cfg      Config
+	listener net.Listener
+	tlsCfg   *tls.Config
+	cert     kit.Cert
+	done     chan struct{} // closed when Close starts
+	closeErr error         // what closing the listener returned
 
-	closeOnce sync.Once
-	closeErr  error
+	core    kit.Core[Received, connState] // complete requests, connections, waiters, Close
+	active  map[*conn]struct{}            // guarded by core.Mu
+	partial []*Received                   // guarded by core.Mu
+}
 
-	mu         sync.Mutex
-	board      kit.Board // wakes the waiters on every change of the records
-	closing    bool      // Close has started: accept no more connections
-	active     map[*conn]struct{}
-	connClosed []bool // per accepted connection: the server side is closed
-	reqs       []Received
-	partial    []Received
+// connState is the server's record of one connection, guarded by
+// core.Mu.
+type connState struct {
+	closed bool // the server has closed its side
 }
 
 // Start starts a server on 127.0.0.1 with a kernel-chosen port.
@@ -140,7 +155,12 @@ func Start(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, done: make(chan struct{}), active: map[*conn]struct{}{}}
-	s.board.Init(&s.mu)
+	s.core.Init(kit.CoreSpec[Received, connState]{
+		Name: "scripted", WaitTimeout: cfg.WaitTimeout, Logf: cfg.Logf, ErrClosed: ErrClosed,
+		Clone:  func(r *Received) Received { return r.clone() },
+		ConnOf: func(r *Received) int { return r.Conn },
+		Closed: func(c *connState) bool { return c.closed },
+	})
 	if cfg.TLS {
 		var err error
 		if s.tlsCfg, s.cert, err = kit.NewCert("replaysafe scripted test server", []string{"http/1.1"}, tls.VersionTLS12); err != nil {
@@ -151,9 +171,8 @@ func Start(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scripted: listen: %w", err)
 	}
-	s.ln = ln
-	s.wg.Add(1)
-	go s.acceptLoop()
+	s.listener = ln
+	s.core.Go(s.acceptLoop)
 	return s, nil
 }
 
@@ -164,24 +183,12 @@ func normalize(cfg *Config) error {
 		cfg.HangTimeout < 0 || cfg.WaitTimeout < 0 || cfg.MaxRequestBytes < 0 {
 		return errors.New("scripted: negative timeout or size in Config")
 	}
-	if cfg.ReadTimeout == 0 {
-		cfg.ReadTimeout = DefaultReadTimeout
-	}
-	if cfg.IdleTimeout == 0 {
-		cfg.IdleTimeout = cfg.ReadTimeout
-	}
-	if cfg.WriteTimeout == 0 {
-		cfg.WriteTimeout = DefaultWriteTimeout
-	}
-	if cfg.HangTimeout == 0 {
-		cfg.HangTimeout = DefaultHangTimeout
-	}
-	if cfg.WaitTimeout == 0 {
-		cfg.WaitTimeout = DefaultWaitTimeout
-	}
-	if cfg.MaxRequestBytes == 0 {
-		cfg.MaxRequestBytes = DefaultMaxRequestBytes
-	}
+	kit.Default(&cfg.ReadTimeout, DefaultReadTimeout)
+	kit.Default(&cfg.IdleTimeout, cfg.ReadTimeout)
+	kit.Default(&cfg.WriteTimeout, DefaultWriteTimeout)
+	kit.Default(&cfg.HangTimeout, DefaultHangTimeout)
+	kit.Default(&cfg.WaitTimeout, DefaultWaitTimeout)
+	kit.Default(&cfg.MaxRequestBytes, DefaultMaxRequestBytes)
 	conns := make([]ConnScript, len(cfg.Conns))
 	for i := range cfg.Conns {
 		if err := cfg.Conns[i].validate(); err != nil {
@@ -239,108 +246,51 @@ func (s *Server) script(i int) *ConnScript {
 // close_notify) and waits for all of the server's goroutines to exit. It
 // is safe to call more than once.
 func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		s.closing = true
+	s.core.Close(func() func() {
 		close(s.done)
-		conns := make([]*conn, 0, len(s.active))
-		for c := range s.active {
-			conns = append(conns, c)
+		conns := kit.Keys(s.active)
+		return func() {
+			if err := s.listener.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+				s.closeErr = err
+			}
+			for _, c := range conns {
+				c.raw.Close()
+			}
 		}
-		s.mu.Unlock()
-		if err := s.ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
-			s.closeErr = err
-		}
-		for _, c := range conns {
-			c.raw.Close()
-		}
-		s.wg.Wait()
-		s.board.Finish()
-	})
+	}, nil)
 	return s.closeErr
 }
 
 // Addr returns the listening address, "127.0.0.1:port".
-func (s *Server) Addr() string { return s.ln.Addr().String() }
+func (s *Server) Addr() string { return s.listener.Addr().String() }
 
 // URL returns "http://127.0.0.1:port", or "https://..." with TLS.
-func (s *Server) URL() string {
-	if s.cfg.TLS {
-		return "https://" + s.Addr()
-	}
-	return "http://" + s.Addr()
-}
-
-// TLS reports whether the server speaks TLS.
-func (s *Server) TLS() bool { return s.cfg.TLS }
-
-// Certificate returns the server's self-signed certificate, or nil
-// without TLS.
-func (s *Server) Certificate() *x509.Certificate { return s.cert.Certificate() }
-
-// CertPool returns a new pool holding only the server's certificate, or
-// nil without TLS.
-func (s *Server) CertPool() *x509.CertPool { return s.cert.CertPool() }
-
-// ClientTLSConfig returns a new client configuration that trusts only the
-// server's certificate, with ServerName "127.0.0.1" (an IP SAN of the
-// certificate) and ALPN "http/1.1". It returns nil without TLS.
-func (s *Server) ClientTLSConfig() *tls.Config { return s.cert.ClientTLSConfig() }
+func (s *Server) URL() string { return kit.BaseURL(s.cfg.TLS, s.Addr()) }
 
 // Requests returns copies of the complete requests received so far, in
 // the order they were completed.
-func (s *Server) Requests() []Received {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return cloneAll(s.reqs, -1)
-}
+func (s *Server) Requests() []Received { return s.core.Requests() }
 
 // RequestsOn returns copies of the complete requests received on
 // connection conn, in order.
-func (s *Server) RequestsOn(conn int) []Received {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return cloneAll(s.reqs, conn)
-}
+func (s *Server) RequestsOn(conn int) []Received { return s.core.RequestsOn(conn) }
 
 // Partial returns copies of the partial requests recorded so far (see
 // Received.Partial), in order.
 func (s *Server) Partial() []Received {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return cloneAll(s.partial, -1)
-}
-
-func cloneAll(rs []Received, conn int) []Received {
-	out := make([]Received, 0, len(rs))
-	for _, r := range rs {
-		if conn < 0 || r.Conn == conn {
-			out = append(out, r.clone())
-		}
-	}
-	return out
+	return kit.Snapshot(&s.core.Mu, func() []*Received { return s.partial }, nil, (*Received).clone)
 }
 
 // Count returns the number of complete requests received.
-func (s *Server) Count() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.reqs)
-}
+func (s *Server) Count() int { return s.core.Count() }
 
 // Conns returns the number of connections accepted.
-func (s *Server) Conns() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.connClosed)
-}
+func (s *Server) Conns() int { return s.core.Accepted() }
 
 // ConnClosed reports whether the server has closed its side of
 // connection i (for any reason).
 func (s *Server) ConnClosed(i int) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return i >= 0 && i < len(s.connClosed) && s.connClosed[i]
+	return kit.Locked(&s.core.Mu, func() bool { return i >= 0 && i < len(s.core.Conns) && s.core.Conns[i].closed })
 }
 
 // Wait blocks until cond returns true, re-evaluating it whenever the
@@ -350,11 +300,7 @@ func (s *Server) ConnClosed(i int) bool {
 // cond is still false. cond must not block; it may call the server's
 // methods.
 func (s *Server) Wait(ctx context.Context, cond func() bool) error {
-	err := s.board.Wait(ctx, s.cfg.WaitTimeout, "scripted", false, cond)
-	if errors.Is(err, kit.ErrClosed) {
-		return ErrClosed
-	}
-	return err
+	return s.core.WaitOutside(ctx, cond)
 }
 
 // WaitRequests waits until at least n complete requests have been
@@ -384,36 +330,28 @@ func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
 	return nil
 }
 
-func (s *Server) logf(format string, args ...any) {
-	if s.cfg.Logf != nil {
-		s.cfg.Logf("scripted: "+format, args...)
-	}
-}
-
 func (s *Server) record(r Received) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r.Partial {
-		s.partial = append(s.partial, r)
-	} else {
-		s.reqs = append(s.reqs, r)
-	}
-	s.board.NotifyLocked()
+	s.core.Update(func() {
+		if r.Partial {
+			s.partial = append(s.partial, &r)
+		} else {
+			s.core.Reqs = append(s.core.Reqs, &r)
+		}
+	})
 }
 
 func (s *Server) markClosed(c *conn) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.connClosed[c.idx] {
-		s.connClosed[c.idx] = true
-		s.board.NotifyLocked()
+	s.core.Mu.Lock()
+	defer s.core.Mu.Unlock()
+	if st := s.core.Conns[c.idx]; !st.closed {
+		st.closed = true
+		s.core.NotifyLocked()
 	}
 }
 
 func (s *Server) acceptLoop() {
-	defer s.wg.Done()
 	for {
-		nc, err := s.ln.Accept()
+		nc, err := s.listener.Accept()
 		if err != nil {
 			select {
 			case <-s.done:
@@ -424,7 +362,7 @@ func (s *Server) acceptLoop() {
 				return
 			}
 			// Transient (e.g. out of descriptors): back off briefly.
-			s.logf("accept: %v", err)
+			s.core.Logf("accept: %v", err)
 			t := time.NewTimer(10 * time.Millisecond)
 			select {
 			case <-s.done:
@@ -439,29 +377,23 @@ func (s *Server) acceptLoop() {
 }
 
 func (s *Server) startConn(raw *net.TCPConn) {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
+	admitted := s.core.Admit(func(idx int) (*connState, func()) {
+		c := &conn{s: s, idx: idx, raw: raw, nc: raw, rbuf: make([]byte, 16<<10)}
+		c.script = s.script(idx)
+		c.idle = c.script.IdleTimeout
+		if c.idle == 0 {
+			c.idle = s.cfg.IdleTimeout
+		}
+		if s.tlsCfg != nil {
+			c.tc = tls.Server(raw, s.tlsCfg)
+			c.nc = c.tc
+		}
+		s.active[c] = struct{}{}
+		return &connState{}, c.serve
+	})
+	if !admitted {
 		raw.Close()
-		return
 	}
-	c := &conn{s: s, idx: len(s.connClosed), raw: raw, nc: raw, rbuf: make([]byte, 16<<10)}
-	s.connClosed = append(s.connClosed, false)
-	s.active[c] = struct{}{}
-	s.wg.Add(1)
-	s.board.NotifyLocked()
-	s.mu.Unlock()
-
-	c.script = s.script(c.idx)
-	c.idle = c.script.IdleTimeout
-	if c.idle == 0 {
-		c.idle = s.cfg.IdleTimeout
-	}
-	if s.tlsCfg != nil {
-		c.tc = tls.Server(raw, s.tlsCfg)
-		c.nc = c.tc
-	}
-	go c.serve()
 }
 
 // conn is one accepted connection, owned by its serve goroutine.
@@ -481,11 +413,11 @@ type conn struct {
 }
 
 func (c *conn) logf(format string, args ...any) {
-	c.s.logf("conn %d: "+format, append([]any{c.idx}, args...)...)
+	c.s.core.Logf("conn %d: "+format, append([]any{c.idx}, args...)...)
 }
 
 func (c *conn) serve() {
-	defer c.s.wg.Done()
+	defer c.s.core.WG.Done()
 	defer c.finish()
 	c.logf("accepted from %v", c.raw.RemoteAddr())
 	if c.tc != nil {
@@ -519,7 +451,7 @@ func (c *conn) readFailed(req *Received, err error) {
 	case errors.As(err, &pe):
 		c.write([]byte("HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
 		c.closeWith(CloseFIN)
-	case req == nil && errors.Is(err, os.ErrDeadlineExceeded):
+	case req == nil && kit.IsTimeout(err):
 		c.logf("idle timeout")
 		c.closeWith(c.script.IdleClose)
 	default:
@@ -530,9 +462,7 @@ func (c *conn) readFailed(req *Received, err error) {
 func (c *conn) finish() {
 	c.raw.Close()
 	c.s.markClosed(c)
-	c.s.mu.Lock()
-	delete(c.s.active, c)
-	c.s.mu.Unlock()
+	c.s.core.Update(func() { delete(c.s.active, c) })
 }
 
 // closeWith records whatever is buffered and closes the connection.
@@ -661,19 +591,10 @@ func (c *conn) describe(err error) string {
 		return "server closed"
 	default:
 	}
-	switch {
-	case errors.As(err, &pe):
+	if errors.As(err, &pe) {
 		return pe.Error()
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, io.EOF):
-		return "eof"
-	case errors.Is(err, io.ErrUnexpectedEOF):
-		return "unexpected eof"
-	case errors.Is(err, syscall.ECONNRESET):
-		return "connection reset"
 	}
-	return err.Error()
+	return kit.ReadFailure(err)
 }
 
 func (c *conn) write(b []byte) error {
@@ -726,7 +647,7 @@ func (c *conn) respondThenCloseOnNext(a *Action, req *Received) bool {
 		return false
 	}
 	next, err := c.readRequest(c.idle, time.Time{})
-	if next == nil && errors.Is(err, os.ErrDeadlineExceeded) {
+	if next == nil && kit.IsTimeout(err) {
 		c.logf("idle timeout")
 		c.closeWith(c.script.IdleClose)
 		return false
@@ -844,13 +765,11 @@ func response(a *Action, req *Received, closing bool) []byte {
 	case !closing && req.Proto == "HTTP/1.0" && !hasToken(h.Values("Connection"), "keep-alive"):
 		h.Add("Connection", "keep-alive")
 	}
-	for _, k := range slices.Sorted(maps.Keys(h)) {
-		for _, v := range h[k] {
-			b.WriteString(k)
-			b.WriteString(": ")
-			b.WriteString(v)
-			b.WriteString("\r\n")
-		}
+	for k, v := range kit.SortedFields(h) {
+		b.WriteString(k)
+		b.WriteString(": ")
+		b.WriteString(v)
+		b.WriteString("\r\n")
 	}
 	b.WriteString("\r\n")
 	if bodyAllowed && req.Method != http.MethodHead {

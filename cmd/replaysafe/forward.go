@@ -19,7 +19,6 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe"
-	"github.com/replaysafe/replaysafe/forward"
 )
 
 func init() {
@@ -72,11 +71,11 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	if *to == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return fail("-to needs an http or https URL with a host, got %q", *to)
 	}
-	egress, err := forward.ParseEgress(*egressName)
+	egress, err := replaysafe.ParseEgress(*egressName)
 	if err != nil {
 		return fail("%v", err)
 	}
-	if egress == forward.EgressHTTP3 && up.Scheme != "https" {
+	if egress == replaysafe.EgressHTTP3 && up.Scheme != "https" {
 		return fail("-egress h3 needs an https upstream")
 	}
 	if (*cert == "") != (*key == "") {
@@ -87,7 +86,7 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	}
 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	fw := forward.New(forward.Options{
+	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{
 		Upstream:         up,
 		Egress:           egress,
 		TransportOptions: replaysafe.Options{AcquireTimeout: *acquire},

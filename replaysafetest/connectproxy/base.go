@@ -6,18 +6,20 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
+
+	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // Defaults for zero durations in the configurations.
 const (
 	// DefaultReadTimeout bounds reading a CONNECT or SOCKS request and the
 	// TLS handshake.
-	DefaultReadTimeout = 10 * time.Second
+	DefaultReadTimeout = replaysafetest.DefaultReadTimeout
 	// DefaultWriteTimeout bounds each write.
-	DefaultWriteTimeout = 10 * time.Second
+	DefaultWriteTimeout = replaysafetest.DefaultWriteTimeout
 	// DefaultDialTimeout bounds dialing a target or an upstream proxy.
 	DefaultDialTimeout = 5 * time.Second
 	// DefaultStall is how long a stall without a duration lasts, unless
@@ -58,9 +60,10 @@ func (b *base) init(name string, read, write, dial, idleCut time.Duration, logf 
 		return errors.New(name + ": negative duration in config")
 	}
 	b.name = name
-	b.readTimeout = orDefault(read, DefaultReadTimeout)
-	b.writeTimeout = orDefault(write, DefaultWriteTimeout)
-	b.dialTimeout = orDefault(dial, DefaultDialTimeout)
+	kit.Default(&read, DefaultReadTimeout)
+	kit.Default(&write, DefaultWriteTimeout)
+	kit.Default(&dial, DefaultDialTimeout)
+	b.readTimeout, b.writeTimeout, b.dialTimeout = read, write, dial
 	b.idleCut = idleCut
 	b.logf = logf
 	b.open = map[net.Conn]struct{}{}
@@ -72,13 +75,6 @@ func (b *base) init(name string, read, write, dial, idleCut time.Duration, logf 
 	}
 	b.ln = ln
 	return nil
-}
-
-func orDefault(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 func (b *base) log(format string, args ...any) {
@@ -274,7 +270,7 @@ func (b *base) relay(client net.Conn, pending []byte, target net.Conn) {
 			break
 		}
 		if err != nil {
-			if b.idleCut > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+			if b.idleCut > 0 && kit.IsTimeout(err) {
 				b.mu.Lock()
 				b.cuts++
 				b.mu.Unlock()
@@ -287,32 +283,16 @@ func (b *base) relay(client net.Conn, pending []byte, target net.Conn) {
 }
 
 // Conns returns the number of connections accepted.
-func (b *base) Conns() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.accepted
-}
+func (b *base) Conns() int { return kit.Locked(&b.mu, func() int { return b.accepted }) }
 
 // Tunnels returns the number of tunnels opened.
-func (b *base) Tunnels() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.tunnels
-}
+func (b *base) Tunnels() int { return kit.Locked(&b.mu, func() int { return b.tunnels }) }
 
 // ActiveTunnels returns the number of tunnels still relaying.
-func (b *base) ActiveTunnels() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.active
-}
+func (b *base) ActiveTunnels() int { return kit.Locked(&b.mu, func() int { return b.active }) }
 
 // Cuts returns the number of tunnels closed by the idle cut.
-func (b *base) Cuts() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.cuts
-}
+func (b *base) Cuts() int { return kit.Locked(&b.mu, func() int { return b.cuts }) }
 
 func (b *base) tunnelOpened() {
 	b.mu.Lock()

@@ -38,7 +38,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -473,10 +472,8 @@ func formatResponse(sc Script, status int, challenge bool) []byte {
 		h.Set("Content-Length", "0")
 	}
 	b := []byte("HTTP/1.1 " + strconv.Itoa(status) + " " + reason + "\r\n")
-	for _, k := range slices.Sorted(maps.Keys(h)) {
-		for _, v := range h[k] {
-			b = append(b, k+": "+v+"\r\n"...)
-		}
+	for k, v := range kit.SortedFields(h) {
+		b = append(b, k+": "+v+"\r\n"...)
 	}
 	b = append(b, "\r\n"...)
 	return append(b, sc.Extra...)

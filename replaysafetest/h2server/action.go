@@ -1,7 +1,5 @@
 package h2server
 
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind,CloseMode -linecomment -output=enum_string.go
-
 import (
 	"net/http"
 	"strconv"
@@ -9,48 +7,50 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
-// Kind says what the server does with one stream.
-type Kind uint8
+// Kind says what the server does with one stream: one of the
+// StreamKind kinds it speaks, StreamRespond,
+// StreamRefuse (RST_STREAM(REFUSED_STREAM), which promises the client
+// that nothing was processed, RFC 9113 §8.7), StreamReset
+// (RST_STREAM(Code)), StreamGoAway (GOAWAY(last stream ID, Code), see
+// Action.LastStream: with Close the server then closes the connection;
+// without it, a stream at or below the last stream ID is answered as
+// StreamRespond would, and a stream above it is dropped unanswered),
+// StreamClose (close the connection, see Action.CloseMode, without
+// answering), StreamPartialHeaders (a HEADERS frame carrying the first
+// half of the response's header block without END_HEADERS, then close:
+// a response cut off inside its header section) and StreamHang (never
+// answer: the server keeps reading, and recording, the connection until
+// the client goes away, the server is closed, or Delay, zero meaning
+// Config.HangTimeout, elapses; then it closes the connection). The zero
+// Action is a StreamRespond with status 200 and an empty body, sent
+// once the request is complete.
+type Kind = replaysafetest.StreamKind
 
-// Action kinds. To add one: add a constant at the end with its name as a
-// line comment, make kindCount count it, run go generate, add
-// its case in (*conn).act and, usually, a constructor.
+// CloseMode says how the server closes a connection: the close modes of
+// replaysafetest. A FIN close (with or without close_notify) then
+// discards what the client still sends for up to Config.DrainTimeout so
+// that the kernel does not turn the FIN into an RST; the client reads
+// io.EOF. After an RST close the client reads ECONNRESET, unless one of
+// its writes meets the reset first: Linux reports a reset once, and the
+// next read then returns io.EOF.
+type CloseMode = replaysafetest.CloseMode
+
+// Close modes.
 const (
-	// KindRespond answers with Status, Header and Body, then Trailer if
-	// set. The zero Action is a KindRespond with status 200 and an empty
-	// body, sent once the request is complete.
-	KindRespond Kind = iota // respond
-	// KindRefuse resets the stream with RST_STREAM(REFUSED_STREAM), which
-	// promises the client that nothing was processed (RFC 9113 §8.7).
-	KindRefuse // refuse
-	// KindReset resets the stream with RST_STREAM(Code).
-	KindReset // reset
-	// KindGoAway sends GOAWAY(last stream ID, Code); see Action.LastStream.
-	// With Close the server then closes the connection; without it, a
-	// stream at or below the last stream ID is answered as KindRespond
-	// would, and a stream above it is dropped unanswered.
-	KindGoAway // goaway
-	// KindClose closes the connection (see Action.Close) without answering.
-	KindClose // close
-	// KindPartialHeaders sends a HEADERS frame carrying the first half of
-	// the response's header block without END_HEADERS, then closes the
-	// connection: a response cut off inside its header section.
-	KindPartialHeaders // partial-headers
-	// KindHang never answers the stream. The server keeps reading (and
-	// recording) the connection until the client goes away, the server is
-	// closed, or Delay (zero: Config.HangTimeout) elapses; then it closes
-	// the connection.
-	KindHang // hang
+	// CloseFIN is an orderly close: over TLS a close_notify alert first,
+	// then a TCP FIN (shutdown of the write side). The zero value.
+	CloseFIN = replaysafetest.CloseFIN
+	// CloseFINNoNotify shuts the write side with a TCP FIN without a TLS
+	// close_notify: an abrupt TLS close (truncation).
+	CloseFINNoNotify = replaysafetest.CloseFINNoNotify
+	// CloseRST sets SO_LINGER to 0 and closes, so the kernel sends a TCP
+	// RST and no close_notify.
+	CloseRST = replaysafetest.CloseRST
 )
-
-// kindCount is the number of valid values of Kind.
-const kindCount = int(KindHang) + 1
-
-// Valid reports whether k is one of the defined kinds.
-func (k Kind) Valid() bool { return int(k) < kindCount }
 
 // Moment says when in a stream's life the server carries out its action.
 type Moment = kit.Moment
@@ -63,30 +63,6 @@ const (
 	// of its body is read.
 	OnHeaders = kit.OnHeaders
 )
-
-// CloseMode says how the server closes a connection.
-type CloseMode uint8
-
-// Close modes.
-const (
-	// CloseFIN is an orderly close: over TLS a close_notify alert first,
-	// then a TCP FIN (shutdown of the write side). The server then
-	// discards what the client still sends for up to Config.DrainTimeout
-	// so that the kernel does not turn the FIN into an RST; the client
-	// reads io.EOF. The zero value.
-	CloseFIN CloseMode = iota // fin
-	// CloseRST sets SO_LINGER to 0 and closes, so the kernel sends a TCP
-	// RST and no close_notify. The client reads ECONNRESET — unless one of
-	// its writes meets the reset first: Linux reports a reset once, and
-	// the next read then returns io.EOF.
-	CloseRST // rst
-)
-
-// closeModeCount is the number of valid values of CloseMode.
-const closeModeCount = int(CloseRST) + 1
-
-// Valid reports whether m is one of the defined modes.
-func (m CloseMode) Valid() bool { return int(m) < closeModeCount }
 
 // LastStream chooses the last stream ID a GOAWAY carries.
 type LastStream struct {
@@ -127,8 +103,8 @@ type Action struct {
 	// At says when the action runs; AfterBody (the zero value) waits for
 	// the whole request.
 	At Moment
-	// Status is the response status (KindRespond, KindPartialHeaders, and
-	// KindGoAway streams that are still answered); 0 means 200.
+	// Status is the response status (StreamRespond, StreamPartialHeaders, and
+	// StreamGoAway streams that are still answered); 0 means 200.
 	Status int
 	// Header holds extra response header fields, written lower-cased in
 	// sorted key order. content-length is added unless Header sets it.
@@ -138,20 +114,20 @@ type Action struct {
 	// Trailer, when non-empty, is sent as a trailing HEADERS frame after
 	// the body.
 	Trailer http.Header
-	// Code is the error code of KindReset and KindGoAway (zero:
-	// NO_ERROR; for KindReset choose one, such as http2.ErrCodeInternal).
+	// Code is the error code of StreamReset and StreamGoAway (zero:
+	// NO_ERROR; for StreamReset choose one, such as http2.ErrCodeInternal).
 	Code http2.ErrCode
-	// LastStream is the GOAWAY's last stream ID (KindGoAway).
+	// LastStream is the GOAWAY's last stream ID (StreamGoAway).
 	LastStream LastStream
-	// DebugData is the GOAWAY's debug data (KindGoAway).
+	// DebugData is the GOAWAY's debug data (StreamGoAway).
 	DebugData []byte
-	// Close makes a KindGoAway close the connection right after the
+	// Close makes a StreamGoAway close the connection right after the
 	// GOAWAY frame.
 	Close bool
-	// CloseMode is how the connection is closed (KindGoAway with Close,
-	// KindClose, KindPartialHeaders, and the end of KindHang).
+	// CloseMode is how the connection is closed (StreamGoAway with Close,
+	// StreamClose, StreamPartialHeaders, and the end of StreamHang).
 	CloseMode CloseMode
-	// Delay is how long KindHang keeps the connection open; zero means
+	// Delay is how long StreamHang keeps the connection open; zero means
 	// Config.HangTimeout.
 	Delay time.Duration
 	// Informational lists interim responses sent, in order, as soon as
@@ -191,58 +167,58 @@ func (a Action) WithInformational(status int, header http.Header) Action {
 }
 
 // OK answers 200 with body.
-func OK(body string) Action { return Action{Kind: KindRespond, Body: []byte(body)} }
+func OK(body string) Action { return Action{Kind: replaysafetest.StreamRespond, Body: []byte(body)} }
 
 // Respond answers with status, header and body.
 func Respond(status int, header http.Header, body []byte) Action {
-	return Action{Kind: KindRespond, Status: status, Header: header, Body: body}
+	return Action{Kind: replaysafetest.StreamRespond, Status: status, Header: header, Body: body}
 }
 
 // Refuse resets the stream with REFUSED_STREAM as soon as its HEADERS
 // arrive, before its body is read.
-func Refuse() Action { return Action{Kind: KindRefuse, At: OnHeaders} }
+func Refuse() Action { return Action{Kind: replaysafetest.StreamRefuse, At: OnHeaders} }
 
 // RefuseAfterBody reads the whole request, then resets the stream with
 // REFUSED_STREAM.
-func RefuseAfterBody() Action { return Action{Kind: KindRefuse, At: AfterBody} }
+func RefuseAfterBody() Action { return Action{Kind: replaysafetest.StreamRefuse, At: AfterBody} }
 
 // Reset reads the whole request, then resets the stream with code.
-func Reset(code http2.ErrCode) Action { return Action{Kind: KindReset, Code: code} }
+func Reset(code http2.ErrCode) Action { return Action{Kind: replaysafetest.StreamReset, Code: code} }
 
 // GoAway sends GOAWAY(last, NO_ERROR) as soon as the stream's HEADERS
 // arrive, and keeps the connection open.
 func GoAway(last uint32) Action {
-	return Action{Kind: KindGoAway, At: OnHeaders, LastStream: LastStream{ID: last}}
+	return Action{Kind: replaysafetest.StreamGoAway, At: OnHeaders, LastStream: LastStream{ID: last}}
 }
 
 // GoAwayBelow sends, on the stream's HEADERS, a GOAWAY whose last stream
 // ID is the client stream before this one (its ID minus 2, at least 0):
 // proof for the client that this stream was not processed.
 func GoAwayBelow() Action {
-	return Action{Kind: KindGoAway, At: OnHeaders, LastStream: LastStream{Relative: true, Delta: -2}}
+	return Action{Kind: replaysafetest.StreamGoAway, At: OnHeaders, LastStream: LastStream{Relative: true, Delta: -2}}
 }
 
 // GoAwayAt sends, on the stream's HEADERS, a GOAWAY whose last stream ID
 // is this stream's own: the server may have processed it.
 func GoAwayAt() Action {
-	return Action{Kind: KindGoAway, At: OnHeaders, LastStream: LastStream{Relative: true}}
+	return Action{Kind: replaysafetest.StreamGoAway, At: OnHeaders, LastStream: LastStream{Relative: true}}
 }
 
 // CloseConn closes the connection with a FIN as soon as the stream's
 // HEADERS arrive, before its body is read.
-func CloseConn() Action { return Action{Kind: KindClose, At: OnHeaders} }
+func CloseConn() Action { return Action{Kind: replaysafetest.StreamClose, At: OnHeaders} }
 
 // CloseConnAfterBody reads the whole request, then closes the connection
 // with a FIN without answering.
-func CloseConnAfterBody() Action { return Action{Kind: KindClose, At: AfterBody} }
+func CloseConnAfterBody() Action { return Action{Kind: replaysafetest.StreamClose, At: AfterBody} }
 
 // PartialHeaders reads the whole request, sends half a response header
 // block in a HEADERS frame without END_HEADERS, and closes with a FIN.
-func PartialHeaders() Action { return Action{Kind: KindPartialHeaders} }
+func PartialHeaders() Action { return Action{Kind: replaysafetest.StreamPartialHeaders} }
 
 // Hang never answers; the connection is closed after d (zero:
 // Config.HangTimeout) unless the client or Server.Close ends it first.
-func Hang(d time.Duration) Action { return Action{Kind: KindHang, Delay: d} }
+func Hang(d time.Duration) Action { return Action{Kind: replaysafetest.StreamHang, Delay: d} }
 
 // WithAt returns a copy of a that runs at moment m.
 func (a Action) WithAt(m Moment) Action {
@@ -257,7 +233,7 @@ func (a Action) WithCode(c http2.ErrCode) Action {
 }
 
 // WithClose returns a copy of a that closes the connection with mode
-// after its frames (for KindGoAway it sets Close).
+// after its frames (for StreamGoAway it sets Close).
 func (a Action) WithClose(mode CloseMode) Action {
 	a.Close = true
 	a.CloseMode = mode
@@ -273,12 +249,7 @@ func (a Action) WithTrailer(trailer http.Header) Action {
 // WithHeader returns a copy of a with the response header field key set
 // to value (added to a copy of Header).
 func (a Action) WithHeader(key, value string) Action {
-	h := a.Header.Clone()
-	if h == nil {
-		h = make(http.Header)
-	}
-	h.Add(key, value)
-	a.Header = h
+	a.Header = kit.WithField(a.Header, key, value)
 	return a
 }
 
@@ -292,11 +263,11 @@ func (a Action) String() string {
 		s = strconv.Itoa(inf.Status) + "," + s
 	}
 	switch a.Kind {
-	case KindRespond:
+	case replaysafetest.StreamRespond:
 		s += " status=" + strconv.Itoa(a.status())
-	case KindReset:
+	case replaysafetest.StreamReset:
 		s += " code=" + a.Code.String()
-	case KindGoAway:
+	case replaysafetest.StreamGoAway:
 		if a.LastStream.Relative {
 			s += " last=stream" + strconv.FormatInt(a.LastStream.Delta, 10)
 		} else {
@@ -306,42 +277,19 @@ func (a Action) String() string {
 		if a.Close {
 			s += " close=" + a.CloseMode.String()
 		}
-	case KindClose, KindPartialHeaders:
+	case replaysafetest.StreamClose, replaysafetest.StreamPartialHeaders:
 		s += " close=" + a.CloseMode.String()
 	}
 	return s
 }
 
-func (a Action) status() int {
-	if a.Status == 0 {
-		return http.StatusOK
-	}
-	return a.Status
-}
+func (a Action) status() int { return kit.OrOK(a.Status) }
 
-// ConnScript scripts one connection: Streams[j] handles the j-th stream
-// the client opens on it (in the order its HEADERS arrive, counting from
-// 0, whatever its stream ID), and Default every stream after the list.
-type ConnScript struct {
-	// Streams lists the actions in stream order.
-	Streams []Action
-	// Default handles streams beyond Streams; nil means OK("ok").
-	Default *Action
-}
+// ConnScript scripts one connection: Streams[j] handles the j-th
+// stream the client opens on it, Default every one after the list
+// (replaysafetest.StreamScript).
+type ConnScript = replaysafetest.StreamScript[Action]
 
 // Every returns a script that applies a to every stream of a connection.
 // Config{Default: Every(Refuse())} is a server that refuses everything.
 func Every(a Action) *ConnScript { return &ConnScript{Default: &a} }
-
-// action returns the action for the j-th stream.
-func (c *ConnScript) action(j int) Action {
-	if c != nil {
-		if j < len(c.Streams) {
-			return c.Streams[j]
-		}
-		if c.Default != nil {
-			return *c.Default
-		}
-	}
-	return OK("ok")
-}

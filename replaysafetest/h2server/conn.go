@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
@@ -83,7 +83,7 @@ func newConn(s *Server, rec *connRecord, tcp *net.TCPConn) *conn {
 		idx:        rec.info.Index,
 		tcp:        tcp,
 		nc:         &tcpCounter{TCPConn: tcp, rec: rec},
-		script:     s.script(rec.info.Index),
+		script:     kit.ScriptFor(s.cfg.Conns, s.cfg.Default, rec.info.Index),
 		streams:    make(map[uint32]*stream),
 		connWindow: initialWindow,
 		initWindow: initialWindow,
@@ -136,13 +136,13 @@ func (c *countingConn) Write(p []byte) (int, error) {
 }
 
 func (c *conn) logf(format string, args ...any) {
-	c.s.logf("conn %d: "+format, append([]any{c.idx}, args...)...)
+	c.s.core.Logf("conn %d: "+format, append([]any{c.idx}, args...)...)
 }
 
 // fail notes why the server ended the connection.
 func (c *conn) fail(err error) {
 	c.logf("%v", err)
-	c.s.update(func() {
+	c.s.core.Update(func() {
 		if c.rec.info.Err == "" {
 			c.rec.info.Err = err.Error()
 		}
@@ -165,7 +165,7 @@ func (c *conn) serve() {
 			return
 		}
 		f, err := c.fr.ReadFrame()
-		if err != nil && !c.holdUntil.IsZero() && errors.Is(err, os.ErrDeadlineExceeded) {
+		if err != nil && !c.holdUntil.IsZero() && kit.IsTimeout(err) {
 			// No HEADERS within SettingsHold: send the SETTINGS and go on.
 			if err := c.releaseSettings(); err != nil {
 				c.fail(err)
@@ -214,7 +214,7 @@ func (c *conn) start() error {
 			return fmt.Errorf("TLS handshake: %w", err)
 		}
 		proto := tc.ConnectionState().NegotiatedProtocol
-		c.s.update(func() { c.rec.info.NegotiatedProtocol = proto })
+		c.s.core.Update(func() { c.rec.info.NegotiatedProtocol = proto })
 		c.tc, c.nc = tc, tc
 		if proto != http2.NextProtoTLS {
 			return fmt.Errorf("ALPN negotiated %q, not %q", proto, http2.NextProtoTLS)
@@ -231,7 +231,7 @@ func (c *conn) start() error {
 	if string(preface[:]) != http2.ClientPreface {
 		return fmt.Errorf("bad client preface %q", preface[:])
 	}
-	c.s.update(func() { c.rec.info.Preface = true })
+	c.s.core.Update(func() { c.rec.info.Preface = true })
 
 	c.fr = http2.NewFramer(c.cc, c.cc)
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
@@ -285,7 +285,7 @@ func (c *conn) readDeadline() time.Time {
 // onReadError ends the connection after a failed frame read.
 func (c *conn) onReadError(err error) {
 	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case kit.IsTimeout(err):
 		if !c.hangUntil.IsZero() && !time.Now().Before(c.hangUntil) {
 			c.logf("hang over: closing (%v)", c.hangMode)
 			c.closeWith(c.hangMode)
@@ -325,7 +325,7 @@ func (c *conn) onStreamError(se http2.StreamError) error {
 func (c *conn) finish() {
 	c.nc.Close()
 	c.tcp.Close()
-	c.s.update(func() {
+	c.s.core.Update(func() {
 		c.rec.info.Closed = true
 		for _, st := range c.streams {
 			st.rec.Done = true
@@ -333,7 +333,7 @@ func (c *conn) finish() {
 		delete(c.s.live, c)
 	})
 	c.streams = nil
-	c.s.wg.Done()
+	c.s.core.WG.Done()
 }
 
 // closeWith closes the connection. A FIN close shuts the write side (after
@@ -342,7 +342,7 @@ func (c *conn) finish() {
 // closes.
 func (c *conn) closeWith(mode CloseMode) {
 	// The server reads no stream any more: their records are final.
-	c.s.update(func() {
+	c.s.core.Update(func() {
 		for _, st := range c.streams {
 			st.rec.Done = true
 		}
@@ -352,7 +352,7 @@ func (c *conn) closeWith(mode CloseMode) {
 		c.tcp.Close()
 		return
 	}
-	if c.tc != nil {
+	if c.tc != nil && mode != CloseFINNoNotify {
 		_ = c.tc.CloseWrite()
 	}
 	_ = c.tcp.CloseWrite()
@@ -382,7 +382,7 @@ func (c *conn) handle(f http2.Frame) (closed bool, err error) {
 		if f.IsAck() {
 			if !c.settingsAck {
 				c.settingsAck = true
-				c.s.update(func() { c.rec.info.SettingsAcked = true })
+				c.s.core.Update(func() { c.rec.info.SettingsAcked = true })
 			}
 			return false, nil
 		}
@@ -411,7 +411,7 @@ func (c *conn) handle(f http2.Frame) (closed bool, err error) {
 	case *http2.RSTStreamFrame:
 		c.onClientReset(f)
 	case *http2.GoAwayFrame:
-		c.s.update(func() { c.rec.info.ClientGoAway = true })
+		c.s.core.Update(func() { c.rec.info.ClientGoAway = true })
 	}
 	return false, nil
 }
@@ -434,7 +434,7 @@ func (c *conn) applySettings(f *http2.SettingsFrame) error {
 	})
 	if !c.gotSettings {
 		c.gotSettings = true
-		c.s.update(func() { c.rec.info.Settings = got })
+		c.s.core.Update(func() { c.rec.info.Settings = got })
 	}
 	return err
 }
@@ -467,7 +467,7 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) (bool, error) {
 		for _, hf := range f.RegularFields() {
 			trailer.Add(hf.Name, hf.Value)
 		}
-		c.s.update(func() { st.rec.Trailer = trailer })
+		c.s.core.Update(func() { st.rec.Trailer = trailer })
 		if f.StreamEnded() {
 			return c.endOfRequest(st)
 		}
@@ -495,15 +495,15 @@ func (c *conn) onHeaders(f *http2.MetaHeadersFrame) (bool, error) {
 	case refused:
 		a = Refuse()
 	case !ignored:
-		a = c.script.action(c.served)
+		a = c.script.Nth(c.served, OK("ok"))
 		c.served++
 	}
-	c.s.update(func() {
+	c.s.core.Update(func() {
 		rec.Ignored = ignored
 		rec.PrereadRefused = refused
 		rec.Action = a.Kind
 		rec.Done = ignored || rec.EndStream
-		c.s.reqs = append(c.s.reqs, rec)
+		c.s.core.Reqs = append(c.s.core.Reqs, rec)
 		c.rec.info.Streams++
 	})
 	if ignored {
@@ -571,9 +571,9 @@ func (c *conn) flood(st *stream) error {
 func newReceived(connIdx, seq int, f *http2.MetaHeadersFrame) *Received {
 	p, h := kit.SplitFields(f.Fields, func(hf hpack.HeaderField) (string, string) { return hf.Name, hf.Value })
 	return &Received{
-		Conn: connIdx, Seq: seq, StreamID: f.StreamID, At: time.Now(),
-		Fields: append([]hpack.HeaderField(nil), f.Fields...), Header: h, EndStream: f.StreamEnded(),
-		Method: p.Method, Scheme: p.Scheme, Authority: p.Authority, Path: p.Path, Protocol: p.Protocol,
+		StreamRecord: replaysafetest.StreamRecord{Conn: connIdx, Seq: seq, At: time.Now(), Header: h,
+			Method: p.Method, Scheme: p.Scheme, Authority: p.Authority, Path: p.Path, Protocol: p.Protocol},
+		StreamID: f.StreamID, Fields: append([]hpack.HeaderField(nil), f.Fields...), EndStream: f.StreamEnded(),
 	}
 }
 
@@ -592,7 +592,7 @@ func (c *conn) onData(f *http2.DataFrame) (bool, error) {
 	}
 	data, ended := f.Data(), f.StreamEnded()
 	max := c.s.cfg.MaxBodyBytes
-	c.s.update(func() {
+	c.s.core.Update(func() {
 		take := min(len(data), max-len(st.rec.Body))
 		st.rec.Body = append(st.rec.Body, data[:take]...)
 		st.rec.BodyDropped += int64(len(data) - take)
@@ -615,7 +615,7 @@ func (c *conn) onData(f *http2.DataFrame) (bool, error) {
 // endOfRequest runs once END_STREAM arrived on a stream the server reads.
 func (c *conn) endOfRequest(st *stream) (bool, error) {
 	st.reading = false
-	c.s.update(func() {
+	c.s.core.Update(func() {
 		st.rec.EndStream = true
 		st.rec.Done = true
 	})
@@ -636,7 +636,7 @@ func (c *conn) onClientReset(f *http2.RSTStreamFrame) {
 		return
 	}
 	c.logf("stream %d: reset by the client (%v)", st.id, f.ErrCode)
-	c.s.update(func() {
+	c.s.core.Update(func() {
 		st.rec.ClientReset = true
 		st.rec.ClientResetCode = f.ErrCode
 		st.rec.Done = true
@@ -650,19 +650,19 @@ func (c *conn) act(st *stream) (closed bool, err error) {
 	st.acted = true
 	a := st.action
 	switch a.Kind {
-	case KindRespond:
+	case replaysafetest.StreamRespond:
 		return false, c.respond(st)
-	case KindRefuse:
+	case replaysafetest.StreamRefuse:
 		return false, c.resetStream(st, http2.ErrCodeRefusedStream)
-	case KindReset:
+	case replaysafetest.StreamReset:
 		return false, c.resetStream(st, a.Code)
-	case KindGoAway:
+	case replaysafetest.StreamGoAway:
 		return c.goAwayFor(st)
-	case KindClose:
+	case replaysafetest.StreamClose:
 		c.logf("stream %d: closing the connection (%v)", st.id, a.CloseMode)
 		c.closeWith(a.CloseMode)
 		return true, nil
-	case KindPartialHeaders:
+	case replaysafetest.StreamPartialHeaders:
 		block := c.encodeResponse(a)
 		half := block[:(len(block)+1)/2]
 		if err := c.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: st.id, BlockFragment: half}); err != nil {
@@ -671,7 +671,7 @@ func (c *conn) act(st *stream) (closed bool, err error) {
 		c.logf("stream %d: sent %d of %d header block bytes without END_HEADERS; closing (%v)", st.id, len(half), len(block), a.CloseMode)
 		c.closeWith(a.CloseMode)
 		return true, nil
-	case KindHang:
+	case replaysafetest.StreamHang:
 		d := a.Delay
 		if d <= 0 {
 			d = c.s.cfg.HangTimeout
@@ -700,7 +700,7 @@ func (c *conn) resetStream(st *stream, code http2.ErrCode) error {
 // stop ends the server's interest in a stream: it reads and sends no more.
 func (c *conn) stop(st *stream) {
 	st.reading, st.sending, st.pending, st.respondAtEnd = false, false, nil, false
-	c.s.update(func() { st.rec.Done = true })
+	c.s.core.Update(func() { st.rec.Done = true })
 	c.release(st)
 }
 
@@ -748,7 +748,7 @@ func (c *conn) writeGoAway(last uint32, code http2.ErrCode, debug []byte) (uint3
 		return last, err
 	}
 	c.goAway, c.goAwayLast = true, last
-	c.s.update(func() {
+	c.s.core.Update(func() {
 		c.rec.info.GoAwaySent = true
 		c.rec.info.GoAwayLast = last
 		c.rec.info.GoAwayCode = code
@@ -872,10 +872,8 @@ func (c *conn) encodeFields(h http.Header) []byte {
 }
 
 func (c *conn) writeHeader(h http.Header) {
-	for _, k := range slices.Sorted(maps.Keys(h)) {
-		for _, v := range h[k] {
-			c.writeField(strings.ToLower(k), v)
-		}
+	for k, v := range kit.SortedFields(h) {
+		c.writeField(strings.ToLower(k), v)
 	}
 }
 

@@ -12,7 +12,6 @@ var _ replaysafetest.Scripted = (*Server)(nil)
 // GOAWAY, is Unprocessed.
 func (s *Server) Receipts() []replaysafetest.Receipt {
 	return kit.Map(s.Requests(), func(r Received) replaysafetest.Receipt {
-		return replaysafetest.Receipt{Conn: r.Conn, Method: r.Method, Path: r.Path, Body: r.Body,
-			Complete: r.EndStream, Unprocessed: r.Ignored || r.Action == KindRefuse}
+		return r.Receipt(r.EndStream)
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 )
 
@@ -39,10 +40,10 @@ func TestRawRefuseBodyBeforeSettingsAck(t *testing.T) {
 	if len(rs) != 3 {
 		t.Fatalf("%d records, want 3", len(rs))
 	}
-	if r := rs[0]; !r.PrereadRefused || r.Action != h2server.KindRefuse || len(r.Body) != 0 || !r.Done {
+	if r := rs[0]; !r.PrereadRefused || r.Action != replaysafetest.StreamRefuse || len(r.Body) != 0 || !r.Done {
 		t.Errorf("refused stream: %+v", r)
 	}
-	if r := rs[1]; r.PrereadRefused || r.Action != h2server.KindRespond {
+	if r := rs[1]; r.PrereadRefused || r.Action != replaysafetest.StreamRespond {
 		t.Errorf("bodiless stream: %+v", r)
 	}
 	if r := rs[2]; r.PrereadRefused || string(r.Body) != "late body" || !r.EndStream {
@@ -126,7 +127,7 @@ func TestInformational(t *testing.T) {
 		if f := rc.read(); f.Type != http2.FrameRSTStream || f.Code != http2.ErrCodeRefusedStream {
 			t.Fatalf("then %v %v, want RST_STREAM(REFUSED_STREAM)", f, f.Code)
 		}
-		if r := waitRequests(t, s, 1)[0]; r.Action != h2server.KindRefuse {
+		if r := waitRequests(t, s, 1)[0]; r.Action != replaysafetest.StreamRefuse {
 			t.Errorf("record %+v", r)
 		}
 	})

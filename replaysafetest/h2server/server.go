@@ -32,44 +32,25 @@ package h2server
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"sync"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
-// Defaults for the zero fields of Config.
-const (
-	// DefaultHandshakeTimeout bounds the TLS handshake and the arrival of
-	// the client connection preface.
-	DefaultHandshakeTimeout = 5 * time.Second
-	// DefaultIdleTimeout is how long a connection may go without a frame
-	// from the client before the server closes it.
-	DefaultIdleTimeout = 30 * time.Second
-	// DefaultWriteTimeout bounds each frame write.
-	DefaultWriteTimeout = 5 * time.Second
-	// DefaultHangTimeout bounds Hang actions that set no duration.
-	DefaultHangTimeout = 30 * time.Second
-	// DefaultDrainTimeout bounds how long a FIN close keeps discarding
-	// what the client still sends.
-	DefaultDrainTimeout = time.Second
-	// DefaultWaitTimeout bounds the Wait methods when their context has no
-	// deadline.
-	DefaultWaitTimeout = 10 * time.Second
-	// DefaultLifetime is how long a server runs before it closes itself.
-	DefaultLifetime = 2 * time.Minute
-	// DefaultMaxBodyBytes bounds the body recorded for one stream.
-	DefaultMaxBodyBytes = 1 << 20
-)
+// DefaultDrainTimeout bounds how long a FIN close keeps discarding what
+// the client still sends: the default of Config.DrainTimeout. The other
+// defaults of Config are replaysafetest's (DefaultStreamHandshakeTimeout
+// and the like), which h3server shares.
+const DefaultDrainTimeout = time.Second
 
 // SettingsHold bounds how long a server with RefuseBodyBeforeSettingsAck
 // holds back its SETTINGS waiting for the first request.
@@ -99,27 +80,27 @@ type Config struct {
 	// stream gets OK("ok").
 	Default *ConnScript
 	// HandshakeTimeout bounds the TLS handshake and the client preface;
-	// zero means DefaultHandshakeTimeout.
+	// zero means replaysafetest.DefaultStreamHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	// IdleTimeout closes a connection that sent no frame for this long;
-	// zero means DefaultIdleTimeout.
+	// zero means replaysafetest.DefaultStreamIdleTimeout.
 	IdleTimeout time.Duration
-	// WriteTimeout bounds each frame write; zero means DefaultWriteTimeout.
+	// WriteTimeout bounds each frame write; zero means replaysafetest.DefaultStreamWriteTimeout.
 	WriteTimeout time.Duration
 	// HangTimeout bounds Hang actions without a duration; zero means
-	// DefaultHangTimeout.
+	// replaysafetest.DefaultHangTimeout.
 	HangTimeout time.Duration
 	// DrainTimeout bounds the discarding of client bytes after a FIN
 	// close; zero means DefaultDrainTimeout.
 	DrainTimeout time.Duration
 	// WaitTimeout bounds the Wait methods when their context has no
-	// deadline; zero means DefaultWaitTimeout.
+	// deadline; zero means replaysafetest.DefaultWaitTimeout.
 	WaitTimeout time.Duration
 	// Lifetime is how long the server runs before closing itself; zero
-	// means DefaultLifetime.
+	// means replaysafetest.DefaultStreamLifetime.
 	Lifetime time.Duration
 	// MaxBodyBytes bounds the body recorded for one stream; the rest is
-	// counted in Received.BodyDropped. Zero means DefaultMaxBodyBytes.
+	// counted in Received.BodyDropped. Zero means replaysafetest.DefaultStreamMaxBodyBytes.
 	MaxBodyBytes int
 	// RefuseBodyBeforeSettingsAck emulates nginx with a small
 	// http2_body_preread_size: a stream whose HEADERS do not end it (a
@@ -127,7 +108,7 @@ type Config struct {
 	// the server's SETTINGS is reset with RST_STREAM(REFUSED_STREAM), its
 	// body discarded, without running its action. Once the SETTINGS ACK
 	// has arrived, bodies are accepted. A refused stream is recorded with
-	// PrereadRefused set and Action KindRefuse; it takes a Seq, but not a
+	// PrereadRefused set and Action StreamRefuse; it takes a Seq, but not a
 	// script position. So that the race is decided the same way in every
 	// run, the server holds back its SETTINGS (and the ACK of the
 	// client's) until the first HEADERS, a PING or DATA frame, or
@@ -148,83 +129,35 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	kit.Default(&c.HandshakeTimeout, DefaultHandshakeTimeout)
-	kit.Default(&c.IdleTimeout, DefaultIdleTimeout)
-	kit.Default(&c.WriteTimeout, DefaultWriteTimeout)
-	kit.Default(&c.HangTimeout, DefaultHangTimeout)
+	kit.StreamLimits{Handshake: &c.HandshakeTimeout, Idle: &c.IdleTimeout, Write: &c.WriteTimeout,
+		Hang: &c.HangTimeout, Wait: &c.WaitTimeout, Lifetime: &c.Lifetime, MaxBody: &c.MaxBodyBytes}.Fill()
 	kit.Default(&c.DrainTimeout, DefaultDrainTimeout)
-	kit.Default(&c.WaitTimeout, DefaultWaitTimeout)
-	kit.Default(&c.Lifetime, DefaultLifetime)
-	kit.Default(&c.MaxBodyBytes, DefaultMaxBodyBytes)
 }
 
-// Received is one stream as the server received it.
+// Received is one stream as the server received it: the record every
+// scripted stream server keeps, and what only HTTP/2 has.
 type Received struct {
-	// Conn is the connection's index in accept order, from 0.
-	Conn int
-	// Seq is the stream's position on its connection, from 0: the j of
-	// ConnScript.Streams[j].
-	Seq int
+	replaysafetest.StreamRecord
 	// StreamID is the stream's HTTP/2 identifier.
 	StreamID uint32
-	// At is when the stream's HEADERS arrived.
-	At time.Time
-	// Method, Scheme, Authority and Path are the request pseudo-header
-	// fields; Protocol is :protocol (extended CONNECT), usually empty.
-	Method, Scheme, Authority, Path, Protocol string
 	// Fields is the request's decoded header block as it arrived,
 	// pseudo-header fields first.
 	Fields []hpack.HeaderField
-	// Header holds the regular header fields, with canonical keys.
-	Header http.Header
-	// Trailer holds the request trailer fields, or nil.
-	Trailer http.Header
-	// Body is the request body as received (DATA payloads, padding
-	// removed), up to Config.MaxBodyBytes.
-	Body []byte
-	// BodyDropped counts body bytes beyond Config.MaxBodyBytes.
-	BodyDropped int64
 	// EndStream reports that the client ended the stream (END_STREAM on
 	// HEADERS, DATA or trailers) while the server was still reading it.
 	EndStream bool
-	// ClientReset reports that the client reset the stream, with
-	// ClientResetCode.
-	ClientReset     bool
+	// ClientResetCode is the code of the client's RST_STREAM, when
+	// ClientReset.
 	ClientResetCode http2.ErrCode
 	// PrereadRefused reports that the stream was refused because its
 	// body arrived before the client acknowledged the server's SETTINGS
 	// (Config.RefuseBodyBeforeSettingsAck).
 	PrereadRefused bool
-	// Ignored reports that the stream arrived above the last stream ID
-	// of a GOAWAY the server had already sent; it was recorded but not
-	// handled (RFC 9113 §6.8).
-	Ignored bool
-	// Action is the kind of action the server took (meaningless when
-	// Ignored).
-	Action Kind
-	// Done reports that the server will record nothing more for the
-	// stream: END_STREAM arrived, the stream was reset by either side, or
-	// the server stopped reading it or its connection.
-	Done bool
-}
-
-func (r *Received) clone() Received {
-	c := *r
-	c.Fields = append([]hpack.HeaderField(nil), r.Fields...)
-	c.Header = r.Header.Clone()
-	c.Trailer = r.Trailer.Clone()
-	c.Body = append([]byte(nil), r.Body...)
-	return c
 }
 
 // ConnInfo describes one accepted connection.
 type ConnInfo struct {
-	// Index is the connection's position in accept order, from 0.
-	Index int
-	// Remote is the client's address.
-	Remote string
-	// NegotiatedProtocol is the ALPN result over TLS ("h2"), empty for h2c.
-	NegotiatedProtocol string
+	replaysafetest.ConnRecord
 	// Preface reports that the client connection preface arrived intact.
 	Preface bool
 	// Settings are the parameters of the client's first SETTINGS frame.
@@ -232,8 +165,6 @@ type ConnInfo struct {
 	// SettingsAcked reports that the client acknowledged the server's
 	// SETTINGS.
 	SettingsAcked bool
-	// Streams counts the streams the client opened.
-	Streams int
 	// BytesRead and BytesWritten count the HTTP/2 bytes exchanged, preface
 	// included, inside TLS when TLS is on.
 	BytesRead, BytesWritten int64
@@ -241,18 +172,10 @@ type ConnInfo struct {
 	// TCP connection: TLS handshake and records included; for h2c the same
 	// as BytesRead and BytesWritten.
 	TCPBytesRead, TCPBytesWritten int64
-	// GoAwaySent reports that the server sent a GOAWAY, with GoAwayLast
-	// and GoAwayCode as the last one carried.
-	GoAwaySent bool
+	// GoAwayLast and GoAwayCode are the last GOAWAY the server sent, when
+	// GoAwaySent.
 	GoAwayLast uint32
 	GoAwayCode http2.ErrCode
-	// ClientGoAway reports that the client sent a GOAWAY.
-	ClientGoAway bool
-	// Closed reports that the connection is over.
-	Closed bool
-	// Err says why the connection ended, when the server ended it on an
-	// error or a timeout; empty otherwise.
-	Err string
 }
 
 // connRecord is the server's bookkeeping for one connection: info is
@@ -271,28 +194,26 @@ type Server struct {
 	tlsCfg *tls.Config
 	cert   kit.Cert
 	done   chan struct{} // closed when Close starts
-	wg     sync.WaitGroup
 
-	closeOnce sync.Once
-
-	mu      sync.Mutex
-	board   kit.Board   // wakes the waiters on every change of the records
-	life    *time.Timer // closes the server after Config.Lifetime
-	closing bool        // Close has started: accept no more connections
-	conns   []*connRecord
-	reqs    []*Received
-	live    map[*conn]struct{}
+	core kit.Core[Received, connRecord] // streams, connections, waiters, Close
+	live map[*conn]struct{}             // guarded by core.Mu
 }
 
 // New starts a server on 127.0.0.1 with an ephemeral port.
 func New(cfg Config) (*Server, error) {
 	cfg.setDefaults()
-	s := &Server{
-		cfg:  cfg,
-		done: make(chan struct{}),
-		live: make(map[*conn]struct{}),
-	}
-	s.board.Init(&s.mu)
+	s := &Server{cfg: cfg, done: make(chan struct{}), live: make(map[*conn]struct{})}
+	s.core.Init(kit.CoreSpec[Received, connRecord]{
+		Name: "h2server", WaitTimeout: cfg.WaitTimeout, Logf: cfg.Logf, ErrClosed: ErrClosed,
+		Clone: func(r *Received) Received {
+			c := *r
+			c.StreamRecord, c.Fields = r.StreamRecord.Clone(), slices.Clone(r.Fields)
+			return c
+		},
+		ConnOf: func(r *Received) int { return r.Conn },
+		Done:   func(r *Received) bool { return r.Done },
+		Closed: func(c *connRecord) bool { return c.info.Closed },
+	})
 	if cfg.TLS {
 		var err error
 		if s.tlsCfg, s.cert, err = kit.NewCert("replaysafe h2server", []string{http2.NextProtoTLS}, tls.VersionTLS12); err != nil {
@@ -304,94 +225,83 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("h2server: listen: %w", err)
 	}
 	s.ln = ln
-	s.wg.Add(1)
-	go s.acceptLoop()
-	s.mu.Lock()
-	s.life = time.AfterFunc(cfg.Lifetime, func() {
-		s.logf("lifetime %v over: closing", cfg.Lifetime)
-		s.Close()
-	})
-	s.mu.Unlock()
+	s.core.Go(s.acceptLoop)
+	s.core.CloseAfter(cfg.Lifetime, s.Close)
 	return s, nil
+}
+
+// Close stops the server: it stops accepting, closes every connection and
+// waits until every goroutine it started has returned. The records stay
+// readable. Close is idempotent; every call returns after the first has
+// finished.
+func (s *Server) Close() error {
+	s.core.Close(func() func() {
+		close(s.done)
+		live := kit.Keys(s.live)
+		return func() {
+			s.ln.Close()
+			for _, c := range live {
+				c.tcp.Close() // unblocks the connection's read; it then cleans up
+			}
+		}
+	}, nil)
+	return nil
+}
+
+// acceptLoop admits connections until the listener closes.
+func (s *Server) acceptLoop() {
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			select {
+			case <-s.done:
+			default:
+				s.core.Logf("accept: %v; no longer accepting", err)
+			}
+			return
+		}
+		tcp, ok := nc.(*net.TCPConn)
+		if !ok { // cannot happen with a TCP listener
+			nc.Close()
+			continue
+		}
+		admitted := s.core.Admit(func(idx int) (*connRecord, func()) {
+			rec := &connRecord{info: ConnInfo{ConnRecord: replaysafetest.ConnRecord{Index: idx, Remote: tcp.RemoteAddr().String()}}}
+			c := newConn(s, rec, tcp)
+			s.live[c] = struct{}{}
+			return rec, c.serve
+		})
+		if !admitted {
+			tcp.Close()
+			return
+		}
+	}
 }
 
 // Addr returns the listening address, host:port.
 func (s *Server) Addr() string { return s.ln.Addr().String() }
 
 // URL returns the server's base URL: https:// over TLS, http:// for h2c.
-func (s *Server) URL() string {
-	if s.cfg.TLS {
-		return "https://" + s.Addr()
-	}
-	return "http://" + s.Addr()
-}
-
-// TLS reports whether the server speaks TLS.
-func (s *Server) TLS() bool { return s.cfg.TLS }
-
-// Certificate returns the server's self-signed certificate, or nil for
-// h2c.
-func (s *Server) Certificate() *x509.Certificate { return s.cert.Certificate() }
-
-// CertPool returns a new pool holding only the server's certificate, or
-// nil for h2c.
-func (s *Server) CertPool() *x509.CertPool { return s.cert.CertPool() }
-
-// ClientTLSConfig returns a new client configuration that trusts only
-// the server's certificate and offers ALPN "h2", or nil for h2c.
-func (s *Server) ClientTLSConfig() *tls.Config { return s.cert.ClientTLSConfig() }
-
-// Dial opens a client connection to the server: a TCP connection for h2c,
-// or a TLS connection whose handshake (ALPN "h2") is complete.
-func (s *Server) Dial(ctx context.Context) (net.Conn, error) {
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", s.Addr())
-	if err != nil {
-		return nil, err
-	}
-	if !s.cfg.TLS {
-		return c, nil
-	}
-	tc := tls.Client(c, s.ClientTLSConfig())
-	if err := tc.HandshakeContext(ctx); err != nil {
-		c.Close()
-		return nil, err
-	}
-	if p := tc.ConnectionState().NegotiatedProtocol; p != http2.NextProtoTLS {
-		tc.Close()
-		return nil, fmt.Errorf("h2server: negotiated protocol %q, want %q", p, http2.NextProtoTLS)
-	}
-	return tc, nil
-}
+func (s *Server) URL() string { return kit.BaseURL(s.cfg.TLS, s.Addr()) }
 
 // Requests returns a copy of every stream received, in the order their
 // HEADERS arrived.
-func (s *Server) Requests() []Received {
-	return kit.Snapshot(&s.mu, func() []*Received { return s.reqs }, nil, (*Received).clone)
-}
+func (s *Server) Requests() []Received { return s.core.Requests() }
 
 // RequestsOn returns a copy of the streams received on connection i.
-func (s *Server) RequestsOn(i int) []Received {
-	return kit.Snapshot(&s.mu, func() []*Received { return s.reqs }, func(r *Received) bool { return r.Conn == i }, (*Received).clone)
+func (s *Server) RequestsOn(i int) []Received { return s.core.RequestsOn(i) }
+
+// Conns returns a snapshot of every accepted connection.
+func (s *Server) Conns() []ConnInfo {
+	return kit.Locked(&s.core.Mu, func() []ConnInfo { return kit.Map(s.core.Conns, (*connRecord).snapshot) })
 }
 
 // Count returns the number of streams received so far, on every
 // connection, ignored ones included.
-func (s *Server) Count() int { return kit.Locked(&s.mu, func() int { return len(s.reqs) }) }
+func (s *Server) Count() int { return s.core.Count() }
 
 // Accepted returns the number of connections accepted so far.
-func (s *Server) Accepted() int { return kit.Locked(&s.mu, func() int { return len(s.conns) }) }
-
-// Conns returns a snapshot of every accepted connection.
-func (s *Server) Conns() []ConnInfo {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]ConnInfo, len(s.conns))
-	for i, c := range s.conns {
-		out[i] = c.snapshot()
-	}
-	return out
-}
+func (s *Server) Accepted() int { return s.core.Accepted() }
 
 // snapshot copies the record; the caller holds Server.mu.
 func (c *connRecord) snapshot() ConnInfo {
@@ -405,114 +315,15 @@ func (c *connRecord) snapshot() ConnInfo {
 }
 
 // WaitRequests waits until at least n streams are Done (fully received,
-// or never to be read further).
-func (s *Server) WaitRequests(ctx context.Context, n int) error {
-	return s.wait(ctx, func() bool {
-		done := 0
-		for _, r := range s.reqs {
-			if r.Done {
-				done++
-			}
-		}
-		return done >= n
-	})
-}
+// or never to be read further). A context without a deadline gets
+// Config.WaitTimeout; once the server has finished closing with fewer,
+// it returns ErrClosed.
+func (s *Server) WaitRequests(ctx context.Context, n int) error { return s.core.WaitDone(ctx, n) }
 
 // WaitConns waits until at least n connections have been accepted.
-func (s *Server) WaitConns(ctx context.Context, n int) error {
-	return s.wait(ctx, func() bool { return len(s.conns) >= n })
-}
+func (s *Server) WaitConns(ctx context.Context, n int) error { return s.core.WaitConns(ctx, n) }
 
 // WaitConnClosed waits until connection i has been accepted and is over.
 func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
-	return s.wait(ctx, func() bool { return i < len(s.conns) && s.conns[i].info.Closed })
-}
-
-// wait blocks until cond (called with s.mu held) holds, the context ends,
-// or the server has finished closing with cond still false. A context
-// without a deadline gets Config.WaitTimeout.
-func (s *Server) wait(ctx context.Context, cond func() bool) error {
-	err := s.board.Wait(ctx, s.cfg.WaitTimeout, "h2server", true, cond)
-	if errors.Is(err, kit.ErrClosed) {
-		return ErrClosed
-	}
-	return err
-}
-
-// Close stops the server: it stops accepting, closes every connection and
-// waits until every goroutine it started has returned. The records stay
-// readable. Close is idempotent; every call returns after the first has
-// finished.
-func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		if s.life != nil {
-			s.life.Stop()
-		}
-		s.closing = true
-		close(s.done)
-		live := make([]*conn, 0, len(s.live))
-		for c := range s.live {
-			live = append(live, c)
-		}
-		s.mu.Unlock()
-		s.ln.Close()
-		for _, c := range live {
-			c.tcp.Close() // unblocks the connection's read; it then cleans up
-		}
-		s.wg.Wait()
-		s.board.Finish()
-	})
-	return nil
-}
-
-// update runs f with s.mu held and wakes the waiters.
-func (s *Server) update(f func()) { s.board.Update(f) }
-
-func (s *Server) logf(format string, args ...any) {
-	if s.cfg.Logf != nil {
-		s.cfg.Logf("h2server: "+format, args...)
-	}
-}
-
-// script returns the script for connection i.
-func (s *Server) script(i int) *ConnScript {
-	if i < len(s.cfg.Conns) {
-		return &s.cfg.Conns[i]
-	}
-	return s.cfg.Default
-}
-
-func (s *Server) acceptLoop() {
-	defer s.wg.Done()
-	for {
-		nc, err := s.ln.Accept()
-		if err != nil {
-			select {
-			case <-s.done:
-			default:
-				s.logf("accept: %v; no longer accepting", err)
-			}
-			return
-		}
-		tcp, ok := nc.(*net.TCPConn)
-		if !ok { // cannot happen with a TCP listener
-			nc.Close()
-			continue
-		}
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			tcp.Close()
-			return
-		}
-		rec := &connRecord{info: ConnInfo{Index: len(s.conns), Remote: tcp.RemoteAddr().String()}}
-		s.conns = append(s.conns, rec)
-		c := newConn(s, rec, tcp)
-		s.live[c] = struct{}{}
-		s.wg.Add(1)
-		s.board.NotifyLocked()
-		s.mu.Unlock()
-		go c.serve()
-	}
+	return s.core.WaitConnClosed(ctx, i)
 }

@@ -2,7 +2,6 @@ package h2server_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -15,7 +14,9 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kittest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -23,22 +24,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // start runs a server for the test and closes it at the end.
 func start(t *testing.T, cfg h2server.Config) *h2server.Server {
 	t.Helper()
-	if cfg.Logf == nil {
-		cfg.Logf = t.Logf
-	}
-	s, err := h2server.New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return kittest.Start(t, h2server.New, cfg, func(c *h2server.Config) *func(string, ...any) { return &c.Logf })
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+var ctxT = kittest.Context
 
 // one scripts the first connection's streams.
 func one(actions ...h2server.Action) h2server.Config {
@@ -92,7 +81,7 @@ func TestRawRespondRecordsEverything(t *testing.T) {
 			r.Scheme != "https" || r.Authority != "127.0.0.1" {
 			t.Errorf("record: %+v", r)
 		}
-		if string(r.Body) != "hello world" || !r.EndStream || !r.Done || r.Action != h2server.KindRespond {
+		if string(r.Body) != "hello world" || !r.EndStream || !r.Done || r.Action != replaysafetest.StreamRespond {
 			t.Errorf("body %q end=%v done=%v action=%v", r.Body, r.EndStream, r.Done, r.Action)
 		}
 		if r.Header.Get("X-Req") != "v" || r.Trailer.Get("X-Req-Trailer") != "t" {
@@ -132,10 +121,10 @@ func TestRawRefuseOnHeadersSkipsBody(t *testing.T) {
 	if len(rs) != 2 {
 		t.Fatalf("%d records", len(rs))
 	}
-	if r := rs[0]; r.StreamID != 1 || r.Action != h2server.KindRefuse || len(r.Body) != 0 || r.EndStream || !r.Done {
+	if r := rs[0]; r.StreamID != 1 || r.Action != replaysafetest.StreamRefuse || len(r.Body) != 0 || r.EndStream || !r.Done {
 		t.Errorf("refused stream record: %+v", r)
 	}
-	if r := rs[1]; r.StreamID != 3 || r.Seq != 1 || r.Action != h2server.KindRespond {
+	if r := rs[1]; r.StreamID != 3 || r.Seq != 1 || r.Action != replaysafetest.StreamRespond {
 		t.Errorf("second record: %+v", r)
 	}
 }
@@ -194,7 +183,7 @@ func TestRawGoAway(t *testing.T) {
 			t.Fatalf("frames %v", frames)
 		}
 		rs := waitRequests(t, s, 2)
-		if rs[1].StreamID != 3 || rs[1].Action != h2server.KindGoAway || len(rs[1].Body) != 0 {
+		if rs[1].StreamID != 3 || rs[1].Action != replaysafetest.StreamGoAway || len(rs[1].Body) != 0 {
 			t.Errorf("record %+v", rs[1])
 		}
 		rc.c.Close() // ends the server's drain at once
@@ -263,7 +252,7 @@ func TestRawCloseMidRequest(t *testing.T) {
 			t.Fatalf("frames %v, end %v; want nothing then EOF", frames, err)
 		}
 		r := waitRequests(t, s, 1)[0]
-		if r.Action != h2server.KindClose || r.EndStream {
+		if r.Action != replaysafetest.StreamClose || r.EndStream {
 			t.Errorf("record %+v", r)
 		}
 	})
@@ -313,7 +302,7 @@ func TestRawHangThenClose(t *testing.T) {
 	if d := time.Since(began); d < 250*time.Millisecond {
 		t.Errorf("closed after %v, before the hang ended", d)
 	}
-	if r := waitRequests(t, s, 1)[0]; string(r.Body) != "still recorded" || r.Action != h2server.KindHang {
+	if r := waitRequests(t, s, 1)[0]; string(r.Body) != "still recorded" || r.Action != replaysafetest.StreamHang {
 		t.Errorf("record %+v", r)
 	}
 }
@@ -395,7 +384,7 @@ func TestEveryConnectionRefusesEverything(t *testing.T) {
 	}
 	rs := waitRequests(t, s, 6)
 	for i, r := range rs {
-		if r.Conn != i/2 || r.Seq != i%2 || r.Action != h2server.KindRefuse {
+		if r.Conn != i/2 || r.Seq != i%2 || r.Action != replaysafetest.StreamRefuse {
 			t.Errorf("record %d: conn %d seq %d action %v", i, r.Conn, r.Seq, r.Action)
 		}
 	}
@@ -446,31 +435,11 @@ func TestCloseEndsHangingConnections(t *testing.T) {
 	s.Close() // idempotent
 }
 
-func TestLifetimeClosesTheServer(t *testing.T) {
-	s, err := h2server.New(h2server.Config{Lifetime: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.WaitConns(ctxT(t), 1); !errors.Is(err, h2server.ErrClosed) {
-		t.Fatalf("wait: %v, want ErrClosed once the lifetime is over", err)
-	}
-}
-
-func TestWaitHonoursTheContext(t *testing.T) {
-	s := start(t, h2server.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if err := s.WaitRequests(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v", err)
-	}
-}
-
 func TestEnumStrings(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{h2server.KindRefuse.String(), "refuse"},
-		{h2server.KindPartialHeaders.String(), "partial-headers"},
-		{h2server.Kind(200).String(), "Kind(200)"},
+		{replaysafetest.StreamRefuse.String(), "refuse"},
+		{replaysafetest.StreamPartialHeaders.String(), "partial-headers"},
+		{h2server.Kind(200).String(), "StreamKind(200)"},
 		{h2server.OnHeaders.String(), "on-headers"},
 		{h2server.Moment(9).String(), "Moment(9)"},
 		{h2server.CloseRST.String(), "rst"},
@@ -481,7 +450,7 @@ func TestEnumStrings(t *testing.T) {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
 	}
-	if h2server.Kind(200).Valid() || !h2server.KindHang.Valid() {
+	if h2server.Kind(200).Valid() || !replaysafetest.StreamHang.Valid() {
 		t.Error("Kind.Valid")
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 )
 
@@ -184,7 +185,7 @@ func TestClientConnGoAwayBelowItsStream(t *testing.T) {
 	}
 	t.Logf("x/net error for a stream above the GOAWAY: %T %q", err, err)
 	rs := waitRequests(t, s, 2)
-	if rs[1].StreamID != 3 || rs[1].Seq != 1 || rs[1].Action != h2server.KindGoAway {
+	if rs[1].StreamID != 3 || rs[1].Seq != 1 || rs[1].Action != replaysafetest.StreamGoAway {
 		t.Errorf("record %+v", rs[1])
 	}
 	if c := s.Conns()[0]; !c.GoAwaySent || c.GoAwayLast != 1 {

@@ -1,7 +1,5 @@
 package h3server
 
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind -linecomment -output=enum_string.go
-
 import (
 	"net/http"
 	"strconv"
@@ -10,75 +8,42 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/quic-go/quicvarint"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
-// Kind says what the server does with one request stream.
-type Kind uint8
-
-// Action kinds. To add one: add a constant at the end with its name as a
-// line comment, make kindCount count it, run go generate, add
-// its case in (*stream).act and, usually, a constructor.
-const (
-	// KindRespond answers with Status, Header and Body, then Trailer if
-	// set, and ends the stream with a FIN. The zero Action is a
-	// KindRespond with status 200 and an empty body, sent once the
-	// request is complete; run OnHeaders it is an early response, and the
-	// server goes on reading the request until its FIN.
-	KindRespond Kind = iota // respond
-	// KindReject resets the stream in both directions (RESET_STREAM and
-	// STOP_SENDING) with H3_REQUEST_REJECTED, which promises the client
-	// that nothing was processed (RFC 9114 §4.1.1).
-	KindReject // reject
-	// KindReset resets the stream with Code: RESET_STREAM, and
-	// STOP_SENDING too when the request is still arriving. Unlike
-	// H3_REQUEST_REJECTED, no code but that one tells the client that the
-	// request was not processed.
-	KindReset // reset
-	// KindGoAway sends a GOAWAY frame on the server's control stream
-	// carrying the first request stream ID the server will not process
-	// (RFC 9114 §5.2; see Action.GoAwayID). With Close the server then
-	// closes the connection. Without it, streams at or above the ID are
-	// rejected with H3_REQUEST_REJECTED (or, with Drop, never answered),
-	// and a stream below it is answered as KindRespond would, once its
-	// request is complete.
-	KindGoAway // goaway
-	// KindClose closes the connection with CONNECTION_CLOSE(Code) without
-	// answering: the close crosses the request.
-	KindClose // close
-	// KindStopSending sends the response (Status, Header, Body, Trailer)
-	// and then STOP_SENDING(Code), telling the client to stop uploading
-	// the request body (RFC 9114 §4.1: a server that does not need the
-	// rest of the request may abort reading it). With NoResponse the
-	// server sends STOP_SENDING only and then never answers: after Delay
-	// (zero: Config.HangTimeout) it closes the connection with
-	// H3_NO_ERROR. Run it OnHeaders: once the request is complete there
-	// is nothing left to stop.
-	KindStopSending // stop-sending
-	// KindHang never answers the stream. The server keeps reading (and
-	// recording) the request until it ends, the client goes away, the
-	// server is closed, or Delay (zero: Config.HangTimeout) elapses; then
-	// it closes the connection with CONNECTION_CLOSE(Code).
-	KindHang // hang
-)
-
-// kindCount is the number of valid values of Kind.
-const kindCount = int(KindHang) + 1
-
-// Valid reports whether k is one of the defined kinds.
-func (k Kind) Valid() bool { return int(k) < kindCount }
-
-// Moment says when in a stream's life the server carries out its action.
-type Moment = kit.Moment
-
-// Moments.
-const (
-	// AfterBody acts once the request is complete. The zero value.
-	AfterBody = kit.AfterBody
-	// OnHeaders acts as soon as the request's HEADERS arrive, before any
-	// of its body is read.
-	OnHeaders = kit.OnHeaders
-)
+// Kind says what the server does with one request stream: one of the
+// StreamKind kinds it speaks. StreamRespond answers with
+// Status, Header and Body, then Trailer if set, and ends the stream with
+// a FIN; run OnHeaders it is an early response, and the server goes on
+// reading the request until its FIN. StreamRefuse resets the stream in
+// both directions (RESET_STREAM and STOP_SENDING) with
+// H3_REQUEST_REJECTED, which promises the client that nothing was
+// processed (RFC 9114 §4.1.1). StreamReset resets the stream with Code:
+// RESET_STREAM, and STOP_SENDING too when the request is still arriving;
+// unlike H3_REQUEST_REJECTED, no code but that one tells the client that
+// the request was not processed. StreamGoAway sends a GOAWAY frame on
+// the server's control stream carrying the first request stream ID the
+// server will not process (RFC 9114 §5.2; see Action.GoAwayID): with
+// Close the server then closes the connection; without it, streams at
+// or above the ID are rejected with H3_REQUEST_REJECTED (or, with Drop,
+// never answered), and a stream below it is answered as StreamRespond
+// would, once its request is complete. StreamClose closes the
+// connection with CONNECTION_CLOSE(Code) without answering: the close
+// crosses the request. StreamStopSending sends the response (Status,
+// Header, Body, Trailer) and then STOP_SENDING(Code), telling the client
+// to stop uploading the request body (RFC 9114 §4.1: a server that does
+// not need the rest of the request may abort reading it); with
+// NoResponse the server sends STOP_SENDING only and then never answers:
+// after Delay (zero: Config.HangTimeout) it closes the connection with
+// H3_NO_ERROR. Run it OnHeaders: once the request is complete there is
+// nothing left to stop. StreamHang never answers the stream: the server
+// keeps reading (and recording) the request until it ends, the client
+// goes away, the server is closed, or Delay (zero: Config.HangTimeout)
+// elapses; then it closes the connection with CONNECTION_CLOSE(Code).
+// The zero Action is a StreamRespond with status 200 and an empty body,
+// sent once the request is complete.
+type Kind = replaysafetest.StreamKind
 
 // GoAwayID chooses the stream ID a GOAWAY carries. From a server that ID
 // is the first client-initiated bidirectional stream the server will not
@@ -112,6 +77,18 @@ func (g GoAwayID) resolve(id uint64) uint64 {
 	return uint64(int64(id) + g.Delta)
 }
 
+// Moment says when in a stream's life the server carries out its action.
+type Moment = kit.Moment
+
+// Moments.
+const (
+	// AfterBody acts once the request is complete. The zero value.
+	AfterBody = kit.AfterBody
+	// OnHeaders acts as soon as the request's HEADERS arrive, before any
+	// of its body is read.
+	OnHeaders = kit.OnHeaders
+)
+
 // Informational is an interim (1xx) response: Status and Header.
 type Informational = kit.Informational
 
@@ -130,8 +107,13 @@ type Action struct {
 	// At says when the action runs; AfterBody (the zero value) waits for
 	// the whole request.
 	At Moment
-	// Status is the final response status (KindRespond, KindStopSending,
-	// and KindGoAway streams that are still answered); 0 means 200.
+	// Stall is how long the server stops reading the request after its
+	// HEADERS (and after an OnHeaders action), whatever the kind, before
+	// it reads the body: an upload larger than Config.StreamReceiveWindow
+	// blocks on QUIC flow control meanwhile.
+	Stall time.Duration
+	// Status is the final response status (StreamRespond, StreamStopSending,
+	// and StreamGoAway streams that are still answered); 0 means 200.
 	Status int
 	// Header holds extra response header fields, written lower-cased in
 	// sorted key order. content-length is added unless Header sets it.
@@ -151,31 +133,26 @@ type Action struct {
 	// server is closed, or EndlessMaxResponses or EndlessMaxDuration is
 	// reached; then the server closes the connection with H3_NO_ERROR.
 	Endless1xx int
-	// Code is the error code of KindReset (RESET_STREAM), KindStopSending
-	// (STOP_SENDING), and of the CONNECTION_CLOSE of KindClose, of
-	// KindGoAway with Close and at the end of KindHang. Zero means
+	// Code is the error code of StreamReset (RESET_STREAM), StreamStopSending
+	// (STOP_SENDING), and of the CONNECTION_CLOSE of StreamClose, of
+	// StreamGoAway with Close and at the end of StreamHang. Zero means
 	// H3_NO_ERROR (0x100): HTTP/3 defines no code 0.
 	Code http3.ErrCode
-	// GoAwayID is the stream ID the GOAWAY carries (KindGoAway).
+	// GoAwayID is the stream ID the GOAWAY carries (StreamGoAway).
 	GoAwayID GoAwayID
-	// Close makes a KindGoAway close the connection with
+	// Close makes a StreamGoAway close the connection with
 	// CONNECTION_CLOSE(Code) after the GOAWAY (see Delay).
 	Close bool
-	// Drop makes a KindGoAway without Close leave the streams at or above
+	// Drop makes a StreamGoAway without Close leave the streams at or above
 	// its ID unanswered and unread, instead of rejecting them with
 	// H3_REQUEST_REJECTED as RFC 9114 §5.2 says a server SHOULD.
 	Drop bool
-	// NoResponse makes a KindStopSending send STOP_SENDING only, and then
-	// hang (see KindHang) instead of answering.
+	// NoResponse makes a StreamStopSending send STOP_SENDING only, and then
+	// hang (see StreamHang) instead of answering.
 	NoResponse bool
-	// Stall is how long the server stops reading the request after its
-	// HEADERS (and after an OnHeaders action), whatever the kind, before
-	// it reads the body: an upload larger than Config.StreamReceiveWindow
-	// blocks on QUIC flow control meanwhile.
-	Stall time.Duration
-	// Delay is how long KindHang (and KindStopSending with NoResponse)
+	// Delay is how long StreamHang (and StreamStopSending with NoResponse)
 	// keeps the connection open, zero meaning Config.HangTimeout; and how
-	// long KindGoAway with Close waits between the GOAWAY and the
+	// long StreamGoAway with Close waits between the GOAWAY and the
 	// CONNECTION_CLOSE, zero meaning DefaultGoAwayCloseDelay and a
 	// negative Delay closing at once. QUIC discards stream data still
 	// unsent when a connection closes, so closing at once usually loses
@@ -196,37 +173,37 @@ const (
 func Endless1xx(status int) Action { return Action{Endless1xx: status} }
 
 // OK answers 200 with body once the request is complete.
-func OK(body string) Action { return Action{Kind: KindRespond, Body: []byte(body)} }
+func OK(body string) Action { return Action{Kind: replaysafetest.StreamRespond, Body: []byte(body)} }
 
 // Respond answers with status, header and body once the request is
 // complete.
 func Respond(status int, header http.Header, body []byte) Action {
-	return Action{Kind: KindRespond, Status: status, Header: header, Body: body}
+	return Action{Kind: replaysafetest.StreamRespond, Status: status, Header: header, Body: body}
 }
 
 // EarlyResponse sends the complete response (HEADERS, DATA, FIN) as soon
 // as the request's HEADERS arrive, then goes on reading and recording the
 // upload until its FIN (RFC 9114 §4.1).
 func EarlyResponse(status int, header http.Header, body []byte) Action {
-	return Action{Kind: KindRespond, At: OnHeaders, Status: status, Header: header, Body: body}
+	return Action{Kind: replaysafetest.StreamRespond, At: OnHeaders, Status: status, Header: header, Body: body}
 }
 
 // Reject resets the stream in both directions with H3_REQUEST_REJECTED as
 // soon as its HEADERS arrive, before its body is read.
-func Reject() Action { return Action{Kind: KindReject, At: OnHeaders} }
+func Reject() Action { return Action{Kind: replaysafetest.StreamRefuse, At: OnHeaders} }
 
 // RejectAfterBody reads the whole request, then resets the stream with
 // H3_REQUEST_REJECTED.
-func RejectAfterBody() Action { return Action{Kind: KindReject, At: AfterBody} }
+func RejectAfterBody() Action { return Action{Kind: replaysafetest.StreamRefuse, At: AfterBody} }
 
 // Reset reads the whole request, then resets the stream with code, such as
 // http3.ErrCodeInternalError or http3.ErrCodeRequestCanceled.
-func Reset(code http3.ErrCode) Action { return Action{Kind: KindReset, Code: code} }
+func Reset(code http3.ErrCode) Action { return Action{Kind: replaysafetest.StreamReset, Code: code} }
 
 // GoAway sends, on the stream's HEADERS, a GOAWAY carrying id, and keeps
 // the connection open.
 func GoAway(id uint64) Action {
-	return Action{Kind: KindGoAway, At: OnHeaders, GoAwayID: GoAwayID{ID: id}}
+	return Action{Kind: replaysafetest.StreamGoAway, At: OnHeaders, GoAwayID: GoAwayID{ID: id}}
 }
 
 // GoAwayRejecting sends, on the stream's HEADERS, a GOAWAY carrying this
@@ -234,7 +211,7 @@ func GoAway(id uint64) Action {
 // one, was not processed (RFC 9114 §5.2). The stream is then rejected
 // with H3_REQUEST_REJECTED, unless WithClose or WithDrop says otherwise.
 func GoAwayRejecting() Action {
-	return Action{Kind: KindGoAway, At: OnHeaders, GoAwayID: GoAwayID{Relative: true}}
+	return Action{Kind: replaysafetest.StreamGoAway, At: OnHeaders, GoAwayID: GoAwayID{Relative: true}}
 }
 
 // GoAwayAfter sends, on the stream's HEADERS, a GOAWAY carrying the next
@@ -242,32 +219,32 @@ func GoAwayRejecting() Action {
 // processed, and is answered 200 once its request is complete; later ones
 // are not processed (RFC 9114 §5.2).
 func GoAwayAfter() Action {
-	return Action{Kind: KindGoAway, At: OnHeaders, GoAwayID: GoAwayID{Relative: true, Delta: 4}}
+	return Action{Kind: replaysafetest.StreamGoAway, At: OnHeaders, GoAwayID: GoAwayID{Relative: true, Delta: 4}}
 }
 
 // CloseConn closes the connection with CONNECTION_CLOSE(H3_NO_ERROR) as
 // soon as the stream's HEADERS arrive, before its body is read.
-func CloseConn() Action { return Action{Kind: KindClose, At: OnHeaders} }
+func CloseConn() Action { return Action{Kind: replaysafetest.StreamClose, At: OnHeaders} }
 
 // CloseConnAfterBody reads the whole request, then closes the connection
 // with CONNECTION_CLOSE(H3_NO_ERROR) without answering.
-func CloseConnAfterBody() Action { return Action{Kind: KindClose, At: AfterBody} }
+func CloseConnAfterBody() Action { return Action{Kind: replaysafetest.StreamClose, At: AfterBody} }
 
 // StopSending answers 200 with an empty body as soon as the stream's
 // HEADERS arrive, then sends STOP_SENDING(code) so that the client's
 // upload fails with a stream error; zero code means H3_NO_ERROR, the code
 // RFC 9114 §4.1 asks for when the response is complete.
 func StopSending(code http3.ErrCode) Action {
-	return Action{Kind: KindStopSending, At: OnHeaders, Code: code}
+	return Action{Kind: replaysafetest.StreamStopSending, At: OnHeaders, Code: code}
 }
 
 // StallRead reads the stream's HEADERS, stops reading for d, then reads
 // the rest of the request and answers 200 with an empty body.
-func StallRead(d time.Duration) Action { return Action{Kind: KindRespond, Stall: d} }
+func StallRead(d time.Duration) Action { return Action{Kind: replaysafetest.StreamRespond, Stall: d} }
 
 // Hang never answers; the connection is closed after d (zero:
 // Config.HangTimeout) unless the client or Server.Close ends it first.
-func Hang(d time.Duration) Action { return Action{Kind: KindHang, Delay: d} }
+func Hang(d time.Duration) Action { return Action{Kind: replaysafetest.StreamHang, Delay: d} }
 
 // WithAt returns a copy of a that runs at moment m.
 func (a Action) WithAt(m Moment) Action {
@@ -281,21 +258,21 @@ func (a Action) WithCode(c http3.ErrCode) Action {
 	return a
 }
 
-// WithClose returns a copy of a KindGoAway that closes the connection
+// WithClose returns a copy of a StreamGoAway that closes the connection
 // with CONNECTION_CLOSE(Code) after the GOAWAY.
 func (a Action) WithClose() Action {
 	a.Close = true
 	return a
 }
 
-// WithDrop returns a copy of a KindGoAway that leaves the streams at or
+// WithDrop returns a copy of a StreamGoAway that leaves the streams at or
 // above its ID unanswered instead of rejecting them.
 func (a Action) WithDrop() Action {
 	a.Drop = true
 	return a
 }
 
-// WithoutResponse returns a copy of a KindStopSending that sends no
+// WithoutResponse returns a copy of a StreamStopSending that sends no
 // response, only STOP_SENDING, and then hangs for Delay.
 func (a Action) WithoutResponse() Action {
 	a.NoResponse = true
@@ -326,12 +303,7 @@ func (a Action) WithResponse(status int, body []byte) Action {
 // WithHeader returns a copy of a with the response header field key set
 // to value (added to a copy of Header).
 func (a Action) WithHeader(key, value string) Action {
-	h := a.Header.Clone()
-	if h == nil {
-		h = make(http.Header)
-	}
-	h.Add(key, value)
-	a.Header = h
+	a.Header = kit.WithField(a.Header, key, value)
 	return a
 }
 
@@ -353,11 +325,11 @@ func (a Action) WithInformational(status int, header http.Header) Action {
 func (a Action) String() string {
 	s := a.Kind.String() + "@" + a.At.String()
 	switch a.Kind {
-	case KindRespond:
+	case replaysafetest.StreamRespond:
 		s += " status=" + strconv.Itoa(a.status())
-	case KindReset:
+	case replaysafetest.StreamReset:
 		s += " code=" + a.code().String()
-	case KindGoAway:
+	case replaysafetest.StreamGoAway:
 		if a.GoAwayID.Relative {
 			sign := ""
 			if a.GoAwayID.Delta >= 0 {
@@ -373,16 +345,16 @@ func (a Action) String() string {
 		case a.Drop:
 			s += " drop"
 		}
-	case KindClose:
+	case replaysafetest.StreamClose:
 		s += " code=" + a.code().String()
-	case KindStopSending:
+	case replaysafetest.StreamStopSending:
 		s += " code=" + a.code().String()
 		if a.NoResponse {
 			s += " no-response"
 		} else {
 			s += " status=" + strconv.Itoa(a.status())
 		}
-	case KindHang:
+	case replaysafetest.StreamHang:
 		if a.Delay > 0 {
 			s += " delay=" + a.Delay.String()
 		}
@@ -396,12 +368,7 @@ func (a Action) String() string {
 	return s
 }
 
-func (a Action) status() int {
-	if a.Status == 0 {
-		return http.StatusOK
-	}
-	return a.Status
-}
+func (a Action) status() int { return kit.OrOK(a.Status) }
 
 func (a Action) code() http3.ErrCode {
 	if a.Code == 0 {
@@ -410,30 +377,11 @@ func (a Action) code() http3.ErrCode {
 	return a.Code
 }
 
-// ConnScript scripts one connection: Streams[j] handles the j-th request
-// stream the client opens on it (in the order its HEADERS arrive, counting
-// from 0, whatever its stream ID), and Default every stream after the
-// list.
-type ConnScript struct {
-	// Streams lists the actions in stream order.
-	Streams []Action
-	// Default handles streams beyond Streams; nil means OK("ok").
-	Default *Action
-}
+// ConnScript scripts one connection: Streams[j] handles the j-th
+// request stream the client opens on it, Default every one after the list
+// (replaysafetest.StreamScript).
+type ConnScript = replaysafetest.StreamScript[Action]
 
 // Every returns a script that applies a to every stream of a connection.
 // Config{Default: Every(Reject())} is a server that rejects everything.
 func Every(a Action) *ConnScript { return &ConnScript{Default: &a} }
-
-// action returns the action for the j-th stream.
-func (c *ConnScript) action(j int) Action {
-	if c != nil {
-		if j < len(c.Streams) {
-			return c.Streams[j]
-		}
-		if c.Default != nil {
-			return *c.Default
-		}
-	}
-	return OK("ok")
-}

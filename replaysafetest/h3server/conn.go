@@ -13,6 +13,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/quic-go/quicvarint"
+
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // conn serves one accepted QUIC connection: one goroutine accepts request
@@ -45,13 +47,13 @@ func newConn(s *Server, rec *connRecord, qc *quic.Conn) *conn {
 		rec:     rec,
 		idx:     rec.info.Index,
 		qc:      qc,
-		script:  s.script(rec.info.Index),
+		script:  kit.ScriptFor(s.cfg.Conns, s.cfg.Default, rec.info.Index),
 		streams: make(map[uint64]*stream),
 	}
 }
 
 func (c *conn) logf(format string, args ...any) {
-	c.s.logf("conn %d: "+format, append([]any{c.idx}, args...)...)
+	c.s.core.Logf("conn %d: "+format, append([]any{c.idx}, args...)...)
 }
 
 // serve runs the connection until the QUIC connection ends.
@@ -118,7 +120,7 @@ func (c *conn) finish() {
 	c.wg.Wait()
 	cause := context.Cause(c.qc.Context())
 	stats := c.qc.ConnectionStats()
-	c.s.update(func() {
+	c.s.core.Update(func() {
 		info := &c.rec.info
 		info.Closed = true
 		info.BytesSent, info.BytesReceived = stats.BytesSent, stats.BytesReceived
@@ -132,7 +134,7 @@ func (c *conn) finish() {
 		c.rec.conn = nil
 	})
 	c.logf("over: %v", cause)
-	c.s.wg.Done()
+	c.s.core.WG.Done()
 }
 
 // sleep waits for d, or until the connection ends or stop is closed; it
@@ -229,7 +231,7 @@ func (c *conn) readClientControl(r quicvarint.Reader, id quic.StreamID) {
 		switch {
 		case h.Type == frameSettings && first:
 			settings, err := parseSettings(p)
-			c.s.update(func() {
+			c.s.core.Update(func() {
 				c.rec.info.SettingsReceived = true
 				c.rec.info.Settings = settings
 			})
@@ -243,7 +245,7 @@ func (c *conn) readClientControl(r quicvarint.Reader, id quic.StreamID) {
 				continue
 			}
 			c.logf("client sent GOAWAY %d", gid)
-			c.s.update(func() {
+			c.s.core.Update(func() {
 				c.rec.info.ClientGoAway = true
 				c.rec.info.ClientGoAwayID = gid
 			})
@@ -261,7 +263,7 @@ func (c *conn) register(st *stream) (a Action, ignored, drop bool) {
 	defer c.mu.Unlock()
 	st.rec.Seq = c.nextSeq
 	c.nextSeq++
-	a = c.script.action(st.rec.Seq)
+	a = c.script.Nth(st.rec.Seq, OK("ok"))
 	st.rec.Action = a.Kind
 	if c.goAway && st.id >= c.goAwayID {
 		st.rec.Ignored = true
@@ -301,7 +303,7 @@ func (c *conn) sendGoAway(st *stream, a Action) (uint64, error) {
 	if err := c.writeControl(appendFrame(nil, frameGoAway, p)); err != nil {
 		return id, fmt.Errorf("writing GOAWAY: %w", err)
 	}
-	c.s.update(func() {
+	c.s.core.Update(func() {
 		c.rec.info.GoAwaySent = true
 		c.rec.info.GoAwayID = id
 	})

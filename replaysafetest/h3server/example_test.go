@@ -44,7 +44,7 @@ func Example() {
 	}
 	// Output:
 	// HTTP/3.0 200 hello
-	// conn 0 stream 0 GET /greeting reject
+	// conn 0 stream 0 GET /greeting refuse
 	// conn 1 stream 0 GET /greeting respond
 }
 

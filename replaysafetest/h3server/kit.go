@@ -8,14 +8,13 @@ import (
 var _ replaysafetest.Scripted = (*Server)(nil)
 
 // Accepted returns the number of connections accepted so far.
-func (s *Server) Accepted() int { return kit.Locked(&s.mu, func() int { return len(s.conns) }) }
+func (s *Server) Accepted() int { return s.core.Accepted() }
 
 // Receipts lists every request stream received, in the order its HEADERS
 // arrived (replaysafetest.Scripted): a rejected stream, or one at or
 // above a GOAWAY, is Unprocessed.
 func (s *Server) Receipts() []replaysafetest.Receipt {
 	return kit.Map(s.Requests(), func(r Received) replaysafetest.Receipt {
-		return replaysafetest.Receipt{Conn: r.Conn, Method: r.Method, Path: r.Path, Body: r.Body,
-			Complete: r.FIN, Unprocessed: r.Ignored || r.Action == KindReject}
+		return r.Receipt(r.FIN)
 	})
 }

@@ -51,40 +51,22 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/quic-go/qpack"
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
-// Defaults for the zero fields of Config.
-const (
-	// DefaultHandshakeTimeout bounds the QUIC handshake.
-	DefaultHandshakeTimeout = 5 * time.Second
-	// DefaultIdleTimeout is the QUIC idle timeout, and how long a request
-	// stream may go without a byte from the client while the server reads
-	// it.
-	DefaultIdleTimeout = 30 * time.Second
-	// DefaultWriteTimeout bounds each write on a stream.
-	DefaultWriteTimeout = 5 * time.Second
-	// DefaultHangTimeout bounds Hang actions that set no duration.
-	DefaultHangTimeout = 30 * time.Second
-	// DefaultGoAwayCloseDelay is how long a GOAWAY with Close waits before
-	// closing the connection, so that the GOAWAY reaches the client first.
-	DefaultGoAwayCloseDelay = 50 * time.Millisecond
-	// DefaultWaitTimeout bounds the Wait methods when their context has no
-	// deadline.
-	DefaultWaitTimeout = 10 * time.Second
-	// DefaultLifetime is how long a server runs before it closes itself.
-	DefaultLifetime = 2 * time.Minute
-	// DefaultMaxBodyBytes bounds the body recorded for one stream.
-	DefaultMaxBodyBytes = 1 << 20
-)
+// DefaultGoAwayCloseDelay is how long a GOAWAY with Close waits before
+// closing the connection (Action.Delay zero), so that the GOAWAY reaches
+// the client first. The defaults of Config are replaysafetest's
+// (DefaultStreamHandshakeTimeout and the like), which h2server shares.
+const DefaultGoAwayCloseDelay = 50 * time.Millisecond
 
 // ErrClosed is returned by the Wait methods when the server has been
 // closed and the awaited condition can no longer become true.
@@ -121,25 +103,25 @@ type Config struct {
 	ConnReceiveWindow uint64
 	// HandshakeTimeout bounds the QUIC handshake (quic-go aborts a
 	// handshake silent this long, or unfinished after twice this long);
-	// zero means DefaultHandshakeTimeout.
+	// zero means replaysafetest.DefaultStreamHandshakeTimeout.
 	HandshakeTimeout time.Duration
 	// IdleTimeout is the QUIC idle timeout and bounds each read on a
-	// request stream; zero means DefaultIdleTimeout.
+	// request stream; zero means replaysafetest.DefaultStreamIdleTimeout.
 	IdleTimeout time.Duration
 	// WriteTimeout bounds each stream write; zero means
-	// DefaultWriteTimeout.
+	// replaysafetest.DefaultStreamWriteTimeout.
 	WriteTimeout time.Duration
 	// HangTimeout bounds Hang actions without a duration; zero means
-	// DefaultHangTimeout.
+	// replaysafetest.DefaultHangTimeout.
 	HangTimeout time.Duration
 	// WaitTimeout bounds the Wait methods when their context has no
-	// deadline; zero means DefaultWaitTimeout.
+	// deadline; zero means replaysafetest.DefaultWaitTimeout.
 	WaitTimeout time.Duration
 	// Lifetime is how long the server runs before closing itself; zero
-	// means DefaultLifetime.
+	// means replaysafetest.DefaultStreamLifetime.
 	Lifetime time.Duration
 	// MaxBodyBytes bounds the body recorded for one stream; the rest is
-	// counted in Received.BodyDropped. Zero means DefaultMaxBodyBytes.
+	// counted in Received.BodyDropped. Zero means replaysafetest.DefaultStreamMaxBodyBytes.
 	MaxBodyBytes int
 	// Logf, if set, receives a line per connection and stream event (for
 	// t.Logf).
@@ -147,13 +129,8 @@ type Config struct {
 }
 
 func (c *Config) setDefaults() {
-	kit.Default(&c.HandshakeTimeout, DefaultHandshakeTimeout)
-	kit.Default(&c.IdleTimeout, DefaultIdleTimeout)
-	kit.Default(&c.WriteTimeout, DefaultWriteTimeout)
-	kit.Default(&c.HangTimeout, DefaultHangTimeout)
-	kit.Default(&c.WaitTimeout, DefaultWaitTimeout)
-	kit.Default(&c.Lifetime, DefaultLifetime)
-	kit.Default(&c.MaxBodyBytes, DefaultMaxBodyBytes)
+	kit.StreamLimits{Handshake: &c.HandshakeTimeout, Idle: &c.IdleTimeout, Write: &c.WriteTimeout,
+		Hang: &c.HangTimeout, Wait: &c.WaitTimeout, Lifetime: &c.Lifetime, MaxBody: &c.MaxBodyBytes}.Fill()
 }
 
 func (c *Config) quicConfig() *quic.Config {
@@ -168,104 +145,51 @@ func (c *Config) quicConfig() *quic.Config {
 	}
 }
 
-// Received is one request stream as the server received it.
+// Received is one request stream as the server received it: the record
+// every scripted stream server keeps, and what only HTTP/3 has.
 type Received struct {
-	// Conn is the connection's index in accept order, from 0.
-	Conn int
-	// Seq is the stream's position on its connection, from 0: the j of
-	// ConnScript.Streams[j].
-	Seq int
+	replaysafetest.StreamRecord
 	// Stream is the QUIC stream ID (0, 4, 8, ... for client requests).
 	Stream uint64
-	// At is when the stream's HEADERS frame arrived.
-	At time.Time
-	// Method, Scheme, Authority and Path are the request pseudo-header
-	// fields; Protocol is :protocol (extended CONNECT), usually empty.
-	Method, Scheme, Authority, Path, Protocol string
 	// Fields is the request's decoded field section as it arrived,
 	// pseudo-header fields first.
 	Fields []qpack.HeaderField
-	// Header holds the regular header fields, with canonical keys.
-	Header http.Header
-	// Trailer holds the request trailer fields (a HEADERS frame after the
-	// body), or nil.
-	Trailer http.Header
-	// Body is the request body as received (DATA payloads), up to
-	// Config.MaxBodyBytes.
-	Body []byte
-	// BodyDropped counts body bytes beyond Config.MaxBodyBytes.
-	BodyDropped int64
 	// FIN reports that the client ended the stream while the server was
 	// still reading it, and FINAt when.
 	FIN   bool
 	FINAt time.Time
-	// ClientReset reports that the client reset the stream
-	// (RESET_STREAM), with ClientResetCode.
-	ClientReset     bool
+	// ClientResetCode is the code of the client's RESET_STREAM, when
+	// ClientReset.
 	ClientResetCode http3.ErrCode
 	// ServerReset reports that the server reset the stream, with
 	// ServerResetCode: a Reject, a Reset, a GOAWAY carrying an ID at or
 	// below the stream's, or a malformed or idle request.
 	ServerReset     bool
 	ServerResetCode http3.ErrCode
-	// Ignored reports that the stream arrived at or above the ID of a
-	// GOAWAY the server had already sent; it was recorded, then rejected
-	// (or, after a GOAWAY with Drop, left alone) unread (RFC 9114 §5.2).
-	Ignored bool
-	// Action is the kind of action the server took (meaningless when
-	// Ignored).
-	Action Kind
 	// Err says why the server stopped reading the request early when no
 	// action of the script made it stop: a malformed frame, an idle
 	// timeout, the connection ending. Empty otherwise.
 	Err string
-	// Done reports that the server will record nothing more for the
-	// stream: the request ended (its FIN arrived, either side reset the
-	// stream, the server stopped reading it, or its connection ended) and
-	// the action due at that point has run.
-	Done bool
-}
-
-func (r *Received) clone() Received {
-	c := *r
-	c.Fields = append([]qpack.HeaderField(nil), r.Fields...)
-	c.Header = r.Header.Clone()
-	c.Trailer = r.Trailer.Clone()
-	c.Body = append([]byte(nil), r.Body...)
-	return c
 }
 
 // ConnInfo describes one accepted QUIC connection.
 type ConnInfo struct {
-	// Index is the connection's position in accept order, from 0.
-	Index int
-	// Remote is the client's address.
-	Remote string
-	// NegotiatedProtocol is the ALPN result, "h3".
-	NegotiatedProtocol string
+	replaysafetest.ConnRecord
 	// SettingsReceived reports that the client's control stream carried
 	// its SETTINGS frame, whose parameters are Settings.
 	SettingsReceived bool
 	Settings         []Setting
-	// Streams counts the request streams whose HEADERS arrived.
-	Streams int
-	// GoAwaySent reports that the server sent a GOAWAY, with GoAwayID as
-	// the last ID carried.
-	GoAwaySent bool
-	GoAwayID   uint64
-	// ClientGoAway reports that the client sent a GOAWAY, with
-	// ClientGoAwayID as the last ID carried.
-	ClientGoAway   bool
+	// GoAwayID is the last ID the server's GOAWAY carried, when
+	// GoAwaySent.
+	GoAwayID uint64
+	// ClientGoAwayID is the last ID the client's GOAWAY carried, when
+	// ClientGoAway.
 	ClientGoAwayID uint64
-	// Closed reports that the connection is over.
-	Closed bool
 	// ClosedByClient reports that the client closed it, and CloseCode is
 	// the application error code of the CONNECTION_CLOSE either side sent
 	// (zero when none was, as after an idle timeout).
 	ClosedByClient bool
 	CloseCode      http3.ErrCode
-	// Err says why the connection ended, as quic-go reports it.
-	Err string
 	// BytesSent and BytesReceived count the QUIC bytes exchanged,
 	// retransmissions and packet headers included (quic-go's
 	// ConnectionStats), as of the snapshot or the close.
@@ -289,16 +213,8 @@ type Server struct {
 	cert   kit.Cert
 	ctx    context.Context // canceled when Close starts
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
 
-	closeOnce sync.Once
-
-	mu      sync.Mutex
-	board   kit.Board   // wakes the waiters on every change of the records
-	life    *time.Timer // closes the server after Config.Lifetime
-	closing bool        // Close has started: accept no more connections
-	conns   []*connRecord
-	reqs    []*Received
+	core kit.Core[Received, connRecord] // streams, connections, waiters, Close
 }
 
 // New starts a server on UDP 127.0.0.1 with an ephemeral port.
@@ -320,17 +236,75 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("h3server: listen: %w", err)
 	}
 	s := &Server{cfg: cfg, udp: udp, tr: tr, ln: ln, cert: cert}
-	s.board.Init(&s.mu)
-	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.wg.Add(1)
-	go s.acceptLoop()
-	s.mu.Lock()
-	s.life = time.AfterFunc(cfg.Lifetime, func() {
-		s.logf("lifetime %v over: closing", cfg.Lifetime)
-		s.Close()
+	s.core.Init(kit.CoreSpec[Received, connRecord]{
+		Name: "h3server", WaitTimeout: cfg.WaitTimeout, Logf: cfg.Logf, ErrClosed: ErrClosed,
+		Closed: func(c *connRecord) bool { return c.info.Closed },
+		ConnOf: func(r *Received) int { return r.Conn },
+		Done:   func(r *Received) bool { return r.Done },
+		Clone: func(r *Received) Received {
+			c := *r
+			c.StreamRecord, c.Fields = r.StreamRecord.Clone(), slices.Clone(r.Fields)
+			return c
+		},
 	})
-	s.mu.Unlock()
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.core.Go(s.acceptLoop)
+	s.core.CloseAfter(cfg.Lifetime, s.Close)
 	return s, nil
+}
+
+// Close stops the server: it stops accepting, closes every connection
+// with CONNECTION_CLOSE(H3_NO_ERROR), releases the UDP socket and waits
+// until every goroutine it started has returned. The records stay
+// readable. Close is idempotent; every call returns after the first has
+// finished.
+func (s *Server) Close() error {
+	s.core.Close(func() func() {
+		var live []*conn
+		for _, r := range s.core.Conns {
+			if r.conn != nil {
+				live = append(live, r.conn)
+			}
+		}
+		return func() {
+			s.cancel()
+			s.ln.Close()
+			for _, c := range live {
+				// Unblocks the connection's goroutines; each then cleans up.
+				c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "h3server: server closed")
+			}
+		}
+	}, func() {
+		s.tr.Close()
+		s.udp.Close()
+	})
+	return nil
+}
+
+// acceptLoop admits connections until the listener closes.
+func (s *Server) acceptLoop() {
+	for {
+		qc, err := s.ln.Accept(s.ctx)
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.core.Logf("accept: %v; no longer accepting", err)
+			}
+			return
+		}
+		admitted := s.core.Admit(func(idx int) (*connRecord, func()) {
+			rec := &connRecord{info: ConnInfo{ConnRecord: replaysafetest.ConnRecord{
+				Index:              idx,
+				Remote:             qc.RemoteAddr().String(),
+				NegotiatedProtocol: qc.ConnectionState().TLS.NegotiatedProtocol,
+			}}}
+			rec.conn = newConn(s, rec, qc)
+			return rec, rec.conn.serve
+		})
+		if !admitted {
+			qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "h3server: server closed")
+			return
+		}
+	}
 }
 
 // Addr returns the listening UDP address, "127.0.0.1:port".
@@ -370,26 +344,18 @@ func (s *Server) Dial(ctx context.Context, conf *quic.Config) (*quic.Conn, error
 
 // Requests returns a copy of every request stream received, in the order
 // their HEADERS arrived.
-func (s *Server) Requests() []Received {
-	return kit.Snapshot(&s.mu, func() []*Received { return s.reqs }, nil, (*Received).clone)
-}
+func (s *Server) Requests() []Received { return s.core.Requests() }
 
 // RequestsOn returns a copy of the request streams received on connection
 // i.
-func (s *Server) RequestsOn(i int) []Received {
-	return kit.Snapshot(&s.mu, func() []*Received { return s.reqs }, func(r *Received) bool { return r.Conn == i }, (*Received).clone)
-}
-
-// Count returns the number of request streams received so far, on every
-// connection, ignored ones included.
-func (s *Server) Count() int { return kit.Locked(&s.mu, func() int { return len(s.reqs) }) }
+func (s *Server) RequestsOn(i int) []Received { return s.core.RequestsOn(i) }
 
 // Conns returns a snapshot of every accepted connection.
 func (s *Server) Conns() []ConnInfo {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]ConnInfo, len(s.conns))
-	for i, c := range s.conns {
+	s.core.Mu.Lock()
+	defer s.core.Mu.Unlock()
+	out := make([]ConnInfo, len(s.core.Conns))
+	for i, c := range s.core.Conns {
 		out[i] = c.info
 		out[i].Settings = append([]Setting(nil), c.info.Settings...)
 		if c.conn != nil {
@@ -400,19 +366,16 @@ func (s *Server) Conns() []ConnInfo {
 	return out
 }
 
+// Count returns the number of request streams received so far, on every
+// connection, ignored ones included.
+func (s *Server) Count() int { return s.core.Count() }
+
 // WaitRequests waits until at least n request streams are Done (fully
-// received, or never to be read further), then returns Requests.
+// received, or never to be read further), then returns Requests. A
+// context without a deadline gets Config.WaitTimeout; once the server
+// has finished closing with fewer, it returns ErrClosed.
 func (s *Server) WaitRequests(ctx context.Context, n int) ([]Received, error) {
-	err := s.wait(ctx, func() bool {
-		done := 0
-		for _, r := range s.reqs {
-			if r.Done {
-				done++
-			}
-		}
-		return done >= n
-	})
-	if err != nil {
+	if err := s.core.WaitDone(ctx, n); err != nil {
 		return nil, err
 	}
 	return s.Requests(), nil
@@ -420,108 +383,12 @@ func (s *Server) WaitRequests(ctx context.Context, n int) ([]Received, error) {
 
 // WaitCount waits until the HEADERS of at least n request streams have
 // arrived, whether or not the server is done with them.
-func (s *Server) WaitCount(ctx context.Context, n int) error {
-	return s.wait(ctx, func() bool { return len(s.reqs) >= n })
-}
+func (s *Server) WaitCount(ctx context.Context, n int) error { return s.core.WaitCount(ctx, n) }
 
 // WaitConns waits until at least n connections have been accepted.
-func (s *Server) WaitConns(ctx context.Context, n int) error {
-	return s.wait(ctx, func() bool { return len(s.conns) >= n })
-}
+func (s *Server) WaitConns(ctx context.Context, n int) error { return s.core.WaitConns(ctx, n) }
 
 // WaitConnClosed waits until connection i has been accepted and is over.
 func (s *Server) WaitConnClosed(ctx context.Context, i int) error {
-	return s.wait(ctx, func() bool { return i < len(s.conns) && s.conns[i].info.Closed })
-}
-
-// wait blocks until cond (called with s.mu held) holds, the context ends,
-// or the server has finished closing with cond still false. A context
-// without a deadline gets Config.WaitTimeout.
-func (s *Server) wait(ctx context.Context, cond func() bool) error {
-	err := s.board.Wait(ctx, s.cfg.WaitTimeout, "h3server", true, cond)
-	if errors.Is(err, kit.ErrClosed) {
-		return ErrClosed
-	}
-	return err
-}
-
-// Close stops the server: it stops accepting, closes every connection
-// with CONNECTION_CLOSE(H3_NO_ERROR), releases the UDP socket and waits
-// until every goroutine it started has returned. The records stay
-// readable. Close is idempotent; every call returns after the first has
-// finished.
-func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		s.mu.Lock()
-		if s.life != nil {
-			s.life.Stop()
-		}
-		s.closing = true
-		var live []*conn
-		for _, r := range s.conns {
-			if r.conn != nil {
-				live = append(live, r.conn)
-			}
-		}
-		s.mu.Unlock()
-		s.cancel()
-		s.ln.Close()
-		for _, c := range live {
-			// Unblocks the connection's goroutines; each then cleans up.
-			c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "h3server: server closed")
-		}
-		s.wg.Wait()
-		s.tr.Close()
-		s.udp.Close()
-		s.board.Finish()
-	})
-	return nil
-}
-
-// update runs f with s.mu held and wakes the waiters.
-func (s *Server) update(f func()) { s.board.Update(f) }
-
-func (s *Server) logf(format string, args ...any) {
-	if s.cfg.Logf != nil {
-		s.cfg.Logf("h3server: "+format, args...)
-	}
-}
-
-// script returns the script for connection i.
-func (s *Server) script(i int) *ConnScript {
-	if i < len(s.cfg.Conns) {
-		return &s.cfg.Conns[i]
-	}
-	return s.cfg.Default
-}
-
-func (s *Server) acceptLoop() {
-	defer s.wg.Done()
-	for {
-		qc, err := s.ln.Accept(s.ctx)
-		if err != nil {
-			if s.ctx.Err() == nil {
-				s.logf("accept: %v; no longer accepting", err)
-			}
-			return
-		}
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "h3server: server closed")
-			return
-		}
-		rec := &connRecord{info: ConnInfo{
-			Index:              len(s.conns),
-			Remote:             qc.RemoteAddr().String(),
-			NegotiatedProtocol: qc.ConnectionState().TLS.NegotiatedProtocol,
-		}}
-		c := newConn(s, rec, qc)
-		rec.conn = c
-		s.conns = append(s.conns, rec)
-		s.wg.Add(1)
-		s.board.NotifyLocked()
-		s.mu.Unlock()
-		go c.serve()
-	}
+	return s.core.WaitConnClosed(ctx, i)
 }

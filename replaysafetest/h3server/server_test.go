@@ -16,7 +16,9 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"go.uber.org/goleak"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kittest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -24,22 +26,10 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // start runs a server for the test and closes it at the end.
 func start(t *testing.T, cfg h3server.Config) *h3server.Server {
 	t.Helper()
-	if cfg.Logf == nil {
-		cfg.Logf = t.Logf
-	}
-	s, err := h3server.New(cfg)
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	t.Cleanup(func() { s.Close() })
-	return s
+	return kittest.Start(t, h3server.New, cfg, func(c *h3server.Config) *func(string, ...any) { return &c.Logf })
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+var ctxT = kittest.Context
 
 // one scripts the first connection's streams.
 func one(actions ...h3server.Action) h3server.Config {
@@ -197,7 +187,7 @@ func TestRespondRecordsEverything(t *testing.T) {
 	}
 	r := rs[0]
 	if r.Conn != 0 || r.Seq != 0 || r.Stream != 0 || r.Method != "POST" || r.Path != "/upload?x=1" ||
-		r.Scheme != "https" || r.Authority != s.Addr() || r.Action != h3server.KindRespond {
+		r.Scheme != "https" || r.Authority != s.Addr() || r.Action != replaysafetest.StreamRespond {
 		t.Errorf("record: conn %d seq %d stream %d %s %s://%s%s %v", r.Conn, r.Seq, r.Stream, r.Method, r.Scheme, r.Authority, r.Path, r.Action)
 	}
 	if !bytes.Equal(r.Body, reqBody) || r.BodyDropped != 0 || !r.FIN || !r.Done || r.FINAt.Before(r.At) {
@@ -238,11 +228,11 @@ func TestRejectOnHeadersSkipsTheBody(t *testing.T) {
 	if len(rs) != 2 {
 		t.Fatalf("%d records", len(rs))
 	}
-	if r := rs[0]; r.Stream != 0 || r.Action != h3server.KindReject || !r.ServerReset ||
+	if r := rs[0]; r.Stream != 0 || r.Action != replaysafetest.StreamRefuse || !r.ServerReset ||
 		r.ServerResetCode != http3.ErrCodeRequestRejected || len(r.Body) != 0 || r.FIN || !r.Done {
 		t.Errorf("rejected record: %+v", r)
 	}
-	if r := rs[1]; r.Stream != 4 || r.Seq != 1 || r.Action != h3server.KindRespond || !r.FIN {
+	if r := rs[1]; r.Stream != 4 || r.Seq != 1 || r.Action != replaysafetest.StreamRespond || !r.FIN {
 		t.Errorf("second record: %+v", r)
 	}
 }
@@ -323,7 +313,7 @@ func TestCloseConnCrossesTheRequest(t *testing.T) {
 			t.Logf("client error for the next request: %T %q", err, err)
 
 			r := waitRequests(t, s, 1)[0]
-			if string(r.Body) != tc.wantBody || r.FIN != (tc.wantBody != "") || r.Action != h3server.KindClose {
+			if string(r.Body) != tc.wantBody || r.FIN != (tc.wantBody != "") || r.Action != replaysafetest.StreamClose {
 				t.Errorf("record: body %q FIN %v action %v", r.Body, r.FIN, r.Action)
 			}
 			if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
@@ -464,7 +454,7 @@ func TestGoAway(t *testing.T) {
 		}
 		waitDone(t, cc)
 		r := waitRequests(t, s, 1)[0]
-		if r.ServerReset || r.Action != h3server.KindGoAway || len(r.Body) != 0 || r.FIN {
+		if r.ServerReset || r.Action != replaysafetest.StreamGoAway || len(r.Body) != 0 || r.FIN {
 			t.Errorf("record %+v", r)
 		}
 		if c := s.Conns()[0]; !c.GoAwaySent || c.GoAwayID != 0 {
@@ -535,7 +525,7 @@ func TestStopSending(t *testing.T) {
 			t.Fatalf("upload: %v, want the body closed", err)
 		}
 		r := waitRequests(t, s, 1)[0]
-		if r.FIN || r.Action != h3server.KindStopSending || len(r.Body) != 0 || r.ServerReset {
+		if r.FIN || r.Action != replaysafetest.StreamStopSending || len(r.Body) != 0 || r.ServerReset {
 			t.Errorf("record %+v", r)
 		}
 	})
@@ -638,7 +628,7 @@ func TestHangThenClose(t *testing.T) {
 	if d := time.Since(began); d < 200*time.Millisecond {
 		t.Errorf("closed after %v, before the hang ended", d)
 	}
-	if r := waitRequests(t, s, 1)[0]; string(r.Body) != "still recorded" || !r.FIN || r.Action != h3server.KindHang {
+	if r := waitRequests(t, s, 1)[0]; string(r.Body) != "still recorded" || !r.FIN || r.Action != replaysafetest.StreamHang {
 		t.Errorf("record %+v", r)
 	}
 }
@@ -673,7 +663,7 @@ func TestEveryConnectionRejectsEverything(t *testing.T) {
 	}
 	rs := waitRequests(t, s, 6)
 	for i, r := range rs {
-		if r.Conn != i/2 || r.Seq != i%2 || r.Stream != uint64(4*(i%2)) || r.Action != h3server.KindReject {
+		if r.Conn != i/2 || r.Seq != i%2 || r.Stream != uint64(4*(i%2)) || r.Action != replaysafetest.StreamRefuse {
 			t.Errorf("record %d: conn %d seq %d stream %d action %v", i, r.Conn, r.Seq, r.Stream, r.Action)
 		}
 	}
@@ -724,31 +714,11 @@ func TestCloseEndsHangingConnections(t *testing.T) {
 	s.Close() // idempotent
 }
 
-func TestLifetimeClosesTheServer(t *testing.T) {
-	s, err := h3server.New(h3server.Config{Lifetime: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.WaitConns(ctxT(t), 1); !errors.Is(err, h3server.ErrClosed) {
-		t.Fatalf("wait: %v, want ErrClosed once the lifetime is over", err)
-	}
-}
-
-func TestWaitHonoursTheContext(t *testing.T) {
-	s := start(t, h3server.Config{})
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
-	if _, err := s.WaitRequests(ctx, 1); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("got %v", err)
-	}
-}
-
 func TestEnumAndActionStrings(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{h3server.KindReject.String(), "reject"},
-		{h3server.KindStopSending.String(), "stop-sending"},
-		{h3server.Kind(200).String(), "Kind(200)"},
+		{replaysafetest.StreamRefuse.String(), "refuse"},
+		{replaysafetest.StreamStopSending.String(), "stop-sending"},
+		{h3server.Kind(200).String(), "StreamKind(200)"},
 		{h3server.OnHeaders.String(), "on-headers"},
 		{h3server.Moment(9).String(), "Moment(9)"},
 		{h3server.OK("x").String(), "respond@after-body status=200"},
@@ -766,7 +736,7 @@ func TestEnumAndActionStrings(t *testing.T) {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
 	}
-	if h3server.Kind(200).Valid() || !h3server.KindHang.Valid() || h3server.Moment(2).Valid() || !h3server.AfterBody.Valid() {
+	if h3server.Kind(200).Valid() || !replaysafetest.StreamHang.Valid() || h3server.Moment(2).Valid() || !h3server.AfterBody.Valid() {
 		t.Error("Valid")
 	}
 }

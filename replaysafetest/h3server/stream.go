@@ -5,10 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
-	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +16,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 	"github.com/quic-go/quic-go/quicvarint"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
@@ -67,8 +65,8 @@ func (c *conn) serveStream(str *quic.Stream) {
 	rec := newReceived(c.idx, st.id, fields)
 	st.rec = rec
 	a, ignored, drop := c.register(st)
-	c.s.update(func() {
-		c.s.reqs = append(c.s.reqs, rec)
+	c.s.core.Update(func() {
+		c.s.core.Reqs = append(c.s.core.Reqs, rec)
 		c.rec.info.Streams++
 	})
 	if ignored {
@@ -144,21 +142,21 @@ func (st *stream) flood(a Action) {
 func (st *stream) act(a Action) (keepReading bool) {
 	st.acted = true
 	switch a.Kind {
-	case KindRespond:
+	case replaysafetest.StreamRespond:
 		st.respond(a)
 		return true
-	case KindReject:
+	case replaysafetest.StreamRefuse:
 		st.resetWith(http3.ErrCodeRequestRejected)
 		return false
-	case KindReset:
+	case replaysafetest.StreamReset:
 		st.resetWith(a.code())
 		return false
-	case KindGoAway:
+	case replaysafetest.StreamGoAway:
 		return st.goAway(a)
-	case KindClose:
+	case replaysafetest.StreamClose:
 		st.c.close(a.code(), fmt.Sprintf("h3server: closed on stream %d", st.id))
 		return false
-	case KindStopSending:
+	case replaysafetest.StreamStopSending:
 		if a.NoResponse {
 			st.startHang(a.Delay, http3.ErrCodeNoError)
 		} else {
@@ -170,7 +168,7 @@ func (st *stream) act(a Action) (keepReading bool) {
 		st.str.CancelRead(quic.StreamErrorCode(a.code()))
 		st.mu.Unlock()
 		return false
-	case KindHang:
+	case replaysafetest.StreamHang:
 		st.startHang(a.Delay, a.code())
 		return true
 	}
@@ -181,7 +179,7 @@ func (st *stream) act(a Action) (keepReading bool) {
 	return false
 }
 
-// goAway runs a KindGoAway action.
+// goAway runs a StreamGoAway action.
 func (st *stream) goAway(a Action) (keepReading bool) {
 	id, err := st.c.sendGoAway(st, a)
 	if err != nil {
@@ -291,7 +289,7 @@ func (st *stream) resetWith(code http3.ErrCode) {
 	st.str.CancelRead(quic.StreamErrorCode(code))
 	st.mu.Unlock()
 	st.logf("reset with %v", code)
-	st.c.s.update(func() {
+	st.c.s.core.Update(func() {
 		st.rec.ServerReset = true
 		st.rec.ServerResetCode = code
 		st.rec.Done = true
@@ -299,7 +297,7 @@ func (st *stream) resetWith(code http3.ErrCode) {
 }
 
 func (st *stream) markDone() {
-	st.c.s.update(func() { st.rec.Done = true })
+	st.c.s.core.Update(func() { st.rec.Done = true })
 }
 
 // abandon handles a stream whose HEADERS never arrived: it is not
@@ -317,7 +315,7 @@ func (st *stream) abandon(err error) {
 	default:
 		code := http3.ErrCodeFrameError
 		switch {
-		case errors.Is(err, os.ErrDeadlineExceeded):
+		case kit.IsTimeout(err):
 			code = http3.ErrCodeRequestIncomplete
 		case errors.Is(err, errDataBeforeHeaders):
 			code = http3.ErrCodeFrameUnexpected
@@ -373,7 +371,7 @@ func (st *stream) readBody() (fin bool) {
 		h, err := readFrameHeader(st.r)
 		if errors.Is(err, io.EOF) {
 			// Done waits for the action: it may still record a reset.
-			st.c.s.update(func() { st.rec.FIN, st.rec.FINAt = true, time.Now() })
+			st.c.s.core.Update(func() { st.rec.FIN, st.rec.FINAt = true, time.Now() })
 			return true
 		}
 		if err != nil {
@@ -420,7 +418,7 @@ func (st *stream) recordBody(p []byte) {
 		return
 	}
 	limit := st.c.s.cfg.MaxBodyBytes
-	st.c.s.update(func() {
+	st.c.s.core.Update(func() {
 		take := min(len(p), limit-len(st.rec.Body))
 		st.rec.Body = append(st.rec.Body, p[:take]...)
 		st.rec.BodyDropped += int64(len(p) - take)
@@ -434,7 +432,7 @@ func (st *stream) recordTrailer(fields []qpack.HeaderField) {
 			trailer.Add(f.Name, f.Value)
 		}
 	}
-	st.c.s.update(func() { st.rec.Trailer = trailer })
+	st.c.s.core.Update(func() { st.rec.Trailer = trailer })
 }
 
 // readFailed records why reading the request ended before its FIN and,
@@ -448,13 +446,13 @@ func (st *stream) readFailed(err error) {
 		// The server stopped reading on purpose; the action says why.
 	case errors.As(err, &se) && se.Remote:
 		st.logf("reset by the client (%v)", http3.ErrCode(se.ErrorCode))
-		st.c.s.update(func() {
+		st.c.s.core.Update(func() {
 			st.rec.ClientReset = true
 			st.rec.ClientResetCode = http3.ErrCode(se.ErrorCode)
 		})
 	case st.c.qc.Context().Err() != nil:
 		reason = "connection over"
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case kit.IsTimeout(err):
 		if !st.hangUntil.IsZero() && !time.Now().Before(st.hangUntil) {
 			break // the hang is over; waitHang closes the connection
 		}
@@ -466,7 +464,7 @@ func (st *stream) readFailed(err error) {
 	}
 	if reason != "" {
 		st.logf("stopped reading: %s", reason)
-		st.c.s.update(func() {
+		st.c.s.core.Update(func() {
 			if st.rec.Err == "" {
 				st.rec.Err = reason
 			}
@@ -532,8 +530,9 @@ func (st *stream) write(b []byte) error {
 func newReceived(connIdx int, id uint64, fields []qpack.HeaderField) *Received {
 	p, h := kit.SplitFields(fields, func(f qpack.HeaderField) (string, string) { return f.Name, f.Value })
 	return &Received{
-		Conn: connIdx, Stream: id, At: time.Now(), Fields: fields, Header: h,
-		Method: p.Method, Scheme: p.Scheme, Authority: p.Authority, Path: p.Path, Protocol: p.Protocol,
+		StreamRecord: replaysafetest.StreamRecord{Conn: connIdx, At: time.Now(), Header: h,
+			Method: p.Method, Scheme: p.Scheme, Authority: p.Authority, Path: p.Path, Protocol: p.Protocol},
+		Stream: id, Fields: fields,
 	}
 }
 
@@ -577,9 +576,7 @@ func encodeFields(h http.Header) []byte {
 }
 
 func encodeHeader(enc *qpack.Encoder, h http.Header) {
-	for _, k := range slices.Sorted(maps.Keys(h)) {
-		for _, v := range h[k] {
-			_ = enc.WriteField(qpack.HeaderField{Name: strings.ToLower(k), Value: v})
-		}
+	for k, v := range kit.SortedFields(h) {
+		_ = enc.WriteField(qpack.HeaderField{Name: strings.ToLower(k), Value: v})
 	}
 }

@@ -1,7 +1,10 @@
 package kit
 
 import (
+	"iter"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -38,3 +41,40 @@ func SplitFields[F any](fields []F, nv func(F) (string, string)) (Pseudo, http.H
 	}
 	return p, h
 }
+
+// WithField returns a copy of h (nil: a new header) with the field key
+// added with value: the WithHeader of every scripted action.
+func WithField(h http.Header, key, value string) http.Header {
+	h = h.Clone()
+	if h == nil {
+		h = make(http.Header)
+	}
+	h.Add(key, value)
+	return h
+}
+
+// OrOK returns status, or 200 when it is zero: the status of every
+// scripted response.
+func OrOK(status int) int {
+	if status == 0 {
+		return http.StatusOK
+	}
+	return status
+}
+
+// SortedFields yields every field line of h, keys in sorted order and
+// each key's values in order: how every scripted server writes a header.
+func SortedFields(h http.Header) iter.Seq2[string, string] {
+	return func(yield func(string, string) bool) {
+		for _, k := range slices.Sorted(maps.Keys(h)) {
+			for _, v := range h[k] {
+				if !yield(k, v) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// Keys returns the keys of m, in no order.
+func Keys[K comparable, V any](m map[K]V) []K { return slices.Collect(maps.Keys(m)) }

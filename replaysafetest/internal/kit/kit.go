@@ -1,8 +1,16 @@
 // Package kit holds the harness the scripted servers of replaysafetest
-// share: bounds, record notification and waiting, TLS set-up.
+// share: the Core every server runs on (records, waiters, admission of
+// connections, lifetime, Close), the defaults and bounds, header and
+// error helpers, and TLS set-up.
 package kit
 
-import "time"
+import (
+	"errors"
+	"io"
+	"os"
+	"syscall"
+	"time"
+)
 
 // Bounds of an endless interim (1xx) flood, so that a test always ends.
 const (
@@ -27,4 +35,23 @@ func Map[A, B any](in []A, f func(A) B) []B {
 		out[i] = f(a)
 	}
 	return out
+}
+
+// IsTimeout reports whether err is a read or write deadline passing.
+func IsTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
+
+// ReadFailure names what ended a read, for a partial request's record:
+// "timeout", "eof", "unexpected eof", "connection reset", or err itself.
+func ReadFailure(err error) string {
+	switch {
+	case IsTimeout(err):
+		return "timeout"
+	case errors.Is(err, io.EOF):
+		return "eof"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "unexpected eof"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	}
+	return err.Error()
 }

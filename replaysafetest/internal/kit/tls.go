@@ -51,3 +51,12 @@ func (c Cert) ClientTLSConfig() *tls.Config {
 	}
 	return &tls.Config{RootCAs: c.CertPool(), ServerName: "127.0.0.1", NextProtos: c.alpn[:1], MinVersion: c.min}
 }
+
+// BaseURL is the base URL of a server listening on addr: https:// with
+// TLS, else http://.
+func BaseURL(tls bool, addr string) string {
+	if tls {
+		return "https://" + addr
+	}
+	return "http://" + addr
+}

@@ -42,7 +42,6 @@ var groups = []group{
 	{"public", "the rules as data (public)"},
 	{"adapters", "internal/adapters: one per stack"},
 	{"internal", "internal: dialing, conformance, trace checks"},
-	{"built", "built on the Transport (public)"},
 	{"checks", "the test kit (public), tests and tools"},
 }
 
@@ -51,6 +50,7 @@ var nodes = []node{
 	{"transport", "root", "replaysafe", "Transport.RoundTrip, Options, *Error, observers", "Transport"},
 	{"pool", "root", "replaysafe", "pool acquire: HTTP/1.1 pool and one pool for HTTP/2 and HTTP/3 connections", "pool acquire"},
 	{"driver", "root", "replaysafe", "attempt driver: runs one wire attempt, feeds the machine, acts on its decision", "attempt driver"},
+	{"forward", "root", "replaysafe", "Forwarder: a streaming reverse proxy, an http.Handler forwarding through a Transport", "Forwarder"},
 	{"plan", "pure", "fsm/plan", "dispatch plan: which protocols a call tries, in what order", ""},
 	{"route", "pure", "fsm/route", "route snapshot and the one acquisition deadline", ""},
 	{"fsm", "pure", "fsm", "the machine: request facts and events in, decision and rule out", ""},
@@ -62,7 +62,6 @@ var nodes = []node{
 	{"altsvc", "internal", "internal/altsvc", "Alt-Svc cache for HTTP/3", ""},
 	{"conformance", "internal", "internal/conformance", "fault scenarios counted at the server", ""},
 	{"tracecheck", "internal", "internal/tracecheck", "replays observed attempt traces through fsm and the model", ""},
-	{"forward", "built", "forward", "streaming reverse proxy: an http.Handler forwarding through a Transport", ""},
 	{"rstest", "checks", "replaysafetest", "scripted servers that count what they receive", ""},
 	{"model", "checks", "model_test", "independent model of the rules", ""},
 	{"fuzz", "checks", "fuzz", "native fuzz targets and seed corpora", ""},

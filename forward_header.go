@@ -1,4 +1,4 @@
-package forward
+package replaysafe
 
 import (
 	"net"
@@ -36,12 +36,12 @@ func removeConnectionFields(h http.Header) {
 	}
 }
 
-// CleanRequestHeader rewrites h, the header of an inbound request, for
+// cleanRequestHeader rewrites h, the header of an inbound request, for
 // the egress that d plans: it removes the fields Connection names and the
 // hop-by-hop fields, then regenerates what the egress needs.
 //
-//   - ModeUpgrade keeps exactly "Connection: Upgrade" and the Upgrade
-//     value (RFC 9110 §7.8); ModeExtendedConnect to HTTP/1.1 egress, which
+//   - ForwardUpgrade keeps exactly "Connection: Upgrade" and the Upgrade
+//     value (RFC 9110 §7.8); ForwardExtendedConnect to HTTP/1.1 egress, which
 //     goes out as an HTTP/1.1 Upgrade, gets them (and the pseudo-header
 //     field ":protocol" goes); to HTTP/2 or HTTP/3 egress it keeps its
 //     ":protocol" (d.Upgrade) alone.
@@ -51,18 +51,18 @@ func removeConnectionFields(h http.Header) {
 //     alone (RFC 9113 §8.2.2); an ALPN egress, which may turn out to be
 //     either, gets no TE.
 //   - Without d.Trailers no TE goes out.
-func CleanRequestHeader(h http.Header, d Dispatch) {
+func cleanRequestHeader(h http.Header, d ForwardDispatch) {
 	removeConnectionFields(h)
 	for k := range h {
 		if strings.HasPrefix(k, ":") {
 			delete(h, k) // a pseudo-header net/http's server left in (":protocol")
 		}
 	}
-	if d.Mode == ModeExtendedConnect && d.Version != VersionHTTP11 {
+	if d.Mode == ForwardExtendedConnect && d.Version != ForwardVersionHTTP11 {
 		h[":protocol"] = []string{d.Upgrade}
 		return
 	}
-	if d.Mode == ModeUpgrade && d.Version != VersionHTTP11 {
+	if d.Mode == ForwardUpgrade && d.Version != ForwardVersionHTTP11 {
 		// A WebSocket handshake sent on as an extended CONNECT (RFC 8441
 		// §5): no Sec-WebSocket-Key there; the forwarder answers the
 		// client's with its own Sec-WebSocket-Accept.
@@ -70,7 +70,7 @@ func CleanRequestHeader(h http.Header, d Dispatch) {
 		delete(h, "Sec-Websocket-Key")
 		return
 	}
-	if d.Mode == ModeUpgrade || d.Mode == ModeExtendedConnect {
+	if d.Mode == ForwardUpgrade || d.Mode == ForwardExtendedConnect {
 		h["Connection"] = []string{"Upgrade"}
 		h["Upgrade"] = []string{d.Upgrade}
 		return
@@ -79,31 +79,31 @@ func CleanRequestHeader(h http.Header, d Dispatch) {
 		return
 	}
 	switch d.Version {
-	case VersionHTTP11:
+	case ForwardVersionHTTP11:
 		h["Connection"] = []string{"TE"}
 		h["Te"] = []string{"trailers"}
-	case VersionHTTP2, VersionHTTP3:
+	case ForwardVersionHTTP2, ForwardVersionHTTP3:
 		h["Te"] = []string{"trailers"}
 	}
 }
 
-// CleanResponseHeader rewrites h, the header of an upstream response
+// cleanResponseHeader rewrites h, the header of an upstream response
 // with status code status, for the client: it removes the fields
 // Connection names and the hop-by-hop fields; a 101 response to
-// ModeUpgrade keeps "Connection: Upgrade" and its Upgrade value.
-func CleanResponseHeader(h http.Header, status int, d Dispatch) {
+// ForwardUpgrade keeps "Connection: Upgrade" and its Upgrade value.
+func cleanResponseHeader(h http.Header, status int, d ForwardDispatch) {
 	upgrade := h.Get("Upgrade")
 	removeConnectionFields(h)
-	if status == http.StatusSwitchingProtocols && d.Mode == ModeUpgrade && upgrade != "" {
+	if status == http.StatusSwitchingProtocols && d.Mode == ForwardUpgrade && upgrade != "" {
 		h["Connection"] = []string{"Upgrade"}
 		h["Upgrade"] = []string{upgrade}
 	}
 }
 
-// Via returns the Via field value a proxy named by pseudonym appends for
+// viaValue returns the Via field value a proxy named by pseudonym appends for
 // a message received as HTTP/major.minor (RFC 9110 §7.6.3: the protocol
 // name is omitted for HTTP, the version is "1.1", "2", "3").
-func Via(major, minor int, pseudonym string) string {
+func viaValue(major, minor int, pseudonym string) string {
 	v := strconv.Itoa(major)
 	if major < 2 {
 		v += "." + strconv.Itoa(minor)
@@ -111,11 +111,11 @@ func Via(major, minor int, pseudonym string) string {
 	return v + " " + pseudonym
 }
 
-// ForwardedElement returns one Forwarded element (RFC 7239 §4) for a
+// forwardedElement returns one Forwarded element (RFC 7239 §4) for a
 // request from remoteAddr (host:port or a host), received over proto
 // ("http" or "https") for host. An IPv6 address is bracketed and quoted
 // (§6); a value that is not a token is quoted.
-func ForwardedElement(remoteAddr, proto, host string) string {
+func forwardedElement(remoteAddr, proto, host string) string {
 	var b strings.Builder
 	if node := forwardedNode(remoteAddr); node != "" {
 		b.WriteString("for=")
@@ -194,5 +194,5 @@ func isTokenRune(r rune) bool {
 }
 
 // forwardedFields are the inbound fields about earlier hops, removed
-// unless Options.TrustForwarded.
+// unless ForwardOptions.TrustForwarded.
 var forwardedFields = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}

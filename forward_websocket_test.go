@@ -1,7 +1,8 @@
-package forward_test
+package replaysafe_test
 
 import (
 	"context"
+	"github.com/replaysafe/replaysafe"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -11,8 +12,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-
-	"github.com/replaysafe/replaysafe/forward"
 )
 
 // wsEchoServer starts a WebSocket server (coder/websocket) that counts
@@ -42,14 +41,14 @@ func wsEchoServer(t *testing.T, n *atomic.Int64) *url.URL {
 	return u
 }
 
-// TestWebSocketEcho: a real WebSocket client and server
+// TestForwardWebSocketEcho: a real WebSocket client and server
 // (github.com/coder/websocket) talk through the forwarder over HTTP/1.1:
 // the handshake reaches the upstream once, text and binary messages are
 // echoed whole, and the close handshake goes through.
-func TestWebSocketEcho(t *testing.T) {
+func TestForwardWebSocketEcho(t *testing.T) {
 	var handshakes atomic.Int64
 	u := wsEchoServer(t, &handshakes)
-	fw := forward.New(forward.Options{Upstream: u})
+	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	base, _ := ingress(t, fw, "h1")
 

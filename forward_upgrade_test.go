@@ -1,4 +1,4 @@
-package forward_test
+package replaysafe_test
 
 //lint:file-ignore SA1019 the test drives x/net/http2's Transport, whose client sends extended CONNECT
 
@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
+	"github.com/replaysafe/replaysafe"
 	"io"
 	"net"
 	"net/http"
@@ -21,8 +22,6 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
-
-	"github.com/replaysafe/replaysafe/forward"
 )
 
 // wsAccept is Sec-WebSocket-Accept for key (RFC 6455 §4.2.2).
@@ -81,12 +80,12 @@ func h2cExtendedClient(t *testing.T) *http.Client {
 	return &http.Client{Transport: h2t, Timeout: 10 * time.Second}
 }
 
-// TestUpgradeTunnel: an HTTP/1.1 Upgrade handshake goes through with only
+// TestForwardUpgradeTunnel: an HTTP/1.1 Upgrade handshake goes through with only
 // its connection fields, the 101 comes back, and bytes flow both ways.
-func TestUpgradeTunnel(t *testing.T) {
+func TestForwardUpgradeTunnel(t *testing.T) {
 	got := make(chan http.Header, 1)
 	u := echoUpgrade(t, got)
-	fw := forward.New(forward.Options{Upstream: u})
+	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	front := httptest.NewServer(fw)
 	defer front.Close()
@@ -117,24 +116,24 @@ func TestUpgradeTunnel(t *testing.T) {
 	wantEcho(t, c, br)
 }
 
-// TestExtendedConnectToUpgrade: an HTTP/2 extended CONNECT for websocket
+// TestForwardExtendedConnectToUpgrade: an HTTP/2 extended CONNECT for websocket
 // (RFC 8441) goes upstream as an HTTP/1.1 Upgrade handshake with a fresh
 // key, the client gets 200, and bytes flow both ways. net/http's server
 // accepts extended CONNECT only under GODEBUG=http2xconnect=1, read when
 // the process starts, so the test runs itself again with it.
-func TestExtendedConnectToUpgrade(t *testing.T) {
+func TestForwardExtendedConnectToUpgrade(t *testing.T) {
 	if !strings.Contains(os.Getenv("GODEBUG"), "http2xconnect=1") {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestExtendedConnectToUpgrade$", "-test.v")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestForwardExtendedConnectToUpgrade$", "-test.v")
 		cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
 		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS: TestExtendedConnectToUpgrade") {
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestForwardExtendedConnectToUpgrade") {
 			t.Fatalf("with GODEBUG=http2xconnect=1: %v\n%s", err, out)
 		}
 		return
 	}
 	got := make(chan http.Header, 1)
 	u := echoUpgrade(t, got)
-	fw := forward.New(forward.Options{Upstream: u})
+	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	base, _ := ingress(t, fw, "h2")
 	client := h2cExtendedClient(t)
@@ -160,13 +159,13 @@ func TestExtendedConnectToUpgrade(t *testing.T) {
 	wantEcho(t, pw, resp.Body)
 }
 
-// TestExtendedConnectH3ToUpgrade: the same over HTTP/3 (RFC 9220), with
+// TestForwardExtendedConnectH3ToUpgrade: the same over HTTP/3 (RFC 9220), with
 // quic-go's server (which enables extended CONNECT) and client (which
 // sends :protocol from Request.Proto).
-func TestExtendedConnectH3ToUpgrade(t *testing.T) {
+func TestForwardExtendedConnectH3ToUpgrade(t *testing.T) {
 	got := make(chan http.Header, 1)
 	u := echoUpgrade(t, got)
-	fw := forward.New(forward.Options{Upstream: u})
+	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	base, client := h3Ingress(t, fw)
 
@@ -190,12 +189,12 @@ func TestExtendedConnectH3ToUpgrade(t *testing.T) {
 	wantEcho(t, pw, resp.Body)
 }
 
-// TestUpgradeHandshakeResent: a close crossing the (bodyless, idempotent)
+// TestForwardUpgradeHandshakeResent: a close crossing the (bodyless, idempotent)
 // WebSocket handshake on a pooled connection is resent once on a new
 // connection with its Upgrade metadata intact, and the tunnel then works.
 // The upstream is a raw listener: connection 0 answers the warm-up and
 // closes on the handshake; connection 1 accepts the upgrade and echoes.
-func TestUpgradeHandshakeResent(t *testing.T) {
+func TestForwardUpgradeHandshakeResent(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +232,7 @@ func TestUpgradeHandshakeResent(t *testing.T) {
 		}
 	}()
 	u, _ := url.Parse("http://" + ln.Addr().String())
-	fw := forward.New(forward.Options{Upstream: u})
+	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	front := httptest.NewServer(fw)
 	defer front.Close()

@@ -1,4 +1,4 @@
-package forward
+package replaysafe
 
 import (
 	"crypto/rand"
@@ -43,19 +43,19 @@ func websocketAccept(key string) string {
 // answers the client 200 (RFC 8441 §5) and tunnels the inbound stream's
 // body and the upgraded connection into each other until the upstream
 // side ends.
-func (h *Handler) extendedConnect(w http.ResponseWriter, r *http.Request, resp *http.Response, d Dispatch, x *exchange, key string) {
+func (h *Forwarder) extendedConnect(w http.ResponseWriter, r *http.Request, resp *http.Response, d ForwardDispatch, x *exchange, key string) {
 	up, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok || resp.Header.Get("Sec-Websocket-Accept") != websocketAccept(key) {
 		resp.Body.Close()
-		x.err = errors.New("forward: the upstream's WebSocket handshake answer does not match its key")
+		x.err = errors.New("replaysafe: forward: the upstream's WebSocket handshake answer does not match its key")
 		h.refuse(w, x, http.StatusBadGateway, "invalid WebSocket handshake from the upstream")
 		return
 	}
 	defer up.Close()
-	CleanResponseHeader(resp.Header, http.StatusOK, d)
+	cleanResponseHeader(resp.Header, http.StatusOK, d)
 	resp.Header.Del("Sec-Websocket-Accept")
 	if !h.opt.DisableVia {
-		resp.Header.Add("Via", Via(resp.ProtoMajor, resp.ProtoMinor, h.via))
+		resp.Header.Add("Via", viaValue(resp.ProtoMajor, resp.ProtoMinor, h.via))
 	}
 	wh := w.Header()
 	for k, vv := range resp.Header {
@@ -83,21 +83,21 @@ func (h *Handler) extendedConnect(w http.ResponseWriter, r *http.Request, resp *
 // the client 101 with the Sec-WebSocket-Accept of the client's key and
 // tunnels the client connection into the stream, upload being the
 // stream's request body.
-func (h *Handler) upgradeOverConnect(w http.ResponseWriter, resp *http.Response, d Dispatch, x *exchange, key string, upload *io.PipeWriter) {
+func (h *Forwarder) upgradeOverConnect(w http.ResponseWriter, resp *http.Response, d ForwardDispatch, x *exchange, key string, upload *io.PipeWriter) {
 	defer resp.Body.Close()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		x.err = fmt.Errorf("forward: hijacking the client connection for the upgrade: %w", err)
+		x.err = fmt.Errorf("replaysafe: forward: hijacking the client connection for the upgrade: %w", err)
 		h.refuse(w, x, http.StatusInternalServerError, "cannot take over the client connection")
 		return
 	}
 	defer conn.Close()
-	CleanResponseHeader(resp.Header, http.StatusOK, d)
+	cleanResponseHeader(resp.Header, http.StatusOK, d)
 	resp.Header.Set("Connection", "Upgrade")
 	resp.Header.Set("Upgrade", "websocket")
 	resp.Header.Set("Sec-Websocket-Accept", websocketAccept(key))
 	if !h.opt.DisableVia {
-		resp.Header.Add("Via", Via(resp.ProtoMajor, resp.ProtoMinor, h.via))
+		resp.Header.Add("Via", viaValue(resp.ProtoMajor, resp.ProtoMinor, h.via))
 	}
 	x.status = http.StatusSwitchingProtocols
 	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
@@ -107,7 +107,7 @@ func (h *Handler) upgradeOverConnect(w http.ResponseWriter, resp *http.Response,
 	}
 	brw.WriteString("\r\n")
 	if err := brw.Flush(); err != nil {
-		x.err = fmt.Errorf("forward: writing the 101 response to the client: %w", err)
+		x.err = fmt.Errorf("replaysafe: forward: writing the 101 response to the client: %w", err)
 		return
 	}
 	x.err = tunnel(conn, brw.Reader, streamRW{resp.Body, upload})

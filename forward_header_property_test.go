@@ -1,4 +1,4 @@
-package forward
+package replaysafe
 
 import (
 	"net/http"
@@ -8,11 +8,11 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestCleanRequestHeaderProperty: for any Connection field lines (random
+// TestForwardCleanRequestHeaderProperty: for any Connection field lines (random
 // lists, case, whitespace, empty elements) over any header, no field a
 // Connection option named and no hop-by-hop field survives, every other
 // field survives unchanged, and what the egress needs is there.
-func TestCleanRequestHeaderProperty(t *testing.T) {
+func TestForwardCleanRequestHeaderProperty(t *testing.T) {
 	names := []string{"X-A", "X-B", "Keep-Alive", "Te", "Upgrade", "Cache-Control", "Accept", "X-Long-Name", "Close"}
 	rapid.Check(t, func(t *rapid.T) {
 		h := http.Header{}
@@ -34,12 +34,12 @@ func TestCleanRequestHeaderProperty(t *testing.T) {
 			}
 			h.Add("Connection", strings.Join(parts, ","))
 		}
-		d := Dispatch{
-			Version:  rapid.SampledFrom([]Version{VersionHTTP11, VersionHTTP2, VersionHTTP3, VersionALPN}).Draw(t, "version"),
+		d := ForwardDispatch{
+			Version:  rapid.SampledFrom([]ForwardVersion{ForwardVersionHTTP11, ForwardVersionHTTP2, ForwardVersionHTTP3, ForwardVersionALPN}).Draw(t, "version"),
 			Trailers: rapid.Bool().Draw(t, "trailers"),
 		}
 		before := h.Clone()
-		CleanRequestHeader(h, d)
+		cleanRequestHeader(h, d)
 
 		hop := map[string]bool{}
 		for _, f := range hopByHop {
@@ -60,11 +60,11 @@ func TestCleanRequestHeaderProperty(t *testing.T) {
 				}
 			}
 		}
-		wantTE := d.Trailers && d.Version != VersionALPN
+		wantTE := d.Trailers && d.Version != ForwardVersionALPN
 		if got := h.Get("Te"); (got == "trailers") != wantTE || len(h["Te"]) > 1 {
 			t.Fatalf("TE %q for %v trailers=%v", h["Te"], d.Version, d.Trailers)
 		}
-		wantConn := d.Trailers && d.Version == VersionHTTP11
+		wantConn := d.Trailers && d.Version == ForwardVersionHTTP11
 		if got := h["Connection"]; wantConn != (len(got) == 1 && got[0] == "TE") || !wantConn && len(got) > 0 {
 			t.Fatalf("Connection %q for %v trailers=%v", got, d.Version, d.Trailers)
 		}

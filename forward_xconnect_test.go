@@ -1,4 +1,4 @@
-package forward_test
+package replaysafe_test
 
 //lint:file-ignore SA1019 the test drives x/net/http2's Transport, whose client sends extended CONNECT
 
@@ -23,7 +23,6 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe"
-	"github.com/replaysafe/replaysafe/forward"
 )
 
 // echoStream answers an extended CONNECT 200 and echoes the stream's
@@ -69,19 +68,19 @@ func echoConnect(t *testing.T, got chan<- http.Header, n *atomic.Int64) *url.URL
 	return u
 }
 
-// TestExtendedConnectPassThrough: an HTTP/2 or HTTP/3 extended CONNECT
+// TestForwardExtendedConnectPassThrough: an HTTP/2 or HTTP/3 extended CONNECT
 // goes on to an HTTP/2 upstream as an extended CONNECT, with its
 // :protocol and without HTTP/1.1's handshake fields; the upstream gets
 // one CONNECT, the client 200, and bytes flow both ways. Net/http's
 // HTTP/2 server accepts extended CONNECT only under
 // GODEBUG=http2xconnect=1, read at start, so the test runs itself again
 // with it.
-func TestExtendedConnectPassThrough(t *testing.T) {
+func TestForwardExtendedConnectPassThrough(t *testing.T) {
 	if !strings.Contains(os.Getenv("GODEBUG"), "http2xconnect=1") {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestExtendedConnectPassThrough$", "-test.v")
+		cmd := exec.Command(os.Args[0], "-test.run=^TestForwardExtendedConnectPassThrough$", "-test.v")
 		cmd.Env = append(os.Environ(), "GODEBUG=http2xconnect=1")
 		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS: TestExtendedConnectPassThrough") {
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestForwardExtendedConnectPassThrough") {
 			t.Fatalf("with GODEBUG=http2xconnect=1: %v\n%s", err, out)
 		}
 		return
@@ -94,7 +93,7 @@ func TestExtendedConnectPassThrough(t *testing.T) {
 			got := make(chan http.Header, 4)
 			var connects atomic.Int64
 			u := echoConnect(t, got, &connects)
-			fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP2})
+			fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP2})
 			defer fw.Transport().CloseIdleConnections()
 
 			var base string
@@ -143,7 +142,7 @@ func testUpgradeToExtendedConnect(t *testing.T) {
 	got := make(chan http.Header, 4)
 	var connects atomic.Int64
 	u := echoConnect(t, got, &connects)
-	fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP2})
+	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP2})
 	defer fw.Transport().CloseIdleConnections()
 	base, _ := ingress(t, fw, "h1")
 	addr := strings.TrimPrefix(base, "http://")
@@ -189,7 +188,7 @@ func testExtendedConnectToH3(t *testing.T) {
 	}))
 	u, _ := url.Parse(upBase)
 	roots := upClient.Transport.(*http3.Transport).TLSClientConfig.RootCAs
-	fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP3,
+	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP3,
 		TransportOptions: replaysafe.Options{TLSClientConfig: &tls.Config{RootCAs: roots}}})
 	defer fw.Transport().CloseIdleConnections()
 	base, _ := ingress(t, fw, "h2")
@@ -225,14 +224,14 @@ func testWebSocketOverH2Hop(t *testing.T) {
 	var handshakes atomic.Int64
 	upURL := wsEchoServer(t, &handshakes)
 	hop := make(chan string, 2)
-	second := forward.New(forward.Options{Upstream: upURL, Egress: forward.EgressHTTP1, OnRequest: func(r *http.Request) error {
+	second := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: upURL, Egress: replaysafe.EgressHTTP1, OnRequest: func(r *http.Request) error {
 		hop <- fmt.Sprintf("%s HTTP/%d %s", r.Method, r.ProtoMajor, r.Header.Get(":protocol"))
 		return nil
 	}})
 	defer second.Transport().CloseIdleConnections()
 	secondBase, _ := ingress(t, second, "h2")
 	secondURL, _ := url.Parse(secondBase)
-	first := forward.New(forward.Options{Upstream: secondURL, Egress: forward.EgressHTTP2})
+	first := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: secondURL, Egress: replaysafe.EgressHTTP2})
 	defer first.Transport().CloseIdleConnections()
 	firstBase, _ := ingress(t, first, "h1")
 

@@ -1,6 +1,7 @@
-package forward_test
+package replaysafe_test
 
 import (
+	"github.com/replaysafe/replaysafe"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -8,8 +9,6 @@ import (
 	"net/url"
 	"strings"
 	"testing"
-
-	"github.com/replaysafe/replaysafe/forward"
 )
 
 // BenchmarkForward measures forwarding over HTTP/1.1 on both sides
@@ -23,7 +22,7 @@ func BenchmarkForward(b *testing.B) {
 		h    func(u *url.URL) (http.Handler, func())
 	}{
 		{"replaysafe", func(u *url.URL) (http.Handler, func()) {
-			fw := forward.New(forward.Options{Upstream: u})
+			fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
 			return fw, fw.Transport().CloseIdleConnections
 		}},
 		{"httputil", func(u *url.URL) (http.Handler, func()) {

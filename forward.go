@@ -1,4 +1,4 @@
-package forward
+package replaysafe
 
 import (
 	"bufio"
@@ -17,21 +17,20 @@ import (
 	"sync"
 	"time"
 
-	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
 )
 
-// RuleHeader is the response header field that names the replaysafe rule
+// ForwardRuleHeader is the response header field that names the replaysafe rule
 // (its ID, such as RS18) behind a 502 or 504 the forwarder sends.
-const RuleHeader = "Replaysafe-Rule"
+const ForwardRuleHeader = "Replaysafe-Rule"
 
-// DefaultVia is the pseudonym the forwarder adds to Via when
-// Options.ViaName is empty.
-const DefaultVia = "replaysafe"
+// DefaultViaName is the pseudonym the forwarder adds to Via when
+// ForwardOptions.ViaName is empty.
+const DefaultViaName = "replaysafe"
 
-// Options configures a forwarder. Upstream or Director is required; every
+// ForwardOptions configures a forwarder. Upstream or Director is required; every
 // other field documents its default.
-type Options struct {
+type ForwardOptions struct {
 	// Upstream is the origin every request goes to: its scheme and host
 	// replace the inbound ones, its path is a prefix of the inbound path
 	// and its query comes before the inbound query.
@@ -46,7 +45,7 @@ type Options struct {
 
 	// OnRequest, if set, runs after the rewrite and before the dispatch
 	// plan: it may change the outbound request, or refuse it by returning
-	// an error. A *StatusError chooses the status; any other error
+	// an error. A *ForwardStatusError chooses the status; any other error
 	// answers 403 Forbidden.
 	OnRequest func(*http.Request) error
 
@@ -56,17 +55,17 @@ type Options struct {
 	// with Protocol Egress.Protocol().
 	Egress Egress
 	// Transport sends the forwarded requests. nil means
-	// replaysafe.New(TransportOptions) with Protocol set from Egress,
-	// made once by New. With a Transport of the caller's, whose Observer
+	// New(TransportOptions) with Protocol set from Egress,
+	// made once by NewForwarder. With a Transport of the caller's, whose Observer
 	// the forwarder cannot see, the access log counts attempts only for
-	// failed calls (from *replaysafe.Error).
-	Transport *replaysafe.Transport
+	// failed calls (from *Error).
+	Transport *Transport
 	// TransportOptions configures the Transport made when Transport is
 	// nil; its Protocol is replaced by Egress.Protocol().
-	TransportOptions replaysafe.Options
+	TransportOptions Options
 
 	// ViaName is the pseudonym added to Via on requests and responses
-	// (RFC 9110 §7.6.3); empty means DefaultVia.
+	// (RFC 9110 §7.6.3); empty means DefaultViaName.
 	ViaName string
 	// DisableVia stops adding Via.
 	DisableVia bool
@@ -87,9 +86,9 @@ type Options struct {
 	Logger *slog.Logger
 }
 
-// StatusError is an error OnRequest returns to refuse a request with a
+// ForwardStatusError is an error OnRequest returns to refuse a request with a
 // chosen status.
-type StatusError struct {
+type ForwardStatusError struct {
 	// Status is the response status code.
 	Status int
 	// Reason is the response body, one line.
@@ -97,34 +96,60 @@ type StatusError struct {
 }
 
 // Error returns the status and the reason.
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("forward: refused with %d: %s", e.Status, e.Reason)
+func (e *ForwardStatusError) Error() string {
+	return fmt.Sprintf("replaysafe: forward refused with %d: %s", e.Status, e.Reason)
 }
 
-// Handler is the forwarder: an http.Handler that forwards each request to
-// the upstream. Make one with New.
-type Handler struct {
-	opt      Options
-	rt       *replaysafe.Transport
+// Forwarder is a streaming reverse proxy: an http.Handler that forwards
+// each request to the upstream through a Transport, and its response
+// back. Make one with NewForwarder.
+//
+// The forwarder never collects a request body to enable a retry: a
+// forwarded body is one-shot, so the Transport resends it only when the
+// evidence says the upstream did not process it (nothing written, a
+// request handed back untouched, HTTP/2 REFUSED_STREAM or a GOAWAY
+// boundary, HTTP/3 H3_REQUEST_REJECTED), and a request without a body
+// also when the failure was ambiguous but the method is idempotent. A
+// failure the rules do not resend reaches the client as 502 Bad Gateway
+// with a ForwardRuleHeader naming the rule; a phase deadline (the
+// acquisition deadline among them) as 504 Gateway Timeout.
+//
+// Each request goes through three steps:
+//
+//  1. The upstream target: ForwardOptions.Upstream, or
+//     ForwardOptions.Director, then ForwardOptions.OnRequest, which may
+//     change the request or refuse it.
+//  2. Its dispatch plan (PlanForward): the egress target form, the HTTP
+//     version the egress speaks and whether it is exact or negotiated,
+//     and the mode (ordinary, HTTP/1.1 Upgrade, extended CONNECT); or a
+//     refusal with the status to send. A request is never handed to an
+//     encoder that cannot represent it.
+//  3. Header cleanup: the fields named by Connection and the hop-by-hop
+//     fields go (RFC 9110 §7.6.1), TE is regenerated for the egress, and
+//     Via (RFC 9110 §7.6.3), Forwarded (RFC 7239) and X-Forwarded-For are
+//     added as configured.
+type Forwarder struct {
+	opt      ForwardOptions
+	rt       *Transport
 	via      string
 	attempts sync.Map // *http.Request (outbound) -> *int, when the forwarder owns the Transport
 }
 
-// New returns a forwarder configured by o. It panics if o has neither
+// NewForwarder returns a forwarder configured by o. It panics if o has neither
 // Upstream nor Director, which is a programming error.
-func New(o Options) *Handler {
+func NewForwarder(o ForwardOptions) *Forwarder {
 	if o.Upstream == nil && o.Director == nil {
-		panic("forward: Options needs Upstream or Director")
+		panic("replaysafe: ForwardOptions needs Upstream or Director")
 	}
-	h := &Handler{opt: o, rt: o.Transport, via: o.ViaName}
+	h := &Forwarder{opt: o, rt: o.Transport, via: o.ViaName}
 	if h.via == "" {
-		h.via = DefaultVia
+		h.via = DefaultViaName
 	}
 	if h.rt == nil {
 		to := o.TransportOptions
 		to.Protocol = o.Egress.Protocol()
 		prev := to.Observer.OnAttempt
-		to.Observer.OnAttempt = func(r replaysafe.AttemptReport) {
+		to.Observer.OnAttempt = func(r AttemptReport) {
 			if n, ok := h.attempts.Load(r.Request); ok {
 				*n.(*int) = r.Number
 			}
@@ -132,13 +157,13 @@ func New(o Options) *Handler {
 				prev(r)
 			}
 		}
-		h.rt = replaysafe.New(to)
+		h.rt = New(to)
 	}
 	return h
 }
 
 // Transport returns the Transport the forwarder sends with.
-func (h *Handler) Transport() *replaysafe.Transport { return h.rt }
+func (h *Forwarder) Transport() *Transport { return h.rt }
 
 // exchange is what the access log line reports about one request.
 type exchange struct {
@@ -148,11 +173,11 @@ type exchange struct {
 	rule     string
 	status   int
 	err      error
-	plan     Dispatch
+	plan     ForwardDispatch
 }
 
 // ServeHTTP forwards r to the upstream and its response to w.
-func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	x := &exchange{start: time.Now()}
 	defer h.log(r, x)
 	// The upload may still be running when the response starts: without
@@ -189,7 +214,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.opt.OnRequest != nil {
 		if err := h.opt.OnRequest(out); err != nil {
-			var se *StatusError
+			var se *ForwardStatusError
 			if errors.As(err, &se) {
 				h.refuse(w, x, se.Status, se.Reason)
 			} else {
@@ -199,14 +224,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	d := Plan(out, h.opt.Egress)
+	d := PlanForward(out, h.opt.Egress)
 	x.plan = d
 	if d.Refused() {
 		h.refuse(w, x, d.Status, d.Reason)
 		return
 	}
 	h.addForwarding(out, r)
-	CleanRequestHeader(out.Header, d)
+	cleanRequestHeader(out.Header, d)
 	if out.ContentLength < 0 && len(r.Trailer) == 0 && r.ProtoMajor >= 2 &&
 		(out.Method == http.MethodGet || out.Method == http.MethodHead) {
 		out.Body, out.ContentLength = peekEmpty(out.Body)
@@ -224,11 +249,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var wsKey string
 	var upload *io.PipeWriter // the client's bytes after the 101, for an Upgrade sent as an extended CONNECT
 	switch {
-	case d.Mode == ModeExtendedConnect && d.Version == VersionHTTP11:
+	case d.Mode == ForwardExtendedConnect && d.Version == ForwardVersionHTTP11:
 		wsKey = websocketHandshake(out)
-	case d.Mode == ModeExtendedConnect:
+	case d.Mode == ForwardExtendedConnect:
 		out.Proto, out.ProtoMajor, out.ProtoMinor = "", 0, 0 // quic-go's server put the :protocol there
-	case d.Mode == ModeUpgrade && d.Version != VersionHTTP11:
+	case d.Mode == ForwardUpgrade && d.Version != ForwardVersionHTTP11:
 		wsKey = r.Header.Get("Sec-Websocket-Key")
 		var pr *io.PipeReader
 		pr, upload = io.Pipe()
@@ -255,7 +280,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x.upstream = resp.Proto
 	switch {
-	case resp.StatusCode == http.StatusSwitchingProtocols && d.Mode == ModeExtendedConnect:
+	case resp.StatusCode == http.StatusSwitchingProtocols && d.Mode == ForwardExtendedConnect:
 		h.extendedConnect(w, r, resp, d, x, wsKey)
 		x.attempts = n
 		return
@@ -276,12 +301,12 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // 102 Processing, ...), cleaned like a final one. 100 Continue stays
 // with net/http's server, which sends its own when the handler reads the
 // body; 101 is the upgrade's.
-func relay1xx(w http.ResponseWriter, code int, header http.Header, d Dispatch) {
+func relay1xx(w http.ResponseWriter, code int, header http.Header, d ForwardDispatch) {
 	if code == http.StatusContinue || code == http.StatusSwitchingProtocols {
 		return
 	}
 	header = header.Clone()
-	CleanResponseHeader(header, code, d)
+	cleanResponseHeader(header, code, d)
 	wh := w.Header()
 	for k, vv := range header {
 		wh[k] = vv
@@ -294,12 +319,12 @@ func relay1xx(w http.ResponseWriter, code int, header http.Header, d Dispatch) {
 
 // respond copies an upstream response to the client: its cleaned header,
 // its body as it arrives, and its trailers.
-func (h *Handler) respond(w http.ResponseWriter, r *http.Request, resp *http.Response, d Dispatch, x *exchange) {
+func (h *Forwarder) respond(w http.ResponseWriter, r *http.Request, resp *http.Response, d ForwardDispatch, x *exchange) {
 	defer resp.Body.Close()
 
-	CleanResponseHeader(resp.Header, resp.StatusCode, d)
+	cleanResponseHeader(resp.Header, resp.StatusCode, d)
 	if !h.opt.DisableVia {
-		resp.Header.Add("Via", Via(resp.ProtoMajor, resp.ProtoMinor, h.via))
+		resp.Header.Add("Via", viaValue(resp.ProtoMajor, resp.ProtoMinor, h.via))
 	}
 	wh := w.Header()
 	for k, vv := range resp.Header {
@@ -315,7 +340,7 @@ func (h *Handler) respond(w http.ResponseWriter, r *http.Request, resp *http.Res
 	}
 	w.WriteHeader(resp.StatusCode)
 	x.status = resp.StatusCode
-	if d.Mode == ModeExtendedConnect {
+	if d.Mode == ForwardExtendedConnect {
 		// A tunnel: the client sends nothing until it has the 200.
 		if err := http.NewResponseController(w).Flush(); err != nil {
 			x.err = err
@@ -395,24 +420,24 @@ func copyFlushing(w http.ResponseWriter, body io.Reader) error {
 		n, err := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return fmt.Errorf("forward: writing the response to the client: %w", werr)
+				return fmt.Errorf("replaysafe: forward: writing the response to the client: %w", werr)
 			}
 			if ferr := rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
-				return fmt.Errorf("forward: flushing the response to the client: %w", ferr)
+				return fmt.Errorf("replaysafe: forward: flushing the response to the client: %w", ferr)
 			}
 		}
 		if err == io.EOF {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("forward: reading the upstream response: %w", err)
+			return fmt.Errorf("replaysafe: forward: reading the upstream response: %w", err)
 		}
 	}
 }
 
 // addForwarding removes the untrusted inbound forwarding fields and adds
 // Via, Forwarded and X-Forwarded-* as configured.
-func (h *Handler) addForwarding(out, in *http.Request) {
+func (h *Forwarder) addForwarding(out, in *http.Request) {
 	if !h.opt.TrustForwarded {
 		for _, f := range forwardedFields {
 			out.Header.Del(f)
@@ -423,7 +448,7 @@ func (h *Handler) addForwarding(out, in *http.Request) {
 		proto = "https"
 	}
 	if h.opt.Forwarded {
-		out.Header.Add("Forwarded", ForwardedElement(in.RemoteAddr, proto, in.Host))
+		out.Header.Add("Forwarded", forwardedElement(in.RemoteAddr, proto, in.Host))
 	}
 	if h.opt.XForwardedFor {
 		if ip := clientIP(in.RemoteAddr); ip.IsValid() {
@@ -437,12 +462,12 @@ func (h *Handler) addForwarding(out, in *http.Request) {
 		out.Header.Set("X-Forwarded-Proto", proto)
 	}
 	if !h.opt.DisableVia {
-		out.Header.Add("Via", Via(in.ProtoMajor, in.ProtoMinor, h.via))
+		out.Header.Add("Via", viaValue(in.ProtoMajor, in.ProtoMinor, h.via))
 	}
 }
 
 // refuse answers a request the forwarder does not send.
-func (h *Handler) refuse(w http.ResponseWriter, x *exchange, status int, reason string) {
+func (h *Forwarder) refuse(w http.ResponseWriter, x *exchange, status int, reason string) {
 	x.status = status
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
@@ -450,14 +475,14 @@ func (h *Handler) refuse(w http.ResponseWriter, x *exchange, status int, reason 
 	fmt.Fprintf(w, "%d %s: %s\n", status, http.StatusText(status), reason)
 }
 
-// Status returns the status the forwarder answers for a RoundTrip error
+// ForwardStatus returns the status the forwarder answers for a RoundTrip error
 // err: 504 Gateway Timeout when a phase deadline decided (the acquisition
 // deadline, or another of the Transport's limits), else 502 Bad Gateway;
 // and the rule that decided, if err names one.
-func Status(err error) (int, fsm.Rule, bool) {
-	var re *replaysafe.Error
+func ForwardStatus(err error) (int, fsm.Rule, bool) {
+	var re *Error
 	ok := errors.As(err, &re)
-	var te *replaysafe.TimeoutError
+	var te *TimeoutError
 	if errors.As(err, &te) || ok && re.Rule == fsm.RuleTimeout {
 		if ok {
 			return http.StatusGatewayTimeout, re.Rule, true
@@ -471,9 +496,9 @@ func Status(err error) (int, fsm.Rule, bool) {
 }
 
 // fail answers a request whose upstream call failed.
-func (h *Handler) fail(w http.ResponseWriter, r *http.Request, x *exchange, err error) {
+func (h *Forwarder) fail(w http.ResponseWriter, r *http.Request, x *exchange, err error) {
 	x.err = err
-	var re *replaysafe.Error
+	var re *Error
 	if errors.As(err, &re) {
 		x.attempts = re.Attempts
 	}
@@ -484,11 +509,11 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, x *exchange, err 
 		}
 		return
 	}
-	status, rule, named := Status(err)
+	status, rule, named := ForwardStatus(err)
 	reason := "upstream request failed"
 	if named {
 		x.rule = rule.ID()
-		w.Header().Set(RuleHeader, rule.ID())
+		w.Header().Set(ForwardRuleHeader, rule.ID())
 		reason = fmt.Sprintf("upstream request failed: replaysafe rule %s (%s), %d attempt(s)", rule.ID(), rule, re.Attempts)
 	}
 	h.refuse(w, x, status, reason)
@@ -496,25 +521,25 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, x *exchange, err 
 
 // upgrade tunnels a 101 response: it writes it to the hijacked client
 // connection and copies both directions until either ends.
-func (h *Handler) upgrade(w http.ResponseWriter, resp *http.Response, d Dispatch, x *exchange) {
+func (h *Forwarder) upgrade(w http.ResponseWriter, resp *http.Response, d ForwardDispatch, x *exchange) {
 	up, ok := resp.Body.(io.ReadWriteCloser)
-	if !ok || d.Mode != ModeUpgrade {
+	if !ok || d.Mode != ForwardUpgrade {
 		resp.Body.Close()
-		x.err = errors.New("forward: 101 response to a request that asked for no upgrade")
+		x.err = errors.New("replaysafe: forward: 101 response to a request that asked for no upgrade")
 		h.refuse(w, x, http.StatusBadGateway, "unexpected 101 response from the upstream")
 		return
 	}
 	defer up.Close()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		x.err = fmt.Errorf("forward: hijacking the client connection for the upgrade: %w", err)
+		x.err = fmt.Errorf("replaysafe: forward: hijacking the client connection for the upgrade: %w", err)
 		h.refuse(w, x, http.StatusInternalServerError, "cannot take over the client connection")
 		return
 	}
 	defer conn.Close()
-	CleanResponseHeader(resp.Header, resp.StatusCode, d)
+	cleanResponseHeader(resp.Header, resp.StatusCode, d)
 	if !h.opt.DisableVia {
-		resp.Header.Add("Via", Via(resp.ProtoMajor, resp.ProtoMinor, h.via))
+		resp.Header.Add("Via", viaValue(resp.ProtoMajor, resp.ProtoMinor, h.via))
 	}
 	x.status = http.StatusSwitchingProtocols
 	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\n")
@@ -524,7 +549,7 @@ func (h *Handler) upgrade(w http.ResponseWriter, resp *http.Response, d Dispatch
 	}
 	brw.WriteString("\r\n")
 	if err := brw.Flush(); err != nil {
-		x.err = fmt.Errorf("forward: writing the 101 response to the client: %w", err)
+		x.err = fmt.Errorf("replaysafe: forward: writing the 101 response to the client: %w", err)
 		return
 	}
 	x.err = tunnel(conn, brw.Reader, up)
@@ -550,7 +575,7 @@ func tunnel(client net.Conn, clientBuf *bufio.Reader, up io.ReadWriteCloser) err
 }
 
 // log writes the access log line.
-func (h *Handler) log(r *http.Request, x *exchange) {
+func (h *Forwarder) log(r *http.Request, x *exchange) {
 	if h.opt.Logger == nil {
 		return
 	}

@@ -1,25 +1,24 @@
-package forward_test
+package replaysafe_test
 
 import (
 	"fmt"
+	"github.com/replaysafe/replaysafe"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-
-	"github.com/replaysafe/replaysafe/forward"
 )
 
 // A forwarder in front of an upstream: the upstream sees the Via the
 // forwarder added and none of the fields the client's Connection named.
-func Example() {
+func ExampleForwarder() {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "upstream got %s %s, Via %q, X-Hop %q", r.Method, r.URL, r.Header.Get("Via"), r.Header.Get("X-Hop"))
 	}))
 	defer upstream.Close()
 	u, _ := url.Parse(upstream.URL)
 
-	fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP1})
+	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP1})
 	defer fw.Transport().CloseIdleConnections()
 	front := httptest.NewServer(fw)
 	defer front.Close()

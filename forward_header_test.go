@@ -1,4 +1,4 @@
-package forward
+package replaysafe
 
 import (
 	"net/http"
@@ -14,7 +14,7 @@ func header(kv ...string) http.Header {
 	return h
 }
 
-// TestCleanRequestHeader: RFC 9110 §7.6.1 — "a proxy or gateway MUST parse
+// TestForwardCleanRequestHeader: RFC 9110 §7.6.1 — "a proxy or gateway MUST parse
 // a received Connection header field before a message is forwarded and,
 // for each connection-option in this field, remove any header or trailer
 // field(s) from the message with the same name as the connection-option,
@@ -22,13 +22,13 @@ func header(kv ...string) http.Header {
 // that are hop-by-hop by definition (Proxy-Connection, Keep-Alive, TE,
 // Transfer-Encoding, Upgrade). Then TE per egress (RFC 9110 §10.1.4, RFC
 // 9113 §8.2.2) and Upgrade (§7.8).
-func TestCleanRequestHeader(t *testing.T) {
-	h1 := Dispatch{Version: VersionHTTP11}
-	h2 := Dispatch{Version: VersionHTTP2}
+func TestForwardCleanRequestHeader(t *testing.T) {
+	h1 := ForwardDispatch{Version: ForwardVersionHTTP11}
+	h2 := ForwardDispatch{Version: ForwardVersionHTTP2}
 	tests := []struct {
 		name string
 		in   http.Header
-		d    Dispatch
+		d    ForwardDispatch
 		want http.Header
 	}{
 		{"connection-named field", header("Connection", "X-Foo", "X-Foo", "1", "X-Bar", "2"), h1,
@@ -42,22 +42,22 @@ func TestCleanRequestHeader(t *testing.T) {
 		{"Connection naming an end-to-end field removes it (the client said so)", header("Connection", "Cache-Control", "Cache-Control", "no-cache"),
 			h1, header()},
 		{"trailers to HTTP/1.1: canonical Connection: TE and TE: trailers", header("Te", "trailers, deflate", "Connection", "te"),
-			Dispatch{Version: VersionHTTP11, Trailers: true}, header("Connection", "TE", "Te", "trailers")},
+			ForwardDispatch{Version: ForwardVersionHTTP11, Trailers: true}, header("Connection", "TE", "Te", "trailers")},
 		{"trailers to HTTP/2: TE: trailers alone", header("Te", "trailers", "Connection", "TE"),
-			Dispatch{Version: VersionHTTP2, Trailers: true}, header("Te", "trailers")},
+			ForwardDispatch{Version: ForwardVersionHTTP2, Trailers: true}, header("Te", "trailers")},
 		{"trailers to HTTP/3: TE: trailers alone", header("Te", "trailers"),
-			Dispatch{Version: VersionHTTP3, Trailers: true}, header("Te", "trailers")},
+			ForwardDispatch{Version: ForwardVersionHTTP3, Trailers: true}, header("Te", "trailers")},
 		{"trailers to ALPN: no TE (either encoder may take it)", header("Te", "trailers"),
-			Dispatch{Version: VersionALPN, Trailers: true}, header()},
+			ForwardDispatch{Version: ForwardVersionALPN, Trailers: true}, header()},
 		{"no trailers: TE stripped", header("Te", "gzip"), h2, header()},
 		{"upgrade keeps only its connection fields", header("Connection", "Upgrade, X-Hop", "Upgrade", "websocket", "X-Hop", "1",
 			"Keep-Alive", "timeout=1", "Sec-Websocket-Key", "k"),
-			Dispatch{Version: VersionHTTP11, Mode: ModeUpgrade, Upgrade: "websocket"},
+			ForwardDispatch{Version: ForwardVersionHTTP11, Mode: ForwardUpgrade, Upgrade: "websocket"},
 			header("Connection", "Upgrade", "Upgrade", "websocket", "Sec-Websocket-Key", "k")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			CleanRequestHeader(tc.in, tc.d)
+			cleanRequestHeader(tc.in, tc.d)
 			if !reflect.DeepEqual(tc.in, tc.want) {
 				t.Errorf("got %v, want %v", tc.in, tc.want)
 			}
@@ -65,26 +65,26 @@ func TestCleanRequestHeader(t *testing.T) {
 	}
 }
 
-func TestCleanResponseHeader(t *testing.T) {
-	up := Dispatch{Version: VersionHTTP11, Mode: ModeUpgrade, Upgrade: "websocket"}
+func TestForwardCleanResponseHeader(t *testing.T) {
+	up := ForwardDispatch{Version: ForwardVersionHTTP11, Mode: ForwardUpgrade, Upgrade: "websocket"}
 	tests := []struct {
 		name   string
 		in     http.Header
 		status int
-		d      Dispatch
+		d      ForwardDispatch
 		want   http.Header
 	}{
 		{"hop-by-hop and named fields", header("Connection", "close, X-Hop", "X-Hop", "1", "Keep-Alive", "timeout=5",
-			"Transfer-Encoding", "chunked", "Trailer", "X-T", "Content-Type", "text/plain"), 200, Dispatch{},
+			"Transfer-Encoding", "chunked", "Trailer", "X-T", "Content-Type", "text/plain"), 200, ForwardDispatch{},
 			header("Content-Type", "text/plain")},
 		{"101 to an upgrade keeps Connection: Upgrade", header("Connection", "upgrade", "Upgrade", "websocket", "Sec-Websocket-Accept", "a"),
 			101, up, header("Connection", "Upgrade", "Upgrade", "websocket", "Sec-Websocket-Accept", "a")},
 		{"200 to an upgrade drops Upgrade", header("Connection", "upgrade", "Upgrade", "websocket"), 200, up, header()},
-		{"Proxy-Authenticate is for this hop", header("Proxy-Authenticate", "Basic"), 407, Dispatch{}, header()},
+		{"Proxy-Authenticate is for this hop", header("Proxy-Authenticate", "Basic"), 407, ForwardDispatch{}, header()},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			CleanResponseHeader(tc.in, tc.status, tc.d)
+			cleanResponseHeader(tc.in, tc.status, tc.d)
 			if !reflect.DeepEqual(tc.in, tc.want) {
 				t.Errorf("got %v, want %v", tc.in, tc.want)
 			}
@@ -92,14 +92,14 @@ func TestCleanResponseHeader(t *testing.T) {
 	}
 }
 
-// TestVia: RFC 9110 §7.6.3 — received-protocol is the version alone when
+// TestForwardVia: RFC 9110 §7.6.3 — received-protocol is the version alone when
 // the protocol is HTTP ("1.0", "1.1", "2", "3").
-func TestVia(t *testing.T) {
+func TestForwardVia(t *testing.T) {
 	for _, tc := range []struct {
 		major, minor int
 		want         string
 	}{{1, 0, "1.0 p"}, {1, 1, "1.1 p"}, {2, 0, "2 p"}, {3, 0, "3 p"}} {
-		if got := Via(tc.major, tc.minor, "p"); got != tc.want {
+		if got := viaValue(tc.major, tc.minor, "p"); got != tc.want {
 			t.Errorf("Via(%d,%d) = %q, want %q", tc.major, tc.minor, got, tc.want)
 		}
 	}
@@ -118,7 +118,7 @@ func TestForwardedElement(t *testing.T) {
 		{"", "https", "", "proto=https"},
 	}
 	for _, tc := range tests {
-		if got := ForwardedElement(tc.addr, tc.proto, tc.host); got != tc.want {
+		if got := forwardedElement(tc.addr, tc.proto, tc.host); got != tc.want {
 			t.Errorf("ForwardedElement(%q, %q, %q) = %s, want %s", tc.addr, tc.proto, tc.host, got, tc.want)
 		}
 	}

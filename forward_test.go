@@ -1,4 +1,4 @@
-package forward_test
+package replaysafe_test
 
 import (
 	"bytes"
@@ -23,39 +23,38 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe"
-	"github.com/replaysafe/replaysafe/forward"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 )
 
 // httpUpstream starts an upstream serving h, HTTP/1.1, h2c (prior
 // knowledge) or HTTP/3 (quic-go's server) by proto, and returns the
 // forwarder options that reach it.
-func httpUpstream(t *testing.T, proto string, h http.HandlerFunc) forward.Options {
+func httpUpstream(t *testing.T, proto string, h http.HandlerFunc) replaysafe.ForwardOptions {
 	t.Helper()
 	if proto == "h3" {
 		base, client := h3Ingress(t, h)
 		u, _ := url.Parse(base)
 		tlsConf := client.Transport.(*http3.Transport).TLSClientConfig
-		return forward.Options{Upstream: u, Egress: forward.EgressHTTP3, TransportOptions: replaysafe.Options{TLSClientConfig: tlsConf}}
+		return replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP3, TransportOptions: replaysafe.Options{TLSClientConfig: tlsConf}}
 	}
 	srv := httptest.NewUnstartedServer(h)
-	egress := forward.EgressHTTP1
+	egress := replaysafe.EgressHTTP1
 	if proto == "h2" {
 		srv.Config.Protocols = new(http.Protocols)
 		srv.Config.Protocols.SetUnencryptedHTTP2(true)
-		egress = forward.EgressHTTP2
+		egress = replaysafe.EgressHTTP2
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL)
-	return forward.Options{Upstream: u, Egress: egress}
+	return replaysafe.ForwardOptions{Upstream: u, Egress: egress}
 }
 
 var pairs = [][2]string{{"h1", "h1"}, {"h1", "h2"}, {"h1", "h3"}, {"h2", "h1"}, {"h2", "h2"}, {"h2", "h3"}, {"h3", "h1"}, {"h3", "h2"}, {"h3", "h3"}}
 
-// TestTrailers: request trailers reach the upstream and response trailers
+// TestForwardTrailers: request trailers reach the upstream and response trailers
 // reach the client on every pair.
-func TestTrailers(t *testing.T) {
+func TestForwardTrailers(t *testing.T) {
 	for _, p := range pairs {
 		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
 			var got struct {
@@ -71,7 +70,7 @@ func TestTrailers(t *testing.T) {
 				io.WriteString(w, "response")
 				w.Header().Set("X-Resp-Sum", "42")
 			})
-			fw := forward.New(o)
+			fw := replaysafe.NewForwarder(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 
@@ -100,10 +99,10 @@ func TestTrailers(t *testing.T) {
 	}
 }
 
-// TestStreaming: the request body reaches the upstream while the client
+// TestForwardStreaming: the request body reaches the upstream while the client
 // is still sending it, and the response reaches the client while the
 // upstream is still writing it: nothing is collected on the way.
-func TestStreaming(t *testing.T) {
+func TestForwardStreaming(t *testing.T) {
 	for _, p := range pairs {
 		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
 			firstIn := make(chan string, 1)
@@ -121,7 +120,7 @@ func TestStreaming(t *testing.T) {
 				<-release
 				io.WriteString(w, ":tail")
 			})
-			fw := forward.New(o)
+			fw := replaysafe.NewForwarder(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 
@@ -157,9 +156,9 @@ func TestStreaming(t *testing.T) {
 	}
 }
 
-// TestClientDisconnectCancelsUpstream: a client that goes away cancels
+// TestForwardClientDisconnectCancelsUpstream: a client that goes away cancels
 // the upstream attempt.
-func TestClientDisconnectCancelsUpstream(t *testing.T) {
+func TestForwardClientDisconnectCancelsUpstream(t *testing.T) {
 	for _, p := range pairs {
 		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
 			arrived, canceled := make(chan struct{}), make(chan struct{})
@@ -171,7 +170,7 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 				case <-time.After(10 * time.Second):
 				}
 			})
-			fw := forward.New(o)
+			fw := replaysafe.NewForwarder(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 			ctx, cancel := context.WithCancel(context.Background())
@@ -198,12 +197,12 @@ func TestClientDisconnectCancelsUpstream(t *testing.T) {
 	}
 }
 
-// TestErrors: the status, rule header and body the forwarder answers when
+// TestForwardErrors: the status, rule header and body the forwarder answers when
 // the upstream call fails or the plan refuses it.
-func TestErrors(t *testing.T) {
+func TestForwardErrors(t *testing.T) {
 	t.Run("acquisition deadline is 504", func(t *testing.T) {
 		u, _ := url.Parse("http://upstream.invalid:80")
-		fw := forward.New(forward.Options{Upstream: u, TransportOptions: replaysafe.Options{
+		fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, TransportOptions: replaysafe.Options{
 			AcquireTimeout: 50 * time.Millisecond,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				<-ctx.Done() // a dial that never completes
@@ -211,10 +210,10 @@ func TestErrors(t *testing.T) {
 			},
 		}})
 		resp := do(t, fw, "GET", "/", nil)
-		if resp.Code != http.StatusGatewayTimeout || resp.Header().Get(forward.RuleHeader) == "" {
-			t.Errorf("got %d %s=%q, want 504 with the rule", resp.Code, forward.RuleHeader, resp.Header().Get(forward.RuleHeader))
+		if resp.Code != http.StatusGatewayTimeout || resp.Header().Get(replaysafe.ForwardRuleHeader) == "" {
+			t.Errorf("got %d %s=%q, want 504 with the rule", resp.Code, replaysafe.ForwardRuleHeader, resp.Header().Get(replaysafe.ForwardRuleHeader))
 		}
-		if !strings.Contains(resp.Body.String(), resp.Header().Get(forward.RuleHeader)) {
+		if !strings.Contains(resp.Body.String(), resp.Header().Get(replaysafe.ForwardRuleHeader)) {
 			t.Errorf("body %q does not name the rule", resp.Body.String())
 		}
 	})
@@ -223,11 +222,11 @@ func TestErrors(t *testing.T) {
 		addr := ln.Addr().String()
 		ln.Close()
 		u, _ := url.Parse("http://" + addr)
-		fw := forward.New(forward.Options{Upstream: u})
+		fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
 		resp := do(t, fw, "GET", "/", nil)
-		if resp.Code != http.StatusBadGateway || resp.Header().Get(forward.RuleHeader) != "RS04" ||
+		if resp.Code != http.StatusBadGateway || resp.Header().Get(replaysafe.ForwardRuleHeader) != "RS04" ||
 			!strings.Contains(resp.Body.String(), "RS04") {
-			t.Errorf("got %d %s=%q body %q, want 502 RS04", resp.Code, forward.RuleHeader, resp.Header().Get(forward.RuleHeader), resp.Body)
+			t.Errorf("got %d %s=%q body %q, want 502 RS04", resp.Code, replaysafe.ForwardRuleHeader, resp.Header().Get(replaysafe.ForwardRuleHeader), resp.Body)
 		}
 	})
 	t.Run("OnRequest refusal", func(t *testing.T) {
@@ -237,9 +236,9 @@ func TestErrors(t *testing.T) {
 		}
 		defer s.Close()
 		u, _ := url.Parse(s.URL())
-		fw := forward.New(forward.Options{Upstream: u, OnRequest: func(r *http.Request) error {
+		fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, OnRequest: func(r *http.Request) error {
 			if r.URL.Path == "/teapot" {
-				return &forward.StatusError{Status: http.StatusTeapot, Reason: "no"}
+				return &replaysafe.ForwardStatusError{Status: http.StatusTeapot, Reason: "no"}
 			}
 			if r.Header.Get("X-Deny") != "" {
 				return errors.New("denied")
@@ -269,7 +268,7 @@ func TestErrors(t *testing.T) {
 		}
 		defer s.Close()
 		u, _ := url.Parse(s.URL())
-		fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP2})
+		fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP2})
 		resp := do(t, fw, "GET", "/ws", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"foo/1"}})
 		if resp.Code != http.StatusNotImplemented || s.Count() != 0 {
 			t.Errorf("got %d, upstream received %d", resp.Code, s.Count())
@@ -289,11 +288,11 @@ func do(t *testing.T, h http.Handler, method, target string, hdr http.Header) *h
 	return w
 }
 
-// TestHeadersOnTheWire: what the upstream receives — no field the client's
+// TestForwardHeadersOnTheWire: what the upstream receives — no field the client's
 // Connection named, no hop-by-hop field, Via, and the Forwarded and
 // X-Forwarded-For fields with the untrusted inbound ones removed — and
 // what the client receives back.
-func TestHeadersOnTheWire(t *testing.T) {
+func TestForwardHeadersOnTheWire(t *testing.T) {
 	s, err := replaysafetest.Start(replaysafetest.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +300,7 @@ func TestHeadersOnTheWire(t *testing.T) {
 	defer s.Close()
 	u, _ := url.Parse(s.URL())
 	logs := &lineWriter{lines: make(chan string, 4)}
-	fw := forward.New(forward.Options{Upstream: u, Forwarded: true, XForwardedFor: true,
+	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Forwarded: true, XForwardedFor: true,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	defer fw.Transport().CloseIdleConnections()
 	base, client := ingress(t, fw, "h1")
@@ -365,9 +364,9 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// TestEarlyHintsRelayed: a 103 from the upstream reaches the client before
+// TestForwardEarlyHintsRelayed: a 103 from the upstream reaches the client before
 // the final response, on every pair.
-func TestEarlyHintsRelayed(t *testing.T) {
+func TestForwardEarlyHintsRelayed(t *testing.T) {
 	for _, p := range pairs {
 		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
 			o := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
@@ -376,7 +375,7 @@ func TestEarlyHintsRelayed(t *testing.T) {
 				w.Header().Del("Link")
 				io.WriteString(w, "final")
 			})
-			fw := forward.New(o)
+			fw := replaysafe.NewForwarder(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 			var mu sync.Mutex
@@ -408,9 +407,9 @@ func TestEarlyHintsRelayed(t *testing.T) {
 	}
 }
 
-// TestNegotiateEgress: EgressNegotiate speaks what ALPN selects over TLS
+// TestForwardNegotiateEgress: EgressNegotiate speaks what ALPN selects over TLS
 // (HTTP/2 here) and HTTP/1.1 over cleartext.
-func TestNegotiateEgress(t *testing.T) {
+func TestForwardNegotiateEgress(t *testing.T) {
 	protos := make(chan string, 2)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { protos <- r.Proto })
 	tlsUp := httptest.NewUnstartedServer(h)
@@ -423,7 +422,7 @@ func TestNegotiateEgress(t *testing.T) {
 	roots.AddCert(tlsUp.Certificate())
 	for _, tc := range []struct{ url, want string }{{tlsUp.URL, "HTTP/2.0"}, {plainUp.URL, "HTTP/1.1"}} {
 		u, _ := url.Parse(tc.url)
-		fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressNegotiate,
+		fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressNegotiate,
 			TransportOptions: replaysafe.Options{TLSClientConfig: &tls.Config{RootCAs: roots}}})
 		if c := do(t, fw, "GET", "/", nil).Code; c != 200 {
 			t.Errorf("%s: status %d", tc.url, c)

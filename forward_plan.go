@@ -1,6 +1,6 @@
-package forward
+package replaysafe
 
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -linecomment -type Egress,Version,Mode,Form -output enum_string.go
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -linecomment -type Egress,ForwardVersion,ForwardMode,TargetForm -output forward_enum_string.go
 
 import (
 	"fmt"
@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"strings"
 
-	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm/plan"
 )
 
@@ -42,97 +41,97 @@ func ParseEgress(s string) (Egress, error) {
 			return e, nil
 		}
 	}
-	return 0, fmt.Errorf("forward: unknown egress %q (want h1, h2, h3 or negotiate)", s)
+	return 0, fmt.Errorf("replaysafe: unknown egress %q (want h1, h2, h3 or negotiate)", s)
 }
 
 // Protocol returns the replaysafe protocol policy that speaks e.
-func (e Egress) Protocol() replaysafe.Protocol {
+func (e Egress) Protocol() Protocol {
 	switch e {
 	case EgressHTTP2:
-		return replaysafe.ProtocolHTTP2
+		return ProtocolHTTP2
 	case EgressHTTP3:
-		return replaysafe.ProtocolHTTP3
+		return ProtocolHTTP3
 	case EgressNegotiate:
-		return replaysafe.ProtocolNegotiate
+		return ProtocolNegotiate
 	}
-	return replaysafe.ProtocolHTTP1
+	return ProtocolHTTP1
 }
 
-// Version is the HTTP version a forwarded request goes out with.
-type Version uint8
+// ForwardVersion is the HTTP version a forwarded request goes out with.
+type ForwardVersion uint8
 
-// Versions.
+// Forward versions.
 const (
-	// VersionNone: the request is refused and goes nowhere. The zero
+	// ForwardVersionNone: the request is refused and goes nowhere. The zero
 	// value.
-	VersionNone Version = iota // none
-	// VersionHTTP11 is HTTP/1.1.
-	VersionHTTP11 // HTTP/1.1
-	// VersionHTTP2 is HTTP/2.
-	VersionHTTP2 // HTTP/2
-	// VersionHTTP3 is HTTP/3.
-	VersionHTTP3 // HTTP/3
-	// VersionALPN is HTTP/2 or HTTP/1.1, whichever ALPN selects.
-	VersionALPN // ALPN(h2,http/1.1)
+	ForwardVersionNone ForwardVersion = iota // none
+	// ForwardVersionHTTP11 is HTTP/1.1.
+	ForwardVersionHTTP11 // HTTP/1.1
+	// ForwardVersionHTTP2 is HTTP/2.
+	ForwardVersionHTTP2 // HTTP/2
+	// ForwardVersionHTTP3 is HTTP/3.
+	ForwardVersionHTTP3 // HTTP/3
+	// ForwardVersionALPN is HTTP/2 or HTTP/1.1, whichever ALPN selects.
+	ForwardVersionALPN // ALPN(h2,http/1.1)
 )
 
-// Mode is what kind of exchange a forwarded request is.
-type Mode uint8
+// ForwardMode is what kind of exchange a forwarded request is.
+type ForwardMode uint8
 
-// Modes.
+// Forward modes.
 const (
-	// ModeOrdinary is a request and its response. The zero value.
-	ModeOrdinary Mode = iota // ordinary
-	// ModeUpgrade is an HTTP/1.1 Upgrade (RFC 9110 §7.8), such as a
+	// ForwardOrdinary is a request and its response. The zero value.
+	ForwardOrdinary ForwardMode = iota // ordinary
+	// ForwardUpgrade is an HTTP/1.1 Upgrade (RFC 9110 §7.8), such as a
 	// WebSocket handshake: after a 101 response both directions are
 	// tunnelled.
-	ModeUpgrade // upgrade
-	// ModeExtendedConnect is an HTTP/2 or HTTP/3 extended CONNECT
+	ForwardUpgrade // upgrade
+	// ForwardExtendedConnect is an HTTP/2 or HTTP/3 extended CONNECT
 	// (RFC 8441, RFC 9220) carrying a :protocol.
-	ModeExtendedConnect // extended-connect
-	// ModeConnect is a classic CONNECT tunnel request (RFC 9110 §9.3.6).
-	ModeConnect // connect
+	ForwardExtendedConnect // extended-connect
+	// ForwardConnect is a classic CONNECT tunnel request (RFC 9110 §9.3.6).
+	ForwardConnect // connect
 )
 
-// Form is a request target form (RFC 9112 §3.2).
-type Form uint8
+// TargetForm is a request target form (RFC 9112 §3.2).
+type TargetForm uint8
 
 // Target forms.
 const (
-	// FormOrigin is an absolute path and query. The zero value.
-	FormOrigin Form = iota // origin
-	// FormAbsolute is an absolute URI, as sent to a proxy.
-	FormAbsolute // absolute
-	// FormAuthority is host:port, for CONNECT.
-	FormAuthority // authority
-	// FormAsterisk is "*", for a server-wide OPTIONS.
-	FormAsterisk // asterisk
+	// TargetOrigin is an absolute path and query. The zero value.
+	TargetOrigin TargetForm = iota // origin
+	// TargetAbsolute is an absolute URI, as sent to a proxy.
+	TargetAbsolute // absolute
+	// TargetAuthority is host:port, for CONNECT.
+	TargetAuthority // authority
+	// TargetAsterisk is "*", for a server-wide OPTIONS.
+	TargetAsterisk // asterisk
 )
 
-// Dispatch is the plan for one forwarded request: how it goes out, or
+// ForwardDispatch is the plan for one forwarded request: how it goes out, or
 // why it does not.
-type Dispatch struct {
+type ForwardDispatch struct {
 	// Mode is the kind of exchange.
-	Mode Mode
+	Mode ForwardMode
 	// InboundForm is the target form the request arrived in.
-	InboundForm Form
+	InboundForm TargetForm
 	// Form is the target form it goes out in: origin-form (or asterisk
 	// for OPTIONS *); the Transport writes absolute-form only to an HTTP
 	// proxy of its own.
-	Form Form
+	Form TargetForm
 	// Version is the HTTP version of the egress.
-	Version Version
+	Version ForwardVersion
 	// Exact reports whether Version is the only one the egress may speak
 	// (false when ALPN chooses).
 	Exact bool
 	// Protocol is the replaysafe protocol policy of the egress; it is
 	// part of the Transport's pool identity, with the upstream's scheme
 	// and authority.
-	Protocol replaysafe.Protocol
+	Protocol Protocol
 	// Legs is the Transport's dispatch plan for the upstream: the
 	// protocols it may speak, in order (fsm/plan).
 	Legs []plan.Leg
-	// Upgrade is the Upgrade field value to forward in ModeUpgrade.
+	// Upgrade is the Upgrade field value to forward in ForwardUpgrade.
 	Upgrade string
 	// Trailers reports whether the egress asks for trailers (TE:
 	// trailers): the client asked and can receive them.
@@ -145,44 +144,44 @@ type Dispatch struct {
 }
 
 // Refused reports whether the plan refuses the request.
-func (d Dispatch) Refused() bool { return d.Status != 0 }
+func (d ForwardDispatch) Refused() bool { return d.Status != 0 }
 
-func refuse(d Dispatch, status int, format string, args ...any) Dispatch {
+func refuse(d ForwardDispatch, status int, format string, args ...any) ForwardDispatch {
 	d.Status, d.Reason = status, fmt.Sprintf(format, args...)
-	d.Version = VersionNone
+	d.Version = ForwardVersionNone
 	return d
 }
 
-// Plan returns the dispatch plan of req, an inbound request whose URL was
+// PlanForward returns the dispatch plan of req, an inbound request whose URL was
 // already rewritten to the upstream (scheme and host set), under egress
 // policy e. It reads req only: no I/O, no clock. req.Proto* is the
 // ingress version, req.RequestURI the inbound target, and an HTTP/2 or
 // HTTP/3 extended CONNECT carries its :protocol as net/http's server
 // does, in req.Header[":protocol"], or as quic-go's does, in req.Proto.
-func Plan(req *http.Request, e Egress) Dispatch {
-	d := Dispatch{Protocol: e.Protocol()}
+func PlanForward(req *http.Request, e Egress) ForwardDispatch {
+	d := ForwardDispatch{Protocol: e.Protocol()}
 	switch {
 	case req.RequestURI == "*":
-		d.InboundForm, d.Form = FormAsterisk, FormAsterisk
+		d.InboundForm, d.Form = TargetAsterisk, TargetAsterisk
 	case req.Method == http.MethodConnect && req.ProtoMajor < 2:
-		d.InboundForm = FormAuthority
+		d.InboundForm = TargetAuthority
 	case strings.Contains(req.RequestURI, "://"):
-		d.InboundForm = FormAbsolute
+		d.InboundForm = TargetAbsolute
 	}
 	protocol := ""
 	if req.ProtoMajor >= 2 && req.Method == http.MethodConnect {
-		d.InboundForm = FormAuthority
+		d.InboundForm = TargetAuthority
 		protocol = req.Header.Get(":protocol")
 		if protocol == "" && req.ProtoMajor == 3 && req.Proto != "HTTP/3.0" && req.Proto != "HTTP/3" {
 			protocol = req.Proto // quic-go's server puts :protocol there
 		}
 		if protocol != "" {
-			d.InboundForm = FormOrigin // :path carries the target (RFC 8441 §4)
-			d.Mode, d.Upgrade = ModeExtendedConnect, protocol
+			d.InboundForm = TargetOrigin // :path carries the target (RFC 8441 §4)
+			d.Mode, d.Upgrade = ForwardExtendedConnect, protocol
 		}
 	}
 	if req.Method == http.MethodConnect && protocol == "" {
-		d.Mode = ModeConnect
+		d.Mode = ForwardConnect
 		return refuse(d, http.StatusNotImplemented, "CONNECT tunnels are not forwarded")
 	}
 	if e >= egressCount {
@@ -205,17 +204,17 @@ func Plan(req *http.Request, e Egress) Dispatch {
 	d.Legs = tp.Legs
 	switch first := tp.First(); {
 	case first.Next == plan.FallbackALPN:
-		d.Version = VersionALPN
+		d.Version = ForwardVersionALPN
 	case first.Proto == plan.ProtoH2:
-		d.Version, d.Exact = VersionHTTP2, true
+		d.Version, d.Exact = ForwardVersionHTTP2, true
 	case first.Proto == plan.ProtoH3:
-		d.Version, d.Exact = VersionHTTP3, true
+		d.Version, d.Exact = ForwardVersionHTTP3, true
 	default:
-		d.Version, d.Exact = VersionHTTP11, true
+		d.Version, d.Exact = ForwardVersionHTTP11, true
 	}
 
-	if d.Mode == ModeExtendedConnect {
-		if d.Version != VersionHTTP11 {
+	if d.Mode == ForwardExtendedConnect {
+		if d.Version != ForwardVersionHTTP11 {
 			// HTTP/2, HTTP/3 or ALPN egress (the Transport's plan keeps an
 			// extended CONNECT off HTTP/1.1): it goes on as it came, any
 			// protocol, with its :protocol (RFC 8441 §4, RFC 9220 §3).
@@ -252,14 +251,14 @@ func Plan(req *http.Request, e Egress) Dispatch {
 	// "h2c" asks this hop to switch (RFC 7540 §3.2), never the upstream.
 	if up := upgradeTokens(req.Header); up != "" &&
 		conn["upgrade"] && req.ProtoMajor == 1 && req.ProtoMinor >= 1 {
-		d.Mode, d.Upgrade = ModeUpgrade, up
-		if d.Version != VersionHTTP11 && !strings.EqualFold(up, "websocket") {
+		d.Mode, d.Upgrade = ForwardUpgrade, up
+		if d.Version != ForwardVersionHTTP11 && !strings.EqualFold(up, "websocket") {
 			// RFC 8441 §5 and RFC 9220 carry a WebSocket over an HTTP/2 or
 			// HTTP/3 extended CONNECT; other upgrades have no such form.
 			return refuse(d, http.StatusNotImplemented,
 				"Upgrade %q needs HTTP/1.1 egress, not %v (only a WebSocket becomes an extended CONNECT)", up, d.Version)
 		}
-		if d.Version != VersionHTTP11 {
+		if d.Version != ForwardVersionHTTP11 {
 			d.Upgrade = "websocket"
 		}
 	}

@@ -1,0 +1,31 @@
+// Package kittest holds the test helpers the scripted servers' tests
+// share.
+package kittest
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// Context returns a context that ends after 10 s or with the test.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Start runs a server made by start from cfg for the test, logging
+// through t unless cfg already logs (setLogf), and closes it at the end.
+func Start[C any, S interface{ Close() error }](t testing.TB, start func(C) (S, error), cfg C, logs func(*C) *func(string, ...any)) S {
+	t.Helper()
+	if l := logs(&cfg); *l == nil {
+		*l = t.Logf
+	}
+	s, err := start(cfg)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
