@@ -57,12 +57,7 @@ func (t Trace) RunCall() []fsm.CallDecision {
 
 // parseRetry reads a "retry" line: the policy of a call trace.
 func (t *Trace) parseRetry(f []string) error {
-	for _, kv := range f {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return fmt.Errorf("want key=value, have %q", kv)
-		}
-		var err error
+	return eachSetting(f, func(k, v string) (err error) {
 		switch k {
 		case "attempts":
 			var n uint64
@@ -79,11 +74,8 @@ func (t *Trace) parseRetry(f []string) error {
 		default:
 			err = fmt.Errorf("unknown retry setting %q", k)
 		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+		return err
+	})
 }
 
 func parseStatuses(v string) (fsm.StatusSet, error) {

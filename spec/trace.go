@@ -211,12 +211,7 @@ func (t *Trace) parseExample(f []string) error {
 }
 
 func (t *Trace) parseRequest(f []string) error {
-	for _, kv := range f {
-		k, v, ok := strings.Cut(kv, "=")
-		if !ok {
-			return fmt.Errorf("want key=value, have %q", kv)
-		}
-		var err error
+	return eachSetting(f, func(k, v string) (err error) {
 		switch k {
 		case "method":
 			t.Request.Method = fsm.ParseMethod(v)
@@ -241,7 +236,19 @@ func (t *Trace) parseRequest(f []string) error {
 		default:
 			err = fmt.Errorf("unknown request fact %q", k)
 		}
-		if err != nil {
+		return err
+	})
+}
+
+// eachSetting calls set with the key and value of every key=value field
+// of a line, and stops at the first error.
+func eachSetting(f []string, set func(k, v string) error) error {
+	for _, kv := range f {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("want key=value, have %q", kv)
+		}
+		if err := set(k, v); err != nil {
 			return err
 		}
 	}
