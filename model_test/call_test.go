@@ -241,3 +241,19 @@ func TestCallInvariantsRejectViolations(t *testing.T) {
 		}
 	}
 }
+
+// TestFormerCallDivergences: fsm.Call and the model agree on every call
+// on which fsm.Call once decided otherwise than the rule text.
+func TestFormerCallDivergences(t *testing.T) {
+	for name, tr := range formerCallDivergences {
+		c := fsm.NewCall(tr.Request, tr.Policy)
+		for _, o := range tr.Outcomes {
+			c.Step(o)
+		}
+		text := DecideCall(tr, CallReading{})
+		ids, _, err := CheckCall(tr, ObserveCall(&c), CallReading{})
+		if err != nil || len(ids) != 0 || c.Decision() != text {
+			t.Errorf("%s: fsm.Call %v, the text %v (divergences %v, %v)", name, c.Decision(), text, ids, err)
+		}
+	}
+}
