@@ -164,7 +164,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if rn.start.body != nil {
 				rn.start.body.Close()
 			}
-			err = &Error{Rule: fsm.RuleCanceled, Attempts: cs.cm.Attempts(), History: cs.history,
+			err = &Error{Rule: fsm.RuleCanceled, Attempts: cs.cm.Attempts(), History: cs.History(),
 				Err: fmt.Errorf("waiting %v to retry (%s): %w; attempt %d had ended: %w", rn.decision.Delay, rn.decision.Rule.ID(), err, cs.cm.Attempts(), rn.err)}
 		}
 		if err != nil {
@@ -400,8 +400,14 @@ type call struct {
 // its decisions so far, and the route's retry budget.
 type callState struct {
 	cm      fsm.Call
-	history []fsm.CallDecision
+	hist    [maxRetryAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
+	n       int
 	budget  RetryBudget
+}
+
+// History returns a copy of the call machine's decisions so far.
+func (cs *callState) History() []fsm.CallDecision {
+	return append([]fsm.CallDecision(nil), cs.hist[:cs.n]...)
 }
 
 // retryNext ends a try with a configured retry: the next try starts from
@@ -430,8 +436,9 @@ func (c *call) step(o fsm.Outcome) fsm.CallDecision {
 	if o.Budget && !(d.Retry && d.Rule != fsm.RuleTooEarly) {
 		c.t.budgets.unreserve(c.key.addr, cs.budget, now)
 	}
-	if len(cs.history) < maxRetryAttempts+2 {
-		cs.history = append(cs.history, d)
+	if cs.n < len(cs.hist) {
+		cs.hist[cs.n] = d
+		cs.n++
 	}
 	return d
 }
@@ -613,7 +620,7 @@ func (c *call) again(cd fsm.CallDecision, err error, body *reqBody) (*resend, er
 
 // fail returns the call's *Error: rule decided, after the attempts made.
 func (c *call) fail(rule fsm.Rule, err error) *Error {
-	return &Error{Rule: rule, Attempts: c.cs.cm.Attempts(), History: c.cs.history, Err: err}
+	return &Error{Rule: rule, Attempts: c.cs.cm.Attempts(), History: c.cs.History(), Err: err}
 }
 
 // nextStart prepares the call's next attempt after one whose request body
