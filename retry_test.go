@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,6 +15,8 @@ import (
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
 
 // always scripts every request on every connection with a.
@@ -331,4 +334,53 @@ func TestRetryBudget(t *testing.T) {
 	if int(got503.Load()) != calls {
 		t.Errorf("%d calls got the 503, want all %d", got503.Load(), calls)
 	}
+}
+
+// TestRetryMultiplexed: the call rules are the same on HTTP/2 and HTTP/3:
+// a status retry of a GET, and a second refusal of a POST's stream, which
+// the automatic resend cannot take and a configured retry can, since the
+// refusal proves the server did not process it.
+func TestRetryMultiplexed(t *testing.T) {
+	busy := func() http.Header { return http.Header{"Content-Length": {"4"}} }
+	t.Run("h2 status", func(t *testing.T) {
+		s := startH2(t, h2Script([]h2server.Action{h2server.Respond(503, busy(), []byte("busy")), h2server.OK("ok")}))
+		tr, obs := h2Client(t, s, replaysafe.Options{Retry: quick})
+		code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/r", ""))
+		if err != nil || code != 200 {
+			t.Fatalf("got %d %v", code, err)
+		}
+		wantH2Copies(t, s, "/r", 0, 0)
+		wantCalls(t, obs, "/r", fsm.RuleRetryStatus, fsm.RuleDeliverFinalResponse)
+	})
+	t.Run("h2 refused twice", func(t *testing.T) {
+		s := startH2(t, h2Script([]h2server.Action{h2server.Refuse(), h2server.Refuse(), h2server.OK("ok")}))
+		tr, obs := h2Client(t, s, replaysafe.Options{Retry: quick})
+		code, _, err := roundTrip(tr, newRequest(t, t.Context(), "POST", s.URL()+"/r", "pay 10"))
+		if err != nil || code != 200 {
+			t.Fatalf("got %d %v", code, err)
+		}
+		if n := len(h2Copies(s, "/r")); n != 3 {
+			t.Fatalf("server saw %d streams of /r, want 3 (two refused)", n)
+		}
+		wantCalls(t, obs, "/r", fsm.RuleEvidenceRefusedStream, fsm.RuleEvidenceRefusedStream, fsm.RuleDeliverFinalResponse)
+		if as := obs.attemptsFor("/r"); as[0].Call.Retry || !as[1].Call.Retry {
+			t.Errorf("the first refusal is the automatic resend, the second a configured retry: %v, %v", as[0].Call, as[1].Call)
+		}
+	})
+	t.Run("h2 refused twice without a policy", func(t *testing.T) {
+		s := startH2(t, h2Script([]h2server.Action{h2server.Refuse(), h2server.Refuse(), h2server.OK("ok")}))
+		tr, _ := h2Client(t, s, replaysafe.Options{})
+		_, _, err := roundTrip(tr, newRequest(t, t.Context(), "POST", s.URL()+"/r", "pay 10"))
+		wantRule(t, err, fsm.RuleNoSecondResend, 2)
+	})
+	t.Run("h3 status", func(t *testing.T) {
+		s := startH3(t, h3Script([]h3server.Action{h3server.Respond(503, busy(), []byte("busy")), h3server.OK("ok")}))
+		tr, obs := h3Client(t, s, replaysafe.Options{Retry: quick})
+		code, _, err := roundTrip(tr, newRequest(t, t.Context(), "PUT", s.URL()+"/r", "v=1"))
+		if err != nil || code != 200 {
+			t.Fatalf("got %d %v", code, err)
+		}
+		wantH3Copies(t, s, "/r", 0, 0)
+		wantCalls(t, obs, "/r", fsm.RuleRetryStatus, fsm.RuleDeliverFinalResponse)
+	})
 }

@@ -399,10 +399,10 @@ type call struct {
 // callState is what the tries of one RoundTrip share: the call machine,
 // its decisions so far, and the route's retry budget.
 type callState struct {
-	cm      fsm.Call
-	hist    [maxRetryAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
-	n       int
-	budget  RetryBudget
+	cm     fsm.Call
+	hist   [maxRetryAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
+	n      int
+	budget RetryBudget
 }
 
 // History returns a copy of the call machine's decisions so far.
