@@ -123,9 +123,6 @@ func (c *Checker) Err() error {
 // is out of order, the replayed decision is the reported one, and the
 // call's decision after it is one the call rules allow.
 func Check(r replaysafe.AttemptReport) error {
-	if err := checkCall(r); err != nil {
-		return fail(r, err)
-	}
 	tr, err := spec.ParseTrace(strings.NewReader(r.Trace))
 	if err != nil {
 		return fail(r, fmt.Errorf("the trace does not parse: %w", err))
@@ -165,6 +162,9 @@ func Check(r replaysafe.AttemptReport) error {
 	}
 	if final != r.Decision {
 		return fail(r, fmt.Errorf("the replayed decision is %v, the transport reported %v", final, r.Decision))
+	}
+	if err := checkCall(r); err != nil {
+		return fail(r, err)
 	}
 	return nil
 }

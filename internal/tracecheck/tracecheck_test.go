@@ -55,6 +55,22 @@ func TestRealAttemptsCheckOut(t *testing.T) {
 	if err := tracecheck.Check(bad); err == nil || !strings.Contains(err.Error(), "the transport reported") {
 		t.Fatalf("a wrong reported decision: %v", err)
 	}
+	// A call decision the attempt's own does not allow fails too.
+	bad = reports[1]
+	bad.Call = fsm.CallDecision{Action: fsm.ActionResend, Rule: fsm.RuleEvidenceRefusedStream}
+	if err := tracecheck.Check(bad); err == nil || !strings.Contains(err.Error(), "resent at once") {
+		t.Fatalf("an automatic resend by another rule than the attempt's: %v", err)
+	}
+	bad = reports[0]
+	bad.Call = fsm.CallDecision{Action: fsm.ActionFail, Rule: fsm.RuleRetryBudget}
+	if err := tracecheck.Check(bad); err == nil || !strings.Contains(err.Error(), "delivered attempt") {
+		t.Fatalf("a delivered attempt whose call failed: %v", err)
+	}
+	bad = reports[0]
+	bad.Call = fsm.CallDecision{}
+	if err := tracecheck.Check(bad); err == nil || !strings.Contains(err.Error(), "no call decision") {
+		t.Fatalf("an attempt without a call decision: %v", err)
+	}
 	bad = reports[1]
 	bad.Events = bad.Events[:len(bad.Events)-1]
 	if err := tracecheck.Check(bad); err == nil {
