@@ -19,16 +19,15 @@ import (
 // at most the one automatic resend the evidence allows. With MaxAttempts
 // set, a call is also retried
 //   - on a response status in Statuses (429, 502, 503, 504 by default),
-//   - when no connection could be established (nothing was sent: any
-//     method),
-//   - and after an ambiguous failure (a timeout, a response cut after it
+//   - after an ambiguous failure (a timeout, a response cut after it
 //     started, a fresh connection failing),
 //
-// the last two only for a request whose copies have no further side
-// effect: an idempotent method or an Idempotency-Key, and a body that can
-// be produced again (none, or GetBody). A POST without a key is never
-// retried after the server may have seen it, and a one-shot body that was
-// read is never replaced. Every retry waits a jittered backoff (or the
+// both only for a request whose copies have no further side effect (an
+// idempotent method or an Idempotency-Key, and a body that can be produced
+// again: none, or GetBody), and, for any method, when no connection could
+// be established (nothing was sent) and the body is as it was. A POST
+// without a key is never retried after the server may have seen it, and a
+// one-shot body that was read is never replaced. Every retry waits a jittered backoff (or the
 // Retry-After of a 429 or 503), resolves the route anew, and needs room in
 // the route's retry budget.
 type Retry struct {
@@ -42,8 +41,9 @@ type Retry struct {
 	// DefaultRetryStatuses; an empty, non-nil slice retries none.
 	Statuses []int
 	// BaseDelay and MaxDelay shape the wait before a retry: a uniformly
-	// random duration below min(MaxDelay, BaseDelay·2^(n−1)) before the
-	// n-th ("full jitter"). Zero means 100 ms and 10 s.
+	// random duration below min(MaxDelay, BaseDelay·2^(k−2)) before wire
+	// attempt k ("full jitter"; the automatic resend counts as attempt 2).
+	// Zero means 100 ms and 10 s.
 	BaseDelay, MaxDelay time.Duration
 	// MaxRetryAfter is the longest Retry-After (RFC 9110 §10.2.3) of a 429
 	// or 503 that a retry waits for; a response asking for longer is

@@ -18,7 +18,7 @@ type Retry struct {
 	// Statuses are the response statuses a call may be retried on.
 	Statuses StatusSet
 	// Base and Cap shape the wait before a configured retry: full jitter
-	// over min(Cap, Base·2^(retry−1)).
+	// over min(Cap, Base·2^(k−2)) before wire attempt k.
 	Base, Cap time.Duration
 	// MaxRetryAfter is the longest Retry-After a retry waits for; a 429 or
 	// 503 that asks for longer is delivered instead.
