@@ -12,7 +12,9 @@ import (
 func TestCheckCall(t *testing.T) {
 	fail := fsm.Decision{Action: fsm.ActionFail, Rule: fsm.RuleTimeout, Conn: fsm.ConnDiscard}
 	deliver := fsm.Decision{Action: fsm.ActionDeliver, Rule: fsm.RuleDeliverFinalResponse, Conn: fsm.ConnReuse}
-	retry := func(r fsm.Rule) fsm.CallDecision { return fsm.CallDecision{Action: fsm.ActionResend, Rule: r, Retry: true} }
+	retry := func(r fsm.Rule) fsm.CallDecision {
+		return fsm.CallDecision{Action: fsm.ActionResend, Rule: r, Retry: true}
+	}
 	get := fsm.Request{Method: fsm.MethodGET}
 	cases := []struct {
 		name  string
