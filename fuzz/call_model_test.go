@@ -1,24 +1,36 @@
-//go:build !libfuzzer
-
 package fuzz
 
-import (
-	"testing"
+import "testing"
 
-	modeltest "github.com/replaysafe/replaysafe/model_test"
-	"pgregory.net/rapid"
-)
-
-var callProperty = rapid.MakeFuzz(modeltest.CallProperty)
-
-// FuzzCallModel runs model_test's call property (modeltest.CallProperty:
-// a random policy and request, outcomes the attempt rules can produce,
-// fsm.Call compared with the call model and the invariants that no
-// policy makes a copy the rules forbid) on the fuzzer's bytes.
+// FuzzCallModel checks fsm.Call against model_test's call model and the
+// call invariants (that no policy makes a copy the rules forbid) on fuzz
+// input: natively through rapid (modeltest.CallProperty, random policies
+// and outcomes), under OSS-Fuzz's libFuzzer build through the byte
+// decoder (DecodeCall, CheckCallBytes).
 func FuzzCallModel(f *testing.F) {
-	f.Fuzz(func(t *testing.T, data []byte) { callProperty(t, data) })
+	f.Fuzz(func(t *testing.T, data []byte) { runCallProperty(t, data) })
 }
 
 func init() {
 	corpora = append(corpora, corpus{target: "FuzzCallModel", typ: "[]byte", seeds: machineModelSeeds})
+}
+
+// TestCallBytes runs the byte decoder's check over the seed inputs and a
+// sweep of short ones, so that both builds' checks run in go test.
+func TestCallBytes(t *testing.T) {
+	seeds, err := machineModelSeeds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range seeds {
+		if err := CheckCallBytes([]byte(s)); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for i := range 1 << 16 {
+		data := []byte{byte(i), byte(i >> 8), byte(i * 7), byte(i * 13), byte(i * 31), byte(i >> 3), byte(i >> 5), byte(i * 3)}
+		if err := CheckCallBytes(data); err != nil {
+			t.Fatalf("% x: %v", data, err)
+		}
+	}
 }

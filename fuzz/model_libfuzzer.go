@@ -12,3 +12,11 @@ func runModelProperty(_ any, data []byte) {
 		panic(err)
 	}
 }
+
+// runCallProperty, in the libFuzzer build, checks the call rules from the
+// byte decoder (CheckCallBytes).
+func runCallProperty(_ any, data []byte) {
+	if err := CheckCallBytes(data); err != nil {
+		panic(err)
+	}
+}

@@ -9,7 +9,10 @@ import (
 	"pgregory.net/rapid"
 )
 
-var rapidProperty = rapid.MakeFuzz(modeltest.Property)
+var (
+	rapidProperty     = rapid.MakeFuzz(modeltest.Property)
+	rapidCallProperty = rapid.MakeFuzz(modeltest.CallProperty)
+)
 
 // runModelProperty runs the rapid state-machine property of model_test on
 // fuzz input, through rapid.MakeFuzz, which needs the standard library's
@@ -18,4 +21,10 @@ var rapidProperty = rapid.MakeFuzz(modeltest.Property)
 // model_libfuzzer.go.
 func runModelProperty(t any, data []byte) {
 	rapidProperty(t.(*testing.T), data)
+}
+
+// runCallProperty runs model_test's call property on fuzz input, as
+// runModelProperty does the machine's.
+func runCallProperty(t any, data []byte) {
+	rapidCallProperty(t.(*testing.T), data)
 }
