@@ -137,7 +137,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, closeBody(req, err)
 	}
 	pol, budget := t.retryFor(req)
-	cs := &callState{cm: fsm.NewCall(factsOf(req, t.opt), pol), budget: budget}
+	cs := &callState{cm: fsm.NewCall(factsOf(req, t.opt), pol), statuses: pol.Statuses, budget: budget}
 	if pol.On() {
 		t.budgets.call(key.addr, budget, time.Now())
 	}
@@ -399,10 +399,11 @@ type call struct {
 // callState is what the tries of one RoundTrip share: the call machine,
 // its decisions so far, and the route's retry budget.
 type callState struct {
-	cm     fsm.Call
-	hist   [maxRetryAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
-	n      int
-	budget RetryBudget
+	cm       fsm.Call
+	hist     [maxRetryAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
+	n        int
+	statuses fsm.StatusSet // the policy's retried statuses
+	budget   RetryBudget
 }
 
 // History returns a copy of the call machine's decisions so far.
@@ -422,13 +423,14 @@ func (r *retryNext) Error() string { return "replaysafe: retry after " + r.decis
 
 // step feeds the outcome of the call's latest attempt to the call
 // machine, with a jitter and a retry reserved from the route's budget
-// when retries are configured; the reservation is given back unless a
-// configured retry that draws on the budget is decided, so concurrent
-// calls never overdraw it.
+// when retries are configured and the outcome could be retried (a
+// failure, a later resend, a listed status); the reservation is given
+// back unless a configured retry that draws on the budget is decided, so
+// concurrent calls never overdraw it.
 func (c *call) step(o fsm.Outcome) fsm.CallDecision {
 	cs := c.cs
 	now := time.Now()
-	if cs.budget.Window > 0 {
+	if cs.budget.Window > 0 && (o.Decision.Action != fsm.ActionDeliver || cs.statuses.Has(o.Status)) {
 		o.Budget = c.t.budgets.reserve(c.key.addr, cs.budget, now)
 		o.Jitter = c.t.jitter()
 	}
