@@ -233,12 +233,7 @@ func TestCallInvariantsRejectViolations(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := CallInvariants(c.req, c.p, c.steps)
-		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%s: %v", c.name, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%s: got %v, want an error about %q", c.name, err, c.want)
-		}
+		wantErrorAbout(t, c.name, err, c.want)
 	}
 }
 

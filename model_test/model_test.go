@@ -229,12 +229,7 @@ func TestInvariantsRejectViolations(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := Invariants(c.req, c.events, c.decisions)
-		switch {
-		case c.want == "" && err != nil:
-			t.Errorf("%s: %v", c.name, err)
-		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
-			t.Errorf("%s: got %v, want an error about %q", c.name, err, c.want)
-		}
+		wantErrorAbout(t, c.name, err, c.want)
 	}
 }
 
@@ -258,5 +253,17 @@ func TestRunNamesDivergences(t *testing.T) {
 		if _, ids, err := Run(traceOf(ex.Trace)); err != nil || len(ids) != 0 {
 			t.Errorf("%s %s: %v %v", ex.File, ex.Name, ids, err)
 		}
+	}
+}
+
+// wantErrorAbout checks that err is nil when want is empty, else an error
+// whose text contains want.
+func wantErrorAbout(t *testing.T, name string, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Errorf("%s: %v", name, err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Errorf("%s: got %v, want an error about %q", name, err, want)
 	}
 }

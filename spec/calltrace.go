@@ -162,13 +162,9 @@ func parseCallExpect(f []string) (*CallExpect, error) {
 	if len(f) != 2 && len(f) != 4 {
 		return nil, errors.New("want expect ACTION RULE [retry after=DURATION]")
 	}
-	a, ok := fsm.ParseAction(f[0])
-	if !ok {
-		return nil, fmt.Errorf("unknown action %q", f[0])
-	}
-	r, ok := fsm.ParseRule(f[1])
-	if !ok {
-		return nil, fmt.Errorf("unknown rule %q", f[1])
+	a, r, err := parseActionRule(f)
+	if err != nil {
+		return nil, err
 	}
 	e := &CallExpect{Action: a, Rule: r}
 	if len(f) == 4 {

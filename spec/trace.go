@@ -388,13 +388,9 @@ func parseExpect(f []string) (*Expect, error) {
 	if len(f) < 2 || len(f) > 3 {
 		return nil, errors.New("want expect ACTION RULE [conn=VERDICT]")
 	}
-	a, ok := fsm.ParseAction(f[0])
-	if !ok {
-		return nil, fmt.Errorf("unknown action %q", f[0])
-	}
-	r, ok := fsm.ParseRule(f[1])
-	if !ok {
-		return nil, fmt.Errorf("unknown rule %q", f[1])
+	a, r, err := parseActionRule(f)
+	if err != nil {
+		return nil, err
 	}
 	e := &Expect{Action: a, Rule: r}
 	if len(f) == 3 {
@@ -408,4 +404,17 @@ func parseExpect(f []string) (*Expect, error) {
 		e.HasConn = true
 	}
 	return e, nil
+}
+
+// parseActionRule reads the "ACTION RULE" that starts an expect line.
+func parseActionRule(f []string) (fsm.Action, fsm.Rule, error) {
+	a, ok := fsm.ParseAction(f[0])
+	if !ok {
+		return 0, 0, fmt.Errorf("unknown action %q", f[0])
+	}
+	r, ok := fsm.ParseRule(f[1])
+	if !ok {
+		return 0, 0, fmt.Errorf("unknown rule %q", f[1])
+	}
+	return a, r, nil
 }
