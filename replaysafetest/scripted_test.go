@@ -218,10 +218,27 @@ func (cl *client) checkCloseErr(mode CloseMode, err error) {
 	}
 }
 
-var transports = []struct {
+var transports = []transport{{"tcp", false}, {"tls", true}}
+
+// transport is one way of reaching the HTTP/1.1 origin.
+type transport = struct {
 	name string
 	tls  bool
-}{{"tcp", false}, {"tls", true}}
+}
+
+// forTransports runs f as a subtest per transport (TCP, TLS).
+func forTransports(t *testing.T, f func(t *testing.T, tr transport)) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) { f(t, tr) })
+	}
+}
+
+// startDial starts a server with cfg and dials it once.
+func startDial(t *testing.T, cfg Config) (*Server, *client) {
+	t.Helper()
+	s := start(t, cfg)
+	return s, dial(t, s)
+}
 
 func modesFor(tlsOn bool) []CloseMode {
 	if tlsOn {
@@ -385,28 +402,25 @@ func TestTLSOnlyHTTP11(t *testing.T) {
 // ---- parsing and recording --------------------------------------------
 
 func TestRespondKeepAlive(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			s := start(t, Config{TLS: tr.tls})
-			cl := dial(t, s)
-			cl.send(getA)
-			cl.expect(respOK)
-			cl.send(postB)
-			cl.expect(respOK)
-			checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, postB))
-			r := s.Requests()
-			if r[0].Method != "GET" || r[0].Target != "/a" || r[0].Proto != "HTTP/1.1" ||
-				r[0].Header.Get("Host") != "example.test" || r[0].Header.Get("User-Agent") != "t" || len(r[0].Body) != 0 {
-				t.Errorf("request 0 parsed as %+v", r[0])
-			}
-			if r[1].Method != "POST" || string(r[1].Body) != "hello" || r[1].Header.Get("Content-Type") != "text/plain" {
-				t.Errorf("request 1 parsed as %+v", r[1])
-			}
-			if s.Conns() != 1 || s.ConnClosed(0) {
-				t.Errorf("Conns %d, closed %v", s.Conns(), s.ConnClosed(0))
-			}
-		})
-	}
+	forTransports(t, func(t *testing.T, tr transport) {
+		s, cl := startDial(t, Config{TLS: tr.tls})
+		cl.send(getA)
+		cl.expect(respOK)
+		cl.send(postB)
+		cl.expect(respOK)
+		checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, postB))
+		r := s.Requests()
+		if r[0].Method != "GET" || r[0].Target != "/a" || r[0].Proto != "HTTP/1.1" ||
+			r[0].Header.Get("Host") != "example.test" || r[0].Header.Get("User-Agent") != "t" || len(r[0].Body) != 0 {
+			t.Errorf("request 0 parsed as %+v", r[0])
+		}
+		if r[1].Method != "POST" || string(r[1].Body) != "hello" || r[1].Header.Get("Content-Type") != "text/plain" {
+			t.Errorf("request 1 parsed as %+v", r[1])
+		}
+		if s.Conns() != 1 || s.ConnClosed(0) {
+			t.Errorf("Conns %d, closed %v", s.Conns(), s.ConnClosed(0))
+		}
+	})
 }
 
 func TestResponses(t *testing.T) {
@@ -428,8 +442,7 @@ func TestResponses(t *testing.T) {
 			"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := start(t, Config{Conns: []ConnScript{Script(c.act)}})
-			cl := dial(t, s)
+			s, cl := startDial(t, Config{Conns: []ConnScript{Script(c.act)}})
 			cl.send(c.req)
 			cl.expect(c.want)
 			cl.send(getB) // still open
@@ -439,17 +452,24 @@ func TestResponses(t *testing.T) {
 	}
 }
 
+// answerThenClose starts a server with cfg, sends raw on one connection
+// and expects want back, then the server's FIN.
+func answerThenClose(t *testing.T, cfg Config, raw, want string) *Server {
+	t.Helper()
+	s, cl := startDial(t, cfg)
+	cl.send(raw)
+	cl.expect(want)
+	cl.expectClose(CloseFIN)
+	return s
+}
+
 func TestClientAsksToClose(t *testing.T) {
 	for _, c := range []struct{ name, req string }{
 		{"connection close", "GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"},
 		{"http/1.0", "GET / HTTP/1.0\r\n\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := start(t, Config{})
-			cl := dial(t, s)
-			cl.send(c.req)
-			cl.expect("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
-			cl.expectClose(CloseFIN)
+			s := answerThenClose(t, Config{}, c.req, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
 			checkRecorded(t, s, rec(0, 0, c.req))
 		})
 	}
@@ -472,8 +492,7 @@ func TestRequestFraming(t *testing.T) {
 		{"absolute form", "GET http://x.test/p?q=1 HTTP/1.1\r\nHost: x.test\r\n\r\n", "", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := start(t, Config{})
-			cl := dial(t, s)
+			s, cl := startDial(t, Config{})
 			// Send byte by byte-ish in small pieces to exercise resumption.
 			for i := 0; i < len(c.raw); i += 3 {
 				cl.send(c.raw[i:min(i+3, len(c.raw))])
@@ -492,16 +511,13 @@ func TestRequestFraming(t *testing.T) {
 }
 
 func TestPipelined(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			s := start(t, Config{TLS: tr.tls, Conns: []ConnScript{Script(Respond(200, "one"), Respond(200, "two"))}})
-			cl := dial(t, s)
-			cl.send(getA + postB + getB)
-			cl.expect("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none" +
-				"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo" + respOK)
-			checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, postB), rec(0, 2, getB))
-		})
-	}
+	forTransports(t, func(t *testing.T, tr transport) {
+		s, cl := startDial(t, Config{TLS: tr.tls, Conns: []ConnScript{Script(Respond(200, "one"), Respond(200, "two"))}})
+		cl.send(getA + postB + getB)
+		cl.expect("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none" +
+			"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo" + respOK)
+		checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, postB), rec(0, 2, getB))
+	})
 }
 
 func TestBadRequests(t *testing.T) {
@@ -522,11 +538,7 @@ func TestBadRequests(t *testing.T) {
 		{"chunk without crlf", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := start(t, Config{})
-			cl := dial(t, s)
-			cl.send(c.raw)
-			cl.expect(bad)
-			cl.expectClose(CloseFIN)
+			s := answerThenClose(t, Config{}, c.raw, bad)
 			if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
 				t.Fatal(err)
 			}
@@ -546,8 +558,7 @@ func TestTooLarge(t *testing.T) {
 		{"big chunk", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nfff\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := start(t, Config{MaxRequestBytes: 200})
-			cl := dial(t, s)
+			s, cl := startDial(t, Config{MaxRequestBytes: 200})
 			cl.send(c.raw)
 			cl.expect("HTTP/1.1 400 Bad Request\r\n")
 			if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
@@ -563,25 +574,21 @@ func TestTooLarge(t *testing.T) {
 
 func TestPartialRequests(t *testing.T) {
 	t.Run("client closes mid-headers", func(t *testing.T) {
-		for _, tr := range transports {
-			t.Run(tr.name, func(t *testing.T) {
-				s := start(t, Config{TLS: tr.tls})
-				cl := dial(t, s)
-				cl.send(getA)
-				cl.expect(respOK)
-				half := postB[:30]
-				cl.send(half)
-				cl.c.Close()
-				if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
-					t.Fatal(err)
-				}
-				checkPartial(t, s, 1, half, "eof")
-			})
-		}
+		forTransports(t, func(t *testing.T, tr transport) {
+			s, cl := startDial(t, Config{TLS: tr.tls})
+			cl.send(getA)
+			cl.expect(respOK)
+			half := postB[:30]
+			cl.send(half)
+			cl.c.Close()
+			if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
+				t.Fatal(err)
+			}
+			checkPartial(t, s, 1, half, "eof")
+		})
 	})
 	t.Run("client closes mid-body", func(t *testing.T) {
-		s := start(t, Config{})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{})
 		half := postB[:len(postB)-2]
 		cl.send(half)
 		cl.tcp.CloseWrite()
@@ -589,8 +596,7 @@ func TestPartialRequests(t *testing.T) {
 		checkPartial(t, s, 0, half, "eof")
 	})
 	t.Run("client resets", func(t *testing.T) {
-		s := start(t, Config{})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{})
 		cl.send(postB[:10])
 		if err := s.Wait(ctxT(t), func() bool { return s.Conns() == 1 }); err != nil {
 			t.Fatal(err)
@@ -604,19 +610,15 @@ func TestPartialRequests(t *testing.T) {
 		checkPartial(t, s, 0, postB[:10], "connection reset")
 	})
 	t.Run("read timeout", func(t *testing.T) {
-		for _, tr := range transports {
-			t.Run(tr.name, func(t *testing.T) {
-				s := start(t, Config{TLS: tr.tls, ReadTimeout: 100 * time.Millisecond, IdleTimeout: 5 * time.Second})
-				cl := dial(t, s)
-				cl.send(postB[:20])
-				cl.expectClose(CloseFIN) // the server gives up and closes
-				checkPartial(t, s, 0, postB[:20], "timeout")
-			})
-		}
+		forTransports(t, func(t *testing.T, tr transport) {
+			s, cl := startDial(t, Config{TLS: tr.tls, ReadTimeout: 100 * time.Millisecond, IdleTimeout: 5 * time.Second})
+			cl.send(postB[:20])
+			cl.expectClose(CloseFIN) // the server gives up and closes
+			checkPartial(t, s, 0, postB[:20], "timeout")
+		})
 	})
 	t.Run("server closes", func(t *testing.T) {
-		s := start(t, Config{})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{})
 		cl.send(postB[:20])
 		time.Sleep(20 * time.Millisecond)
 		s.Close()
@@ -643,8 +645,7 @@ func checkPartial(t *testing.T, s *Server, seq int, raw, why string) {
 // request": request 2 is read in full and recorded, and never answered.
 func TestCloseCrossingRequest(t *testing.T) {
 	forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
-		s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(RespondThenCloseOnNext(mode))}})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(RespondThenCloseOnNext(mode))}})
 		cl.send(getA)
 		cl.expect(respOK)
 		// Send the second request in two parts: the server must wait for
@@ -682,8 +683,7 @@ func TestCloseCrossingIdle(t *testing.T) {
 func TestDrop(t *testing.T) {
 	chunked := "POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
 	forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
-		s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(OK(), Drop(mode))}})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(OK(), Drop(mode))}})
 		cl.send(getA)
 		cl.expect(respOK)
 		cl.send(chunked)
@@ -699,8 +699,7 @@ func TestIdleClose(t *testing.T) {
 	for _, delay := range []time.Duration{0, 60 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
 			forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
-				s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(IdleClose(delay, mode))}})
-				cl := dial(t, s)
+				s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(IdleClose(delay, mode))}})
 				begin := time.Now()
 				cl.send(getA)
 				cl.expect(respOK)
@@ -720,8 +719,7 @@ func TestIdleClose(t *testing.T) {
 func TestIdleCloseOn(t *testing.T) {
 	forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
 		signal := make(chan struct{})
-		s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(IdleCloseOn(signal, mode))}})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(IdleCloseOn(signal, mode))}})
 		cl.send(getA)
 		cl.expect(respOK)
 		if s.ConnClosed(0) {
@@ -740,8 +738,7 @@ func TestIdleCloseOn(t *testing.T) {
 }
 
 func TestIdleCloseOnServerClose(t *testing.T) {
-	s := start(t, Config{Conns: []ConnScript{Script(IdleCloseOn(make(chan struct{}), CloseFIN))}})
-	cl := dial(t, s)
+	s, cl := startDial(t, Config{Conns: []ConnScript{Script(IdleCloseOn(make(chan struct{}), CloseFIN))}})
 	cl.send(getA)
 	cl.expect(respOK)
 	s.Close()
@@ -751,8 +748,7 @@ func TestIdleCloseOnServerClose(t *testing.T) {
 }
 
 func TestIdleCloseRequestDuringDelay(t *testing.T) {
-	s := start(t, Config{Conns: []ConnScript{Script(IdleClose(5*time.Second, CloseFIN))}})
-	cl := dial(t, s)
+	s, cl := startDial(t, Config{Conns: []ConnScript{Script(IdleClose(5*time.Second, CloseFIN))}})
 	cl.send(getA)
 	cl.expect(respOK)
 	cl.send(getB)
@@ -776,8 +772,7 @@ func TestBrokenResponses(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
-				s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(OK(), c.act(mode))}})
-				cl := dial(t, s)
+				s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(OK(), c.act(mode))}})
 				cl.send(getA)
 				cl.expect(respOK)
 				cl.send(postB)
@@ -799,38 +794,34 @@ func TestBrokenResponses(t *testing.T) {
 }
 
 func TestHang(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			s := start(t, Config{TLS: tr.tls, Conns: []ConnScript{Script(Hang(0))}})
-			cl := dial(t, s)
-			cl.send(getA)
-			cl.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-			if n, err := cl.c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
-				t.Fatalf("read %d, %v; want a client timeout", n, err)
-			}
-			// Requests sent while hanging are still recorded.
-			cl.send(getB)
-			if err := s.WaitRequests(ctxT(t), 2); err != nil {
-				t.Fatal(err)
-			}
-			if s.ConnClosed(0) {
-				t.Fatal("hanging connection closed")
-			}
-			begin := time.Now()
-			s.Close()
-			if el := time.Since(begin); el > 2*time.Second {
-				t.Errorf("Close took %v with a hanging connection", el)
-			}
-			got, err := cl.readToEnd()
-			if len(got) != 0 || err == nil {
-				t.Errorf("after Close read %q, %v", got, err)
-			}
-			checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, getB))
-		})
-	}
+	forTransports(t, func(t *testing.T, tr transport) {
+		s, cl := startDial(t, Config{TLS: tr.tls, Conns: []ConnScript{Script(Hang(0))}})
+		cl.send(getA)
+		cl.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if n, err := cl.c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("read %d, %v; want a client timeout", n, err)
+		}
+		// Requests sent while hanging are still recorded.
+		cl.send(getB)
+		if err := s.WaitRequests(ctxT(t), 2); err != nil {
+			t.Fatal(err)
+		}
+		if s.ConnClosed(0) {
+			t.Fatal("hanging connection closed")
+		}
+		begin := time.Now()
+		s.Close()
+		if el := time.Since(begin); el > 2*time.Second {
+			t.Errorf("Close took %v with a hanging connection", el)
+		}
+		got, err := cl.readToEnd()
+		if len(got) != 0 || err == nil {
+			t.Errorf("after Close read %q, %v", got, err)
+		}
+		checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, getB))
+	})
 	t.Run("bounded", func(t *testing.T) {
-		s := start(t, Config{Conns: []ConnScript{Script(Hang(60 * time.Millisecond).WithClose(CloseRST))}})
-		cl := dial(t, s)
+		_, cl := startDial(t, Config{Conns: []ConnScript{Script(Hang(60 * time.Millisecond).WithClose(CloseRST))}})
 		begin := time.Now()
 		cl.send(getA)
 		cl.expectClose(CloseRST)
@@ -839,14 +830,12 @@ func TestHang(t *testing.T) {
 		}
 	})
 	t.Run("config bound", func(t *testing.T) {
-		s := start(t, Config{HangTimeout: 50 * time.Millisecond, Conns: []ConnScript{Script(Hang(0))}})
-		cl := dial(t, s)
+		_, cl := startDial(t, Config{HangTimeout: 50 * time.Millisecond, Conns: []ConnScript{Script(Hang(0))}})
 		cl.send(getA)
 		cl.expectClose(CloseFIN)
 	})
 	t.Run("client gives up", func(t *testing.T) {
-		s := start(t, Config{Conns: []ConnScript{Script(Hang(0))}})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{Conns: []ConnScript{Script(Hang(0))}})
 		cl.send(getA)
 		if err := s.WaitRequests(ctxT(t), 1); err != nil {
 			t.Fatal(err)
@@ -861,8 +850,7 @@ func TestHang(t *testing.T) {
 // TestPipelinedBehindClose checks that requests already buffered behind a
 // closing action are recorded, not lost.
 func TestPipelinedBehindClose(t *testing.T) {
-	s := start(t, Config{Conns: []ConnScript{Script(Drop(CloseFIN))}})
-	cl := dial(t, s)
+	s, cl := startDial(t, Config{Conns: []ConnScript{Script(Drop(CloseFIN))}})
 	tail := "GET /c HTTP/1.1\r\n"
 	cl.send(getA + getB + tail)
 	if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
@@ -937,8 +925,7 @@ func TestConnScripts(t *testing.T) {
 
 func TestIdleTimeout(t *testing.T) {
 	forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
-		s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{{IdleTimeout: 50 * time.Millisecond, IdleClose: mode}}})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{{IdleTimeout: 50 * time.Millisecond, IdleClose: mode}}})
 		cl.send(getA)
 		cl.expect(respOK)
 		if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
@@ -948,8 +935,7 @@ func TestIdleTimeout(t *testing.T) {
 		checkRecorded(t, s, rec(0, 0, getA))
 	})
 	t.Run("config", func(t *testing.T) {
-		s := start(t, Config{IdleTimeout: 50 * time.Millisecond})
-		cl := dial(t, s) // never sends anything
+		s, cl := startDial(t, Config{IdleTimeout: 50 * time.Millisecond}) // never sends anything
 		cl.expectClose(CloseFIN)
 		if s.Count() != 0 || len(s.Partial()) != 0 {
 			t.Error("idle connection recorded something")
@@ -996,8 +982,7 @@ func TestWait(t *testing.T) {
 }
 
 func TestRequestsAreCopies(t *testing.T) {
-	s := start(t, Config{})
-	cl := dial(t, s)
+	s, cl := startDial(t, Config{})
 	cl.send(postB)
 	cl.expect(respOK)
 	r := s.Requests()
@@ -1021,96 +1006,92 @@ func TestScriptsAreCopied(t *testing.T) {
 }
 
 func TestCloseWithEverything(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			s := start(t, Config{TLS: tr.tls, Conns: []ConnScript{
-				Script(Hang(0)),
-				Script(OK()),
-				Script(IdleClose(time.Minute, CloseFIN)),
-				Script(RespondThenCloseOnNext(CloseRST)),
-			}})
-			hung := dial(t, s)
-			hung.send(getA)
-			idle := dial(t, s)
-			idle.send(getA)
-			idle.expect(respOK)
-			delayed := dial(t, s)
-			delayed.send(getA)
-			delayed.expect(respOK)
-			mid := dial(t, s)
-			mid.send(getA)
-			mid.expect(respOK)
-			mid.send(postB[:10])
-			fresh := dial(t, s) // accepted; nothing sent (TLS: handshake done)
-			_ = fresh
-			raw, err := net.Dial("tcp", s.Addr()) // no handshake at all
-			if err != nil {
-				t.Fatal(err)
+	forTransports(t, func(t *testing.T, tr transport) {
+		s := start(t, Config{TLS: tr.tls, Conns: []ConnScript{
+			Script(Hang(0)),
+			Script(OK()),
+			Script(IdleClose(time.Minute, CloseFIN)),
+			Script(RespondThenCloseOnNext(CloseRST)),
+		}})
+		hung := dial(t, s)
+		hung.send(getA)
+		idle := dial(t, s)
+		idle.send(getA)
+		idle.expect(respOK)
+		delayed := dial(t, s)
+		delayed.send(getA)
+		delayed.expect(respOK)
+		mid := dial(t, s)
+		mid.send(getA)
+		mid.expect(respOK)
+		mid.send(postB[:10])
+		fresh := dial(t, s) // accepted; nothing sent (TLS: handshake done)
+		_ = fresh
+		raw, err := net.Dial("tcp", s.Addr()) // no handshake at all
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		if err := s.WaitRequests(ctxT(t), 4); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WaitConns(ctxT(t), 6); err != nil {
+			t.Fatal(err)
+		}
+		begin := time.Now()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if el := time.Since(begin); el > 2*time.Second {
+			t.Errorf("Close took %v", el)
+		}
+		if g := waitServerGoroutines(time.Second); len(g) > 0 {
+			t.Fatalf("goroutines left after Close:\n%s", strings.Join(g, "\n\n"))
+		}
+		for i := range 6 {
+			if !s.ConnClosed(i) {
+				t.Errorf("conn %d not marked closed", i)
 			}
-			defer raw.Close()
-			if err := s.WaitRequests(ctxT(t), 4); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.WaitConns(ctxT(t), 6); err != nil {
-				t.Fatal(err)
-			}
-			begin := time.Now()
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if el := time.Since(begin); el > 2*time.Second {
-				t.Errorf("Close took %v", el)
-			}
-			if g := waitServerGoroutines(time.Second); len(g) > 0 {
-				t.Fatalf("goroutines left after Close:\n%s", strings.Join(g, "\n\n"))
-			}
-			for i := range 6 {
-				if !s.ConnClosed(i) {
-					t.Errorf("conn %d not marked closed", i)
-				}
-			}
-			if _, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
-				t.Error("listener still accepting after Close")
-			}
-			if err := s.Close(); err != nil {
-				t.Errorf("second Close: %v", err)
-			}
-		})
-	}
+		}
+		if _, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
+			t.Error("listener still accepting after Close")
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+	})
 }
 
 // ---- with net/http --------------------------------------------------------
 
 func TestNetHTTPClient(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			s := start(t, Config{TLS: tr.tls})
-			tp := &http.Transport{TLSClientConfig: s.ClientTLSConfig()}
-			defer tp.CloseIdleConnections()
-			c := &http.Client{Transport: tp, Timeout: 5 * time.Second}
-			for range 2 {
-				resp, err := c.Post(s.URL()+"/p?x=1", "text/plain", strings.NewReader("body"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if string(b) != "ok" || resp.StatusCode != 200 || resp.ProtoMajor != 1 {
-					t.Errorf("response %v %q", resp.Status, b)
-				}
-				if tr.tls && resp.TLS.NegotiatedProtocol != "http/1.1" {
-					t.Errorf("ALPN %q", resp.TLS.NegotiatedProtocol)
-				}
+	forTransports(t, func(t *testing.T, tr transport) {
+		s := start(t, Config{TLS: tr.tls})
+		tp := &http.Transport{TLSClientConfig: s.ClientTLSConfig()}
+		defer tp.CloseIdleConnections()
+		c := &http.Client{Transport: tp, Timeout: 5 * time.Second}
+		for range 2 {
+			resp, err := c.Post(s.URL()+"/p?x=1", "text/plain", strings.NewReader("body"))
+			if err != nil {
+				t.Fatal(err)
 			}
-			got := s.Requests()
-			if len(got) != 2 || s.Conns() != 1 || got[1].Seq != 1 {
-				t.Fatalf("requests %+v, conns %d", got, s.Conns())
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) != "ok" || resp.StatusCode != 200 || resp.ProtoMajor != 1 {
+				t.Errorf("response %v %q", resp.Status, b)
 			}
-			if r := got[0]; r.Method != "POST" || r.Target != "/p?x=1" || string(r.Body) != "body" || r.Header.Get("Host") != s.Addr() {
-				t.Errorf("recorded %+v", r)
+			if tr.tls && resp.TLS.NegotiatedProtocol != "http/1.1" {
+				t.Errorf("ALPN %q", resp.TLS.NegotiatedProtocol)
 			}
-		})
-	}
+		}
+		got := s.Requests()
+		if len(got) != 2 || s.Conns() != 1 || got[1].Seq != 1 {
+			t.Fatalf("requests %+v, conns %d", got, s.Conns())
+		}
+		if r := got[0]; r.Method != "POST" || r.Target != "/p?x=1" || string(r.Body) != "body" || r.Header.Get("Host") != s.Addr() {
+			t.Errorf("recorded %+v", r)
+		}
+	})
 }
 
 // TestNetHTTPCrossingClose shows what the server is for: counting the
@@ -1185,8 +1166,7 @@ func TestParserResumes(t *testing.T) {
 func TestEndlessInterim(t *testing.T) {
 	for _, status := range []int{100, 103} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
-			s := start(t, Config{Conns: []ConnScript{Script(EndlessInterim(status, CloseFIN))}})
-			cl := dial(t, s)
+			s, cl := startDial(t, Config{Conns: []ConnScript{Script(EndlessInterim(status, CloseFIN))}})
 			cl.send(getA)
 			one := string(EndlessInterim(status, CloseFIN).Raw)
 			const copies = 10000

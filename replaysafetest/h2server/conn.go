@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -723,7 +721,7 @@ func (c *conn) goAwayFor(st *stream) (bool, error) {
 	}
 	// Streams above the last stream ID are never processed: stop reading
 	// them. Those at or below it carry on.
-	for _, id := range slices.Sorted(maps.Keys(c.streams)) {
+	for _, id := range kit.SortedKeys(c.streams) {
 		if id > last {
 			c.stop(c.streams[id])
 		}
@@ -806,7 +804,7 @@ func (c *conn) send(st *stream) error {
 // sendAll resumes every response waiting for flow control, in stream
 // order.
 func (c *conn) sendAll() error {
-	for _, id := range slices.Sorted(maps.Keys(c.streams)) {
+	for _, id := range kit.SortedKeys(c.streams) {
 		if st := c.streams[id]; st != nil && st.sending {
 			if err := c.send(st); err != nil {
 				return err

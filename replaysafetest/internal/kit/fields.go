@@ -1,6 +1,7 @@
 package kit
 
 import (
+	"cmp"
 	"iter"
 	"maps"
 	"net/http"
@@ -78,3 +79,6 @@ func SortedFields(h http.Header) iter.Seq2[string, string] {
 
 // Keys returns the keys of m, in no order.
 func Keys[K comparable, V any](m map[K]V) []K { return slices.Collect(maps.Keys(m)) }
+
+// SortedKeys returns the keys of m in increasing order.
+func SortedKeys[K cmp.Ordered, V any](m map[K]V) []K { return slices.Sorted(maps.Keys(m)) }
