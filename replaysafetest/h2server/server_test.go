@@ -3,10 +3,8 @@ package h2server_test
 import (
 	"bytes"
 	"errors"
-	"io"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -262,7 +260,7 @@ func TestRawCloseMidRequest(t *testing.T) {
 		rc.headers(1, "POST", "/", false)
 		rc.data(1, "xyz", true)
 		_, err := rc.readUntilEnd()
-		if !errors.Is(err, syscall.ECONNRESET) {
+		if !isReset(err) {
 			t.Fatalf("end %v, want ECONNRESET", err)
 		}
 		if r := waitRequests(t, s, 1)[0]; string(r.Body) != "xyz" || !r.EndStream {
@@ -454,6 +452,3 @@ func TestEnumStrings(t *testing.T) {
 		t.Error("Kind.Valid")
 	}
 }
-
-// isEOF reports whether err is the server closing with a FIN.
-func isEOF(err error) bool { return errors.Is(err, io.EOF) }
