@@ -119,9 +119,7 @@ type Received struct {
 }
 
 func (r Received) clone() Received {
-	r.Header = r.Header.Clone()
-	r.Trailer = r.Trailer.Clone()
-	r.Body = bytes.Clone(r.Body)
+	r.Header, r.Trailer, r.Body = kit.CloneMessage(r.Header, r.Trailer, r.Body)
 	r.Raw = bytes.Clone(r.Raw)
 	return r
 }

@@ -1,9 +1,10 @@
 package replaysafetest
 
 import (
-	"bytes"
 	"net/http"
 	"time"
+
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // StreamKind says what an HTTP/2 or HTTP/3 scripted server (h2server,
@@ -90,9 +91,7 @@ type StreamRecord struct {
 
 // Clone returns a copy of r that shares no memory with it.
 func (r StreamRecord) Clone() StreamRecord {
-	r.Header = r.Header.Clone()
-	r.Trailer = r.Trailer.Clone()
-	r.Body = bytes.Clone(r.Body)
+	r.Header, r.Trailer, r.Body = kit.CloneMessage(r.Header, r.Trailer, r.Body)
 	return r
 }
 

@@ -1,6 +1,7 @@
 package kit
 
 import (
+	"bytes"
 	"cmp"
 	"iter"
 	"maps"
@@ -82,3 +83,9 @@ func Keys[K comparable, V any](m map[K]V) []K { return slices.Collect(maps.Keys(
 
 // SortedKeys returns the keys of m in increasing order.
 func SortedKeys[K cmp.Ordered, V any](m map[K]V) []K { return slices.Sorted(maps.Keys(m)) }
+
+// CloneMessage returns copies of a recorded request's header, trailer
+// and body that share no memory with them.
+func CloneMessage(header, trailer http.Header, body []byte) (http.Header, http.Header, []byte) {
+	return header.Clone(), trailer.Clone(), bytes.Clone(body)
+}
