@@ -14,9 +14,9 @@ import (
 // error code, the test author's mistake said on the wire.
 type StreamKind uint8
 
-// Stream kinds. To add one: add a constant before streamKindCount's
-// last with its name as a line comment, run go generate, and add its
-// case to the act method of each server that speaks it.
+// Stream kinds. To add one: add a constant before StreamHang with its
+// name as a line comment, run go generate, and add its case to the act
+// method of each server that speaks it.
 const (
 	// StreamRespond answers with the action's status, header and body,
 	// then its trailer if set. The zero value.
@@ -45,11 +45,8 @@ const (
 	StreamHang // hang
 )
 
-// streamKindCount is the number of valid values of StreamKind.
-const streamKindCount = int(StreamHang) + 1
-
 // Valid reports whether k is one of the defined kinds.
-func (k StreamKind) Valid() bool { return int(k) < streamKindCount }
+func (k StreamKind) Valid() bool { return k <= StreamHang }
 
 // StreamRecord is what h2server and h3server record of one request
 // stream, whatever the protocol, from the moment its HEADERS arrive;
