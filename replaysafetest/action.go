@@ -251,12 +251,7 @@ func (a Action) WithBody(body string) Action {
 // WithHeader returns a copy of a with value added to response field key.
 // The receiver's Header is not modified.
 func (a Action) WithHeader(key, value string) Action {
-	h := a.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	h.Add(key, value)
-	a.Header = h
+	a.Header = kit.WithField(a.Header, key, value)
 	return a
 }
 

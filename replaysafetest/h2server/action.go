@@ -180,7 +180,7 @@ func Refuse() Action { return Action{Kind: replaysafetest.StreamRefuse, At: OnHe
 
 // RefuseAfterBody reads the whole request, then resets the stream with
 // REFUSED_STREAM.
-func RefuseAfterBody() Action { return Action{Kind: replaysafetest.StreamRefuse, At: AfterBody} }
+func RefuseAfterBody() Action { return Refuse().WithAt(AfterBody) }
 
 // Reset reads the whole request, then resets the stream with code.
 func Reset(code http2.ErrCode) Action { return Action{Kind: replaysafetest.StreamReset, Code: code} }
@@ -210,7 +210,7 @@ func CloseConn() Action { return Action{Kind: replaysafetest.StreamClose, At: On
 
 // CloseConnAfterBody reads the whole request, then closes the connection
 // with a FIN without answering.
-func CloseConnAfterBody() Action { return Action{Kind: replaysafetest.StreamClose, At: AfterBody} }
+func CloseConnAfterBody() Action { return CloseConn().WithAt(AfterBody) }
 
 // PartialHeaders reads the whole request, sends half a response header
 // block in a HEADERS frame without END_HEADERS, and closes with a FIN.

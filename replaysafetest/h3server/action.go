@@ -194,7 +194,7 @@ func Reject() Action { return Action{Kind: replaysafetest.StreamRefuse, At: OnHe
 
 // RejectAfterBody reads the whole request, then resets the stream with
 // H3_REQUEST_REJECTED.
-func RejectAfterBody() Action { return Action{Kind: replaysafetest.StreamRefuse, At: AfterBody} }
+func RejectAfterBody() Action { return Reject().WithAt(AfterBody) }
 
 // Reset reads the whole request, then resets the stream with code, such as
 // http3.ErrCodeInternalError or http3.ErrCodeRequestCanceled.
@@ -228,7 +228,7 @@ func CloseConn() Action { return Action{Kind: replaysafetest.StreamClose, At: On
 
 // CloseConnAfterBody reads the whole request, then closes the connection
 // with CONNECTION_CLOSE(H3_NO_ERROR) without answering.
-func CloseConnAfterBody() Action { return Action{Kind: replaysafetest.StreamClose, At: AfterBody} }
+func CloseConnAfterBody() Action { return CloseConn().WithAt(AfterBody) }
 
 // StopSending answers 200 with an empty body as soon as the stream's
 // HEADERS arrive, then sends STOP_SENDING(code) so that the client's
