@@ -14,14 +14,11 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
-	"go.uber.org/goleak"
 
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kittest"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // start runs a server for the test and closes it at the end.
 func start(t *testing.T, cfg h3server.Config) *h3server.Server {
