@@ -2,9 +2,7 @@ package replaysafetest
 
 import (
 	"bytes"
-	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,9 +10,10 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kittest"
 )
 
 // ---- harness ----------------------------------------------------------
@@ -83,11 +82,8 @@ func start(t *testing.T, cfg Config) *Server {
 	return s
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
+// ctxT bounds a wait of a test.
+var ctxT = kittest.Context
 
 // rawRecorder remembers every byte read from the TCP connection under a
 // TLS client, so a test can see whether a close_notify arrived.
@@ -200,7 +196,7 @@ func (cl *client) checkCloseErr(mode CloseMode, err error) {
 	cl.t.Helper()
 	switch mode {
 	case CloseRST:
-		if !errors.Is(err, syscall.ECONNRESET) {
+		if !kittest.IsReset(err) {
 			cl.t.Errorf("read error %v, want ECONNRESET", err)
 		}
 	default:

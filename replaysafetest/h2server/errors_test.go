@@ -3,9 +3,10 @@ package h2server_test
 import (
 	"errors"
 	"io"
-	"syscall"
 
 	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kittest"
 )
 
 // The error predicates the tests expect of a client: what a reset
@@ -15,7 +16,7 @@ import (
 func isEOF(err error) bool { return errors.Is(err, io.EOF) }
 
 // isReset reports whether err is the server closing with an RST.
-func isReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+var isReset = kittest.IsReset
 
 func streamCode(code http2.ErrCode) func(error) bool {
 	return func(err error) bool {
