@@ -1,5 +1,7 @@
 package h2server_test
 
+//lint:file-ignore SA1019 the GOAWAY predicate reads x/net/http2's GoAwayError, as xnet_test.go does; DESIGN.md "Dependencies" chose x/net/http2 directly.
+
 import (
 	"errors"
 	"io"
