@@ -77,22 +77,6 @@ type LastStream struct {
 	Delta int64
 }
 
-// resolve returns the last stream ID for a GOAWAY sent while handling
-// stream id.
-func (l LastStream) resolve(id uint32) uint32 {
-	if !l.Relative {
-		return l.ID & (1<<31 - 1)
-	}
-	v := int64(id) + l.Delta
-	switch {
-	case v < 0:
-		return 0
-	case v > 1<<31-1:
-		return 1<<31 - 1
-	}
-	return uint32(v)
-}
-
 // Action is what the server does with one stream. Build one with a
 // constructor (OK, Respond, Refuse, ...) and adjust it with the With
 // methods; the fields are exported so scripts can also be literals.
@@ -157,14 +141,6 @@ const (
 // Endless1xx sends interim responses with status (100 or 103) forever
 // (see Action.Endless1xx).
 func Endless1xx(status int) Action { return Action{Endless1xx: status} }
-
-// WithInformational returns a copy of a that sends an interim response
-// with status (1xx) and header as soon as the request's HEADERS arrive,
-// after those already listed.
-func (a Action) WithInformational(status int, header http.Header) Action {
-	a.Informational = kit.AppendInformational(a.Informational, status, header)
-	return a
-}
 
 // OK answers 200 with body.
 func OK(body string) Action { return Action{Kind: replaysafetest.StreamRespond, Body: []byte(body)} }
@@ -250,6 +226,14 @@ func (a Action) WithTrailer(trailer http.Header) Action {
 // to value (added to a copy of Header).
 func (a Action) WithHeader(key, value string) Action {
 	a.Header = kit.WithField(a.Header, key, value)
+	return a
+}
+
+// WithInformational returns a copy of a that sends an interim response
+// with status (1xx) and header as soon as the request's HEADERS arrive,
+// after those already listed.
+func (a Action) WithInformational(status int, header http.Header) Action {
+	a.Informational = kit.AppendInformational(a.Informational, status, header)
 	return a
 }
 

@@ -284,6 +284,15 @@ func (c *conn) release(st *stream) {
 	}
 }
 
+// resolve returns the last stream ID for a GOAWAY sent while handling
+// stream id.
+func (l LastStream) resolve(id uint32) uint32 {
+	if !l.Relative {
+		return l.ID & (1<<31 - 1)
+	}
+	return uint32(kit.Offset(uint64(id), l.Delta, 1<<31-1))
+}
+
 func (c *conn) goAwayFor(st *stream) (bool, error) {
 	a := st.action
 	last, err := c.writeGoAway(a.LastStream.resolve(st.id), a.Code, a.DebugData)
