@@ -28,18 +28,18 @@ const (
 	StreamRefuse // refuse
 	// StreamReset resets the stream with the action's code.
 	StreamReset // reset
-	// StreamGoAway sends a GOAWAY naming a stream boundary, then closes
-	// the connection or goes on serving below the boundary.
-	StreamGoAway // goaway
-	// StreamClose closes the connection without answering.
-	StreamClose // close
 	// StreamPartialHeaders (HTTP/2 only) sends the first half of the
 	// response's header block without END_HEADERS, then closes the
 	// connection.
 	StreamPartialHeaders // partial-headers
+	// StreamGoAway sends a GOAWAY naming a stream boundary, then closes
+	// the connection or goes on serving below the boundary.
+	StreamGoAway // goaway
 	// StreamStopSending (HTTP/3 only) sends STOP_SENDING, after the
 	// response or instead of it.
 	StreamStopSending // stop-sending
+	// StreamClose closes the connection without answering.
+	StreamClose // close
 	// StreamHang never answers the stream; the connection closes after
 	// the action's delay.
 	StreamHang // hang
