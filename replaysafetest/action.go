@@ -132,9 +132,28 @@ const (
 // Default.
 func OK() Action { return Respond(http.StatusOK, "ok") }
 
+// WithBody returns a copy of a with the response body set.
+func (a Action) WithBody(body string) Action {
+	a.Body = []byte(body)
+	return a
+}
+
 // Respond answers with status and body and keeps the connection open.
 func Respond(status int, body string) Action {
 	return Action{Kind: KindRespond, Status: status, Body: []byte(body)}
+}
+
+// WithStatus returns a copy of a with the response status set.
+func (a Action) WithStatus(status int) Action {
+	a.Status = status
+	return a
+}
+
+// WithHeader returns a copy of a with value added to response field key.
+// The receiver's Header is not modified.
+func (a Action) WithHeader(key, value string) Action {
+	a.Header = kit.WithField(a.Header, key, value)
+	return a
 }
 
 // RespondClose answers 200 "ok" with "Connection: close", then closes the
@@ -230,41 +249,17 @@ func RawThenClose(raw string, mode CloseMode) Action {
 	return Action{Kind: KindRaw, Raw: []byte(raw), Close: mode}
 }
 
-// Hang never answers the request. Requests that follow on the connection
-// are recorded and not answered either. It ends after d (zero:
-// Config.HangTimeout), when the client closes, or when the server is
-// closed, and then closes the connection with CloseFIN (see WithClose).
-func Hang(d time.Duration) Action { return Action{Kind: KindHang, Delay: d} }
-
-// WithStatus returns a copy of a with the response status set.
-func (a Action) WithStatus(status int) Action {
-	a.Status = status
-	return a
-}
-
-// WithBody returns a copy of a with the response body set.
-func (a Action) WithBody(body string) Action {
-	a.Body = []byte(body)
-	return a
-}
-
-// WithHeader returns a copy of a with value added to response field key.
-// The receiver's Header is not modified.
-func (a Action) WithHeader(key, value string) Action {
-	h := a.Header.Clone()
-	if h == nil {
-		h = http.Header{}
-	}
-	h.Add(key, value)
-	a.Header = h
-	return a
-}
-
 // WithClose returns a copy of a with the close mode set.
 func (a Action) WithClose(mode CloseMode) Action {
 	a.Close = mode
 	return a
 }
+
+// Hang never answers the request. Requests that follow on the connection
+// are recorded and not answered either. It ends after d (zero:
+// Config.HangTimeout), when the client closes, or when the server is
+// closed, and then closes the connection with CloseFIN (see WithClose).
+func Hang(d time.Duration) Action { return Action{Kind: KindHang, Delay: d} }
 
 // WithDelay returns a copy of a with Delay set.
 func (a Action) WithDelay(d time.Duration) Action {

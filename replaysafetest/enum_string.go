@@ -59,16 +59,16 @@ func _() {
 	_ = x[StreamRespond-0]
 	_ = x[StreamRefuse-1]
 	_ = x[StreamReset-2]
-	_ = x[StreamGoAway-3]
-	_ = x[StreamClose-4]
-	_ = x[StreamPartialHeaders-5]
-	_ = x[StreamStopSending-6]
+	_ = x[StreamPartialHeaders-3]
+	_ = x[StreamGoAway-4]
+	_ = x[StreamStopSending-5]
+	_ = x[StreamClose-6]
 	_ = x[StreamHang-7]
 }
 
-const _StreamKind_name = "respondrefuseresetgoawayclosepartial-headersstop-sendinghang"
+const _StreamKind_name = "respondrefuseresetpartial-headersgoawaystop-sendingclosehang"
 
-var _StreamKind_index = [...]uint8{0, 7, 13, 18, 24, 29, 44, 56, 60}
+var _StreamKind_index = [...]uint8{0, 7, 13, 18, 33, 39, 51, 56, 60}
 
 func (i StreamKind) String() string {
 	idx := int(i) - 0

@@ -1,270 +1,17 @@
 package replaysafetest
 
 import (
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
-	"os"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-)
 
-// ---- harness ----------------------------------------------------------
-
-// live counts servers started by start and not yet closed by its cleanup;
-// when it drops to zero no server goroutine may remain.
-var live atomic.Int32
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if code == 0 {
-		if g := waitServerGoroutines(2 * time.Second); len(g) > 0 {
-			fmt.Fprintf(os.Stderr, "leaked server goroutines:\n%s\n", strings.Join(g, "\n\n"))
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// serverGoroutines returns the stacks of goroutines running server code.
-func serverGoroutines() []string {
-	buf := make([]byte, 4<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	var out []string
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "replaysafetest.(*Server).acceptLoop") || strings.Contains(g, "replaysafetest.(*conn).") {
-			out = append(out, g)
-		}
-	}
-	return out
-}
-
-// waitServerGoroutines polls briefly: a goroutine that called wg.Done may
-// still be unwinding its last frame.
-func waitServerGoroutines(d time.Duration) []string {
-	end := time.Now().Add(d)
-	for {
-		g := serverGoroutines()
-		if len(g) == 0 || time.Now().After(end) {
-			return g
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// start starts a server that is closed, and checked for leaks, when the
-// test ends.
-func start(t *testing.T, cfg Config) *Server {
-	t.Helper()
-	cfg.Logf = t.Logf
-	s, err := Start(cfg)
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	live.Add(1)
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-		if live.Add(-1) == 0 {
-			if g := waitServerGoroutines(time.Second); len(g) > 0 {
-				t.Errorf("server goroutines left after Close:\n%s", strings.Join(g, "\n\n"))
-			}
-		}
-	})
-	return s
-}
-
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// rawRecorder remembers every byte read from the TCP connection under a
-// TLS client, so a test can see whether a close_notify arrived.
-type rawRecorder struct {
-	net.Conn
-	got []byte
-}
-
-func (r *rawRecorder) Read(p []byte) (int, error) {
-	n, err := r.Conn.Read(p)
-	r.got = append(r.got, p[:n]...)
-	return n, err
-}
-
-// lastRecordIsCloseNotify reports whether the last TLS record received is
-// an encrypted alert the size of a TLS 1.3 close_notify: 2 bytes of alert,
-// 1 of content type and a 16-byte AEAD tag. Every other record the tests
-// receive after the handshake (tickets, responses) is longer.
-func (r *rawRecorder) lastRecordIsCloseNotify() bool {
-	b, last := r.got, -1
-	for len(b) >= 5 {
-		n := int(b[3])<<8 | int(b[4])
-		if len(b) < 5+n {
-			return false
-		}
-		last = n
-		b = b[5+n:]
-	}
-	return len(b) == 0 && last == 19
-}
-
-type client struct {
-	t   *testing.T
-	c   net.Conn
-	tcp *net.TCPConn
-	rec *rawRecorder // nil without TLS
-}
-
-func dial(t *testing.T, s *Server) *client {
-	t.Helper()
-	nc, err := net.Dial("tcp", s.Addr())
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	cl := &client{t: t, c: nc, tcp: nc.(*net.TCPConn)}
-	if s.TLS() {
-		cfg := s.ClientTLSConfig()
-		cfg.MinVersion = tls.VersionTLS13
-		cl.rec = &rawRecorder{Conn: nc}
-		tc := tls.Client(cl.rec, cfg)
-		tc.SetDeadline(time.Now().Add(5 * time.Second))
-		if err := tc.Handshake(); err != nil {
-			t.Fatalf("handshake: %v", err)
-		}
-		tc.SetDeadline(time.Time{})
-		if p := tc.ConnectionState().NegotiatedProtocol; p != "http/1.1" {
-			t.Fatalf("ALPN negotiated %q, want http/1.1", p)
-		}
-		cl.c = tc
-	}
-	return cl
-}
-
-func (cl *client) send(s string) {
-	cl.t.Helper()
-	cl.c.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if _, err := io.WriteString(cl.c, s); err != nil {
-		cl.t.Fatalf("write: %v", err)
-	}
-}
-
-// expect reads exactly len(want) bytes and compares them with want.
-func (cl *client) expect(want string) {
-	cl.t.Helper()
-	cl.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	got := make([]byte, len(want))
-	n, err := io.ReadFull(cl.c, got)
-	if err != nil || string(got) != want {
-		cl.t.Fatalf("read %q, %v; want %q", got[:n], err, want)
-	}
-}
-
-// readToEnd reads until an error and returns what it read and the error.
-func (cl *client) readToEnd() ([]byte, error) {
-	cl.c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	var out []byte
-	buf := make([]byte, 4096)
-	for {
-		n, err := cl.c.Read(buf)
-		out = append(out, buf[:n]...)
-		if err != nil {
-			return out, err
-		}
-	}
-}
-
-// expectClose reads to the end and checks that nothing more arrived and
-// that the close was the one mode produces.
-func (cl *client) expectClose(mode CloseMode) {
-	cl.t.Helper()
-	got, err := cl.readToEnd()
-	if len(got) != 0 {
-		cl.t.Errorf("unexpected bytes before close: %q", got)
-	}
-	cl.checkCloseErr(mode, err)
-}
-
-func (cl *client) checkCloseErr(mode CloseMode, err error) {
-	cl.t.Helper()
-	switch mode {
-	case CloseRST:
-		if !errors.Is(err, syscall.ECONNRESET) {
-			cl.t.Errorf("read error %v, want ECONNRESET", err)
-		}
-	default:
-		if err != io.EOF {
-			cl.t.Errorf("read error %v, want io.EOF", err)
-		}
-		if cl.rec != nil {
-			if got, want := cl.rec.lastRecordIsCloseNotify(), mode == CloseFIN; got != want {
-				cl.t.Errorf("close_notify received = %v, want %v", got, want)
-			}
-		}
-	}
-}
-
-var transports = []struct {
-	name string
-	tls  bool
-}{{"tcp", false}, {"tls", true}}
-
-func modesFor(tlsOn bool) []CloseMode {
-	if tlsOn {
-		return []CloseMode{CloseFIN, CloseFINNoNotify, CloseRST}
-	}
-	return []CloseMode{CloseFIN, CloseRST}
-}
-
-func forEachTransportAndMode(t *testing.T, f func(t *testing.T, tlsOn bool, mode CloseMode)) {
-	for _, tr := range transports {
-		for _, mode := range modesFor(tr.tls) {
-			t.Run(tr.name+"/"+mode.String(), func(t *testing.T) { f(t, tr.tls, mode) })
-		}
-	}
-}
-
-// checkRecorded compares the complete requests with want: raw bytes, and
-// connection and sequence indices in order.
-func checkRecorded(t *testing.T, s *Server, want ...Received) {
-	t.Helper()
-	got := s.Requests()
-	if len(got) != len(want) {
-		t.Fatalf("recorded %d requests, want %d: %+v", len(got), len(want), got)
-	}
-	for i, w := range want {
-		g := got[i]
-		if g.Conn != w.Conn || g.Seq != w.Seq || !bytes.Equal(g.Raw, w.Raw) || g.Partial {
-			t.Errorf("request %d = conn %d seq %d partial %v raw %q; want conn %d seq %d raw %q",
-				i, g.Conn, g.Seq, g.Partial, g.Raw, w.Conn, w.Seq, w.Raw)
-		}
-	}
-	if p := s.Partial(); len(p) != 0 {
-		t.Errorf("unexpected partial requests: %+v", p)
-	}
-}
-
-func rec(conn, seq int, raw string) Received { return Received{Conn: conn, Seq: seq, Raw: []byte(raw)} }
-
-const (
-	getA   = "GET /a HTTP/1.1\r\nHost: example.test\r\nUser-Agent: t\r\n\r\n"
-	getB   = "GET /b HTTP/1.1\r\nHost: example.test\r\n\r\n"
-	postB  = "POST /b HTTP/1.1\r\nHost: example.test\r\nContent-Length: 5\r\nContent-Type: text/plain\r\n\r\nhello"
-	respOK = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // ---- enums and config -------------------------------------------------
@@ -318,95 +65,28 @@ func TestInvalidConfig(t *testing.T) {
 	}
 }
 
-func TestAddrURLAndCertificates(t *testing.T) {
-	plain := start(t, Config{})
-	if !strings.HasPrefix(plain.Addr(), "127.0.0.1:") || plain.URL() != "http://"+plain.Addr() {
-		t.Errorf("Addr %q URL %q", plain.Addr(), plain.URL())
-	}
-	if plain.ClientTLSConfig() != nil || plain.CertPool() != nil || plain.Certificate() != nil || plain.TLS() {
-		t.Error("plain server has TLS material")
-	}
-
-	s := start(t, Config{TLS: true})
-	if s.URL() != "https://"+s.Addr() || !s.TLS() {
-		t.Errorf("URL %q", s.URL())
-	}
-	cert := s.Certificate()
-	for _, h := range []string{"127.0.0.1", "localhost", "::1"} {
-		if err := cert.VerifyHostname(h); err != nil {
-			t.Errorf("certificate not valid for %s: %v", h, err)
-		}
-	}
-	if _, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok {
-		t.Errorf("unexpected key type %T", cert.PublicKey)
-	}
-	if cfg := s.ClientTLSConfig(); cfg.RootCAs == nil || cfg.ServerName != "127.0.0.1" {
-		t.Errorf("client config %+v", cfg)
-	}
-	if a, b := s.ClientTLSConfig(), s.ClientTLSConfig(); a == b {
-		t.Error("ClientTLSConfig returns a shared value")
-	}
-}
-
-func TestTLSOnlyHTTP11(t *testing.T) {
-	s := start(t, Config{TLS: true})
-	try := func(protos ...string) (string, error) {
-		cfg := s.ClientTLSConfig()
-		cfg.NextProtos = protos
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", s.Addr(), cfg)
-		if err != nil {
-			return "", err
-		}
-		defer c.Close()
-		return c.ConnectionState().NegotiatedProtocol, nil
-	}
-	if p, err := try("h2", "http/1.1"); err != nil || p != "http/1.1" {
-		t.Errorf("h2,http/1.1: negotiated %q, %v", p, err)
-	}
-	if p, err := try("h2"); err == nil {
-		t.Errorf("h2 only: negotiated %q, want a handshake failure", p)
-	}
-	if _, err := try(); err != nil {
-		t.Errorf("no ALPN: %v", err)
-	}
-	// A client that does not trust the certificate fails.
-	if c, err := tls.Dial("tcp", s.Addr(), &tls.Config{ServerName: "127.0.0.1"}); err == nil {
-		c.Close()
-		t.Error("handshake succeeded without the server's root")
-	}
-	if err := s.WaitConns(ctxT(t), 4); err != nil {
-		t.Error(err)
-	}
-	if s.Count() != 0 || len(s.Partial()) != 0 {
-		t.Errorf("handshakes recorded requests: %v %v", s.Requests(), s.Partial())
-	}
-}
-
 // ---- parsing and recording --------------------------------------------
 
 func TestRespondKeepAlive(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			s := start(t, Config{TLS: tr.tls})
-			cl := dial(t, s)
-			cl.send(getA)
-			cl.expect(respOK)
-			cl.send(postB)
-			cl.expect(respOK)
-			checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, postB))
-			r := s.Requests()
-			if r[0].Method != "GET" || r[0].Target != "/a" || r[0].Proto != "HTTP/1.1" ||
-				r[0].Header.Get("Host") != "example.test" || r[0].Header.Get("User-Agent") != "t" || len(r[0].Body) != 0 {
-				t.Errorf("request 0 parsed as %+v", r[0])
-			}
-			if r[1].Method != "POST" || string(r[1].Body) != "hello" || r[1].Header.Get("Content-Type") != "text/plain" {
-				t.Errorf("request 1 parsed as %+v", r[1])
-			}
-			if s.Conns() != 1 || s.ConnClosed(0) {
-				t.Errorf("Conns %d, closed %v", s.Conns(), s.ConnClosed(0))
-			}
-		})
-	}
+	forTransports(t, func(t *testing.T, tr transport) {
+		s, cl := startDial(t, Config{TLS: tr.tls})
+		cl.send(getA)
+		cl.expect(respOK)
+		cl.send(postB)
+		cl.expect(respOK)
+		checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, postB))
+		r := s.Requests()
+		if r[0].Method != "GET" || r[0].Target != "/a" || r[0].Proto != "HTTP/1.1" ||
+			r[0].Header.Get("Host") != "example.test" || r[0].Header.Get("User-Agent") != "t" || len(r[0].Body) != 0 {
+			t.Errorf("request 0 parsed as %+v", r[0])
+		}
+		if r[1].Method != "POST" || string(r[1].Body) != "hello" || r[1].Header.Get("Content-Type") != "text/plain" {
+			t.Errorf("request 1 parsed as %+v", r[1])
+		}
+		if s.Conns() != 1 || s.ConnClosed(0) {
+			t.Errorf("Conns %d, closed %v", s.Conns(), s.ConnClosed(0))
+		}
+	})
 }
 
 func TestResponses(t *testing.T) {
@@ -428,8 +108,7 @@ func TestResponses(t *testing.T) {
 			"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := start(t, Config{Conns: []ConnScript{Script(c.act)}})
-			cl := dial(t, s)
+			s, cl := startDial(t, Config{Conns: []ConnScript{Script(c.act)}})
 			cl.send(c.req)
 			cl.expect(c.want)
 			cl.send(getB) // still open
@@ -439,17 +118,24 @@ func TestResponses(t *testing.T) {
 	}
 }
 
+// answerThenClose starts a server with cfg, sends raw on one connection
+// and expects want back, then the server's FIN.
+func answerThenClose(t *testing.T, cfg Config, raw, want string) *Server {
+	t.Helper()
+	s, cl := startDial(t, cfg)
+	cl.send(raw)
+	cl.expect(want)
+	cl.expectClose(CloseFIN)
+	return s
+}
+
 func TestClientAsksToClose(t *testing.T) {
 	for _, c := range []struct{ name, req string }{
 		{"connection close", "GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n"},
 		{"http/1.0", "GET / HTTP/1.0\r\n\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := start(t, Config{})
-			cl := dial(t, s)
-			cl.send(c.req)
-			cl.expect("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
-			cl.expectClose(CloseFIN)
+			s := answerThenClose(t, Config{}, c.req, "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok")
 			checkRecorded(t, s, rec(0, 0, c.req))
 		})
 	}
@@ -472,8 +158,7 @@ func TestRequestFraming(t *testing.T) {
 		{"absolute form", "GET http://x.test/p?q=1 HTTP/1.1\r\nHost: x.test\r\n\r\n", "", nil},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := start(t, Config{})
-			cl := dial(t, s)
+			s, cl := startDial(t, Config{})
 			// Send byte by byte-ish in small pieces to exercise resumption.
 			for i := 0; i < len(c.raw); i += 3 {
 				cl.send(c.raw[i:min(i+3, len(c.raw))])
@@ -492,16 +177,13 @@ func TestRequestFraming(t *testing.T) {
 }
 
 func TestPipelined(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			s := start(t, Config{TLS: tr.tls, Conns: []ConnScript{Script(Respond(200, "one"), Respond(200, "two"))}})
-			cl := dial(t, s)
-			cl.send(getA + postB + getB)
-			cl.expect("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none" +
-				"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo" + respOK)
-			checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, postB), rec(0, 2, getB))
-		})
-	}
+	forTransports(t, func(t *testing.T, tr transport) {
+		s, cl := startDial(t, Config{TLS: tr.tls, Conns: []ConnScript{Script(Respond(200, "one"), Respond(200, "two"))}})
+		cl.send(getA + postB + getB)
+		cl.expect("HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none" +
+			"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ntwo" + respOK)
+		checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, postB), rec(0, 2, getB))
+	})
 }
 
 func TestBadRequests(t *testing.T) {
@@ -522,11 +204,7 @@ func TestBadRequests(t *testing.T) {
 		{"chunk without crlf", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nab\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := start(t, Config{})
-			cl := dial(t, s)
-			cl.send(c.raw)
-			cl.expect(bad)
-			cl.expectClose(CloseFIN)
+			s := answerThenClose(t, Config{}, c.raw, bad)
 			if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
 				t.Fatal(err)
 			}
@@ -546,8 +224,7 @@ func TestTooLarge(t *testing.T) {
 		{"big chunk", "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nfff\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			s := start(t, Config{MaxRequestBytes: 200})
-			cl := dial(t, s)
+			s, cl := startDial(t, Config{MaxRequestBytes: 200})
 			cl.send(c.raw)
 			cl.expect("HTTP/1.1 400 Bad Request\r\n")
 			if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
@@ -563,25 +240,21 @@ func TestTooLarge(t *testing.T) {
 
 func TestPartialRequests(t *testing.T) {
 	t.Run("client closes mid-headers", func(t *testing.T) {
-		for _, tr := range transports {
-			t.Run(tr.name, func(t *testing.T) {
-				s := start(t, Config{TLS: tr.tls})
-				cl := dial(t, s)
-				cl.send(getA)
-				cl.expect(respOK)
-				half := postB[:30]
-				cl.send(half)
-				cl.c.Close()
-				if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
-					t.Fatal(err)
-				}
-				checkPartial(t, s, 1, half, "eof")
-			})
-		}
+		forTransports(t, func(t *testing.T, tr transport) {
+			s, cl := startDial(t, Config{TLS: tr.tls})
+			cl.send(getA)
+			cl.expect(respOK)
+			half := postB[:30]
+			cl.send(half)
+			cl.c.Close()
+			if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
+				t.Fatal(err)
+			}
+			checkPartial(t, s, 1, half, "eof")
+		})
 	})
 	t.Run("client closes mid-body", func(t *testing.T) {
-		s := start(t, Config{})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{})
 		half := postB[:len(postB)-2]
 		cl.send(half)
 		cl.tcp.CloseWrite()
@@ -589,8 +262,7 @@ func TestPartialRequests(t *testing.T) {
 		checkPartial(t, s, 0, half, "eof")
 	})
 	t.Run("client resets", func(t *testing.T) {
-		s := start(t, Config{})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{})
 		cl.send(postB[:10])
 		if err := s.Wait(ctxT(t), func() bool { return s.Conns() == 1 }); err != nil {
 			t.Fatal(err)
@@ -604,19 +276,15 @@ func TestPartialRequests(t *testing.T) {
 		checkPartial(t, s, 0, postB[:10], "connection reset")
 	})
 	t.Run("read timeout", func(t *testing.T) {
-		for _, tr := range transports {
-			t.Run(tr.name, func(t *testing.T) {
-				s := start(t, Config{TLS: tr.tls, ReadTimeout: 100 * time.Millisecond, IdleTimeout: 5 * time.Second})
-				cl := dial(t, s)
-				cl.send(postB[:20])
-				cl.expectClose(CloseFIN) // the server gives up and closes
-				checkPartial(t, s, 0, postB[:20], "timeout")
-			})
-		}
+		forTransports(t, func(t *testing.T, tr transport) {
+			s, cl := startDial(t, Config{TLS: tr.tls, ReadTimeout: 100 * time.Millisecond, IdleTimeout: 5 * time.Second})
+			cl.send(postB[:20])
+			cl.expectClose(CloseFIN) // the server gives up and closes
+			checkPartial(t, s, 0, postB[:20], "timeout")
+		})
 	})
 	t.Run("server closes", func(t *testing.T) {
-		s := start(t, Config{})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{})
 		cl.send(postB[:20])
 		time.Sleep(20 * time.Millisecond)
 		s.Close()
@@ -643,8 +311,7 @@ func checkPartial(t *testing.T, s *Server, seq int, raw, why string) {
 // request": request 2 is read in full and recorded, and never answered.
 func TestCloseCrossingRequest(t *testing.T) {
 	forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
-		s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(RespondThenCloseOnNext(mode))}})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(RespondThenCloseOnNext(mode))}})
 		cl.send(getA)
 		cl.expect(respOK)
 		// Send the second request in two parts: the server must wait for
@@ -682,8 +349,7 @@ func TestCloseCrossingIdle(t *testing.T) {
 func TestDrop(t *testing.T) {
 	chunked := "POST /c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
 	forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
-		s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(OK(), Drop(mode))}})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(OK(), Drop(mode))}})
 		cl.send(getA)
 		cl.expect(respOK)
 		cl.send(chunked)
@@ -699,8 +365,7 @@ func TestIdleClose(t *testing.T) {
 	for _, delay := range []time.Duration{0, 60 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
 			forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
-				s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(IdleClose(delay, mode))}})
-				cl := dial(t, s)
+				s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(IdleClose(delay, mode))}})
 				begin := time.Now()
 				cl.send(getA)
 				cl.expect(respOK)
@@ -720,8 +385,7 @@ func TestIdleClose(t *testing.T) {
 func TestIdleCloseOn(t *testing.T) {
 	forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
 		signal := make(chan struct{})
-		s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(IdleCloseOn(signal, mode))}})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(IdleCloseOn(signal, mode))}})
 		cl.send(getA)
 		cl.expect(respOK)
 		if s.ConnClosed(0) {
@@ -740,8 +404,7 @@ func TestIdleCloseOn(t *testing.T) {
 }
 
 func TestIdleCloseOnServerClose(t *testing.T) {
-	s := start(t, Config{Conns: []ConnScript{Script(IdleCloseOn(make(chan struct{}), CloseFIN))}})
-	cl := dial(t, s)
+	s, cl := startDial(t, Config{Conns: []ConnScript{Script(IdleCloseOn(make(chan struct{}), CloseFIN))}})
 	cl.send(getA)
 	cl.expect(respOK)
 	s.Close()
@@ -751,8 +414,7 @@ func TestIdleCloseOnServerClose(t *testing.T) {
 }
 
 func TestIdleCloseRequestDuringDelay(t *testing.T) {
-	s := start(t, Config{Conns: []ConnScript{Script(IdleClose(5*time.Second, CloseFIN))}})
-	cl := dial(t, s)
+	s, cl := startDial(t, Config{Conns: []ConnScript{Script(IdleClose(5*time.Second, CloseFIN))}})
 	cl.send(getA)
 	cl.expect(respOK)
 	cl.send(getB)
@@ -776,8 +438,7 @@ func TestBrokenResponses(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
-				s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(OK(), c.act(mode))}})
-				cl := dial(t, s)
+				s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{Script(OK(), c.act(mode))}})
 				cl.send(getA)
 				cl.expect(respOK)
 				cl.send(postB)
@@ -799,38 +460,34 @@ func TestBrokenResponses(t *testing.T) {
 }
 
 func TestHang(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			s := start(t, Config{TLS: tr.tls, Conns: []ConnScript{Script(Hang(0))}})
-			cl := dial(t, s)
-			cl.send(getA)
-			cl.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-			if n, err := cl.c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
-				t.Fatalf("read %d, %v; want a client timeout", n, err)
-			}
-			// Requests sent while hanging are still recorded.
-			cl.send(getB)
-			if err := s.WaitRequests(ctxT(t), 2); err != nil {
-				t.Fatal(err)
-			}
-			if s.ConnClosed(0) {
-				t.Fatal("hanging connection closed")
-			}
-			begin := time.Now()
-			s.Close()
-			if el := time.Since(begin); el > 2*time.Second {
-				t.Errorf("Close took %v with a hanging connection", el)
-			}
-			got, err := cl.readToEnd()
-			if len(got) != 0 || err == nil {
-				t.Errorf("after Close read %q, %v", got, err)
-			}
-			checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, getB))
-		})
-	}
+	forTransports(t, func(t *testing.T, tr transport) {
+		s, cl := startDial(t, Config{TLS: tr.tls, Conns: []ConnScript{Script(Hang(0))}})
+		cl.send(getA)
+		cl.c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if n, err := cl.c.Read(make([]byte, 1)); !kit.IsTimeout(err) {
+			t.Fatalf("read %d, %v; want a client timeout", n, err)
+		}
+		// Requests sent while hanging are still recorded.
+		cl.send(getB)
+		if err := s.WaitRequests(ctxT(t), 2); err != nil {
+			t.Fatal(err)
+		}
+		if s.ConnClosed(0) {
+			t.Fatal("hanging connection closed")
+		}
+		begin := time.Now()
+		s.Close()
+		if el := time.Since(begin); el > 2*time.Second {
+			t.Errorf("Close took %v with a hanging connection", el)
+		}
+		got, err := cl.readToEnd()
+		if len(got) != 0 || err == nil {
+			t.Errorf("after Close read %q, %v", got, err)
+		}
+		checkRecorded(t, s, rec(0, 0, getA), rec(0, 1, getB))
+	})
 	t.Run("bounded", func(t *testing.T) {
-		s := start(t, Config{Conns: []ConnScript{Script(Hang(60 * time.Millisecond).WithClose(CloseRST))}})
-		cl := dial(t, s)
+		_, cl := startDial(t, Config{Conns: []ConnScript{Script(Hang(60 * time.Millisecond).WithClose(CloseRST))}})
 		begin := time.Now()
 		cl.send(getA)
 		cl.expectClose(CloseRST)
@@ -839,14 +496,12 @@ func TestHang(t *testing.T) {
 		}
 	})
 	t.Run("config bound", func(t *testing.T) {
-		s := start(t, Config{HangTimeout: 50 * time.Millisecond, Conns: []ConnScript{Script(Hang(0))}})
-		cl := dial(t, s)
+		_, cl := startDial(t, Config{HangTimeout: 50 * time.Millisecond, Conns: []ConnScript{Script(Hang(0))}})
 		cl.send(getA)
 		cl.expectClose(CloseFIN)
 	})
 	t.Run("client gives up", func(t *testing.T) {
-		s := start(t, Config{Conns: []ConnScript{Script(Hang(0))}})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{Conns: []ConnScript{Script(Hang(0))}})
 		cl.send(getA)
 		if err := s.WaitRequests(ctxT(t), 1); err != nil {
 			t.Fatal(err)
@@ -861,8 +516,7 @@ func TestHang(t *testing.T) {
 // TestPipelinedBehindClose checks that requests already buffered behind a
 // closing action are recorded, not lost.
 func TestPipelinedBehindClose(t *testing.T) {
-	s := start(t, Config{Conns: []ConnScript{Script(Drop(CloseFIN))}})
-	cl := dial(t, s)
+	s, cl := startDial(t, Config{Conns: []ConnScript{Script(Drop(CloseFIN))}})
 	tail := "GET /c HTTP/1.1\r\n"
 	cl.send(getA + getB + tail)
 	if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
@@ -937,8 +591,7 @@ func TestConnScripts(t *testing.T) {
 
 func TestIdleTimeout(t *testing.T) {
 	forEachTransportAndMode(t, func(t *testing.T, tlsOn bool, mode CloseMode) {
-		s := start(t, Config{TLS: tlsOn, Conns: []ConnScript{{IdleTimeout: 50 * time.Millisecond, IdleClose: mode}}})
-		cl := dial(t, s)
+		s, cl := startDial(t, Config{TLS: tlsOn, Conns: []ConnScript{{IdleTimeout: 50 * time.Millisecond, IdleClose: mode}}})
 		cl.send(getA)
 		cl.expect(respOK)
 		if err := s.WaitConnClosed(ctxT(t), 0); err != nil {
@@ -948,8 +601,7 @@ func TestIdleTimeout(t *testing.T) {
 		checkRecorded(t, s, rec(0, 0, getA))
 	})
 	t.Run("config", func(t *testing.T) {
-		s := start(t, Config{IdleTimeout: 50 * time.Millisecond})
-		cl := dial(t, s) // never sends anything
+		s, cl := startDial(t, Config{IdleTimeout: 50 * time.Millisecond}) // never sends anything
 		cl.expectClose(CloseFIN)
 		if s.Count() != 0 || len(s.Partial()) != 0 {
 			t.Error("idle connection recorded something")
@@ -996,8 +648,7 @@ func TestWait(t *testing.T) {
 }
 
 func TestRequestsAreCopies(t *testing.T) {
-	s := start(t, Config{})
-	cl := dial(t, s)
+	s, cl := startDial(t, Config{})
 	cl.send(postB)
 	cl.expect(respOK)
 	r := s.Requests()
@@ -1021,145 +672,63 @@ func TestScriptsAreCopied(t *testing.T) {
 }
 
 func TestCloseWithEverything(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			s := start(t, Config{TLS: tr.tls, Conns: []ConnScript{
-				Script(Hang(0)),
-				Script(OK()),
-				Script(IdleClose(time.Minute, CloseFIN)),
-				Script(RespondThenCloseOnNext(CloseRST)),
-			}})
-			hung := dial(t, s)
-			hung.send(getA)
-			idle := dial(t, s)
-			idle.send(getA)
-			idle.expect(respOK)
-			delayed := dial(t, s)
-			delayed.send(getA)
-			delayed.expect(respOK)
-			mid := dial(t, s)
-			mid.send(getA)
-			mid.expect(respOK)
-			mid.send(postB[:10])
-			fresh := dial(t, s) // accepted; nothing sent (TLS: handshake done)
-			_ = fresh
-			raw, err := net.Dial("tcp", s.Addr()) // no handshake at all
-			if err != nil {
-				t.Fatal(err)
+	forTransports(t, func(t *testing.T, tr transport) {
+		s := start(t, Config{TLS: tr.tls, Conns: []ConnScript{
+			Script(Hang(0)),
+			Script(OK()),
+			Script(IdleClose(time.Minute, CloseFIN)),
+			Script(RespondThenCloseOnNext(CloseRST)),
+		}})
+		hung := dial(t, s)
+		hung.send(getA)
+		idle := dial(t, s)
+		idle.send(getA)
+		idle.expect(respOK)
+		delayed := dial(t, s)
+		delayed.send(getA)
+		delayed.expect(respOK)
+		mid := dial(t, s)
+		mid.send(getA)
+		mid.expect(respOK)
+		mid.send(postB[:10])
+		fresh := dial(t, s) // accepted; nothing sent (TLS: handshake done)
+		_ = fresh
+		raw, err := net.Dial("tcp", s.Addr()) // no handshake at all
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		if err := s.WaitRequests(ctxT(t), 4); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.WaitConns(ctxT(t), 6); err != nil {
+			t.Fatal(err)
+		}
+		begin := time.Now()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if el := time.Since(begin); el > 2*time.Second {
+			t.Errorf("Close took %v", el)
+		}
+		if g := waitServerGoroutines(time.Second); len(g) > 0 {
+			t.Fatalf("goroutines left after Close:\n%s", strings.Join(g, "\n\n"))
+		}
+		for i := range 6 {
+			if !s.ConnClosed(i) {
+				t.Errorf("conn %d not marked closed", i)
 			}
-			defer raw.Close()
-			if err := s.WaitRequests(ctxT(t), 4); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.WaitConns(ctxT(t), 6); err != nil {
-				t.Fatal(err)
-			}
-			begin := time.Now()
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if el := time.Since(begin); el > 2*time.Second {
-				t.Errorf("Close took %v", el)
-			}
-			if g := waitServerGoroutines(time.Second); len(g) > 0 {
-				t.Fatalf("goroutines left after Close:\n%s", strings.Join(g, "\n\n"))
-			}
-			for i := range 6 {
-				if !s.ConnClosed(i) {
-					t.Errorf("conn %d not marked closed", i)
-				}
-			}
-			if _, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
-				t.Error("listener still accepting after Close")
-			}
-			if err := s.Close(); err != nil {
-				t.Errorf("second Close: %v", err)
-			}
-		})
-	}
+		}
+		if _, err := net.DialTimeout("tcp", s.Addr(), time.Second); err == nil {
+			t.Error("listener still accepting after Close")
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+	})
 }
 
 // ---- with net/http --------------------------------------------------------
-
-func TestNetHTTPClient(t *testing.T) {
-	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			s := start(t, Config{TLS: tr.tls})
-			tp := &http.Transport{TLSClientConfig: s.ClientTLSConfig()}
-			defer tp.CloseIdleConnections()
-			c := &http.Client{Transport: tp, Timeout: 5 * time.Second}
-			for range 2 {
-				resp, err := c.Post(s.URL()+"/p?x=1", "text/plain", strings.NewReader("body"))
-				if err != nil {
-					t.Fatal(err)
-				}
-				b, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				if string(b) != "ok" || resp.StatusCode != 200 || resp.ProtoMajor != 1 {
-					t.Errorf("response %v %q", resp.Status, b)
-				}
-				if tr.tls && resp.TLS.NegotiatedProtocol != "http/1.1" {
-					t.Errorf("ALPN %q", resp.TLS.NegotiatedProtocol)
-				}
-			}
-			got := s.Requests()
-			if len(got) != 2 || s.Conns() != 1 || got[1].Seq != 1 {
-				t.Fatalf("requests %+v, conns %d", got, s.Conns())
-			}
-			if r := got[0]; r.Method != "POST" || r.Target != "/p?x=1" || string(r.Body) != "body" || r.Header.Get("Host") != s.Addr() {
-				t.Errorf("recorded %+v", r)
-			}
-		})
-	}
-}
-
-// TestNetHTTPCrossingClose shows what the server is for: counting the
-// copies an origin receives when a client retries after a close crossing
-// its request. (It pins net/http's current behaviour: replayable requests
-// are retried on a new connection, others are not.)
-func TestNetHTTPCrossingClose(t *testing.T) {
-	for _, tr := range transports {
-		for _, mode := range []CloseMode{CloseFIN, CloseRST} {
-			for _, method := range []string{"GET", "POST"} {
-				t.Run(tr.name+"/"+mode.String()+"/"+method, func(t *testing.T) {
-					s := start(t, Config{TLS: tr.tls, Conns: []ConnScript{Script(RespondThenCloseOnNext(mode)), Script(OK())}})
-					tp := &http.Transport{TLSClientConfig: s.ClientTLSConfig()}
-					defer tp.CloseIdleConnections()
-					c := &http.Client{Transport: tp, Timeout: 5 * time.Second}
-					resp, err := c.Get(s.URL() + "/a")
-					if err != nil {
-						t.Fatal(err)
-					}
-					io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					req, _ := http.NewRequest(method, s.URL()+"/b", strings.NewReader("x"))
-					resp, err = c.Do(req)
-					if err == nil {
-						io.Copy(io.Discard, resp.Body)
-						resp.Body.Close()
-					}
-					copies := 0
-					for _, r := range s.Requests() {
-						if r.Target == "/b" {
-							copies++
-						}
-					}
-					wantCopies, wantErr := 2, false
-					if method == "POST" {
-						wantCopies, wantErr = 1, true
-					}
-					if copies != wantCopies || (err != nil) != wantErr {
-						t.Errorf("origin received %d copies of /b, client error %v; want %d copies, error %v",
-							copies, err, wantCopies, wantErr)
-					}
-					if b := s.RequestsOn(0); len(b) != 2 || b[1].Target != "/b" {
-						t.Errorf("conn 0 requests %+v", b)
-					}
-				})
-			}
-		}
-	}
-}
 
 // ---- parser unit tests ----------------------------------------------------
 
@@ -1185,8 +754,7 @@ func TestParserResumes(t *testing.T) {
 func TestEndlessInterim(t *testing.T) {
 	for _, status := range []int{100, 103} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
-			s := start(t, Config{Conns: []ConnScript{Script(EndlessInterim(status, CloseFIN))}})
-			cl := dial(t, s)
+			s, cl := startDial(t, Config{Conns: []ConnScript{Script(EndlessInterim(status, CloseFIN))}})
 			cl.send(getA)
 			one := string(EndlessInterim(status, CloseFIN).Raw)
 			const copies = 10000

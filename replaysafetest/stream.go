@@ -1,9 +1,10 @@
 package replaysafetest
 
 import (
-	"bytes"
 	"net/http"
 	"time"
+
+	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 )
 
 // StreamKind says what an HTTP/2 or HTTP/3 scripted server (h2server,
@@ -13,9 +14,9 @@ import (
 // error code, the test author's mistake said on the wire.
 type StreamKind uint8
 
-// Stream kinds. To add one: add a constant before streamKindCount's
-// last with its name as a line comment, run go generate, and add its
-// case to the act method of each server that speaks it.
+// Stream kinds. To add one: add a constant before StreamHang with its
+// name as a line comment, run go generate, and add its case to the act
+// method of each server that speaks it.
 const (
 	// StreamRespond answers with the action's status, header and body,
 	// then its trailer if set. The zero value.
@@ -27,28 +28,25 @@ const (
 	StreamRefuse // refuse
 	// StreamReset resets the stream with the action's code.
 	StreamReset // reset
-	// StreamGoAway sends a GOAWAY naming a stream boundary, then closes
-	// the connection or goes on serving below the boundary.
-	StreamGoAway // goaway
-	// StreamClose closes the connection without answering.
-	StreamClose // close
 	// StreamPartialHeaders (HTTP/2 only) sends the first half of the
 	// response's header block without END_HEADERS, then closes the
 	// connection.
 	StreamPartialHeaders // partial-headers
+	// StreamGoAway sends a GOAWAY naming a stream boundary, then closes
+	// the connection or goes on serving below the boundary.
+	StreamGoAway // goaway
 	// StreamStopSending (HTTP/3 only) sends STOP_SENDING, after the
 	// response or instead of it.
 	StreamStopSending // stop-sending
+	// StreamClose closes the connection without answering.
+	StreamClose // close
 	// StreamHang never answers the stream; the connection closes after
 	// the action's delay.
 	StreamHang // hang
 )
 
-// streamKindCount is the number of valid values of StreamKind.
-const streamKindCount = int(StreamHang) + 1
-
 // Valid reports whether k is one of the defined kinds.
-func (k StreamKind) Valid() bool { return int(k) < streamKindCount }
+func (k StreamKind) Valid() bool { return k <= StreamHang }
 
 // StreamRecord is what h2server and h3server record of one request
 // stream, whatever the protocol, from the moment its HEADERS arrive;
@@ -90,9 +88,7 @@ type StreamRecord struct {
 
 // Clone returns a copy of r that shares no memory with it.
 func (r StreamRecord) Clone() StreamRecord {
-	r.Header = r.Header.Clone()
-	r.Trailer = r.Trailer.Clone()
-	r.Body = bytes.Clone(r.Body)
+	r.Header, r.Trailer, r.Body = kit.CloneMessage(r.Header, r.Trailer, r.Body)
 	return r
 }
 

@@ -37,6 +37,16 @@ type Section struct {
 // flags, registered by ExtraFlags).
 var Extra func(fs *flag.FlagSet) ([]Section, error)
 
+// usage is the text of -h before the flags.
+const usage = `usage: replaysafe conformance [-quick] [-json] [-runs N] [-case REGEX]
+
+Runs fault scenarios over loopback against replaysafe and its peers (net/http, x/net/http2,
+quic-go/http3), each with a fresh scripted server that counts the copies of the request it
+receives. The scenarios are the files of internal/conformance/testdata.
+
+flags:
+`
+
 // ExtraFlags, when set, registers flags for Extra on Main's flag set.
 var ExtraFlags func(fs *flag.FlagSet)
 
@@ -57,11 +67,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		ExtraFlags(fs)
 	}
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: replaysafe conformance [-quick] [-json] [-runs N] [-case REGEX]")
-		fmt.Fprintln(stderr, "\nRuns fault scenarios over loopback against replaysafe and its peers (net/http, x/net/http2,")
-		fmt.Fprintln(stderr, "quic-go/http3), each with a fresh scripted server that counts the copies of the request it")
-		fmt.Fprintln(stderr, "receives. The scenarios are the files of internal/conformance/testdata.")
-		fmt.Fprintln(stderr, "\nflags:")
+		fmt.Fprint(stderr, usage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

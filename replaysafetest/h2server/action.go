@@ -77,22 +77,6 @@ type LastStream struct {
 	Delta int64
 }
 
-// resolve returns the last stream ID for a GOAWAY sent while handling
-// stream id.
-func (l LastStream) resolve(id uint32) uint32 {
-	if !l.Relative {
-		return l.ID & (1<<31 - 1)
-	}
-	v := int64(id) + l.Delta
-	switch {
-	case v < 0:
-		return 0
-	case v > 1<<31-1:
-		return 1<<31 - 1
-	}
-	return uint32(v)
-}
-
 // Action is what the server does with one stream. Build one with a
 // constructor (OK, Respond, Refuse, ...) and adjust it with the With
 // methods; the fields are exported so scripts can also be literals.
@@ -158,14 +142,6 @@ const (
 // (see Action.Endless1xx).
 func Endless1xx(status int) Action { return Action{Endless1xx: status} }
 
-// WithInformational returns a copy of a that sends an interim response
-// with status (1xx) and header as soon as the request's HEADERS arrive,
-// after those already listed.
-func (a Action) WithInformational(status int, header http.Header) Action {
-	a.Informational = kit.AppendInformational(a.Informational, status, header)
-	return a
-}
-
 // OK answers 200 with body.
 func OK(body string) Action { return Action{Kind: replaysafetest.StreamRespond, Body: []byte(body)} }
 
@@ -180,7 +156,7 @@ func Refuse() Action { return Action{Kind: replaysafetest.StreamRefuse, At: OnHe
 
 // RefuseAfterBody reads the whole request, then resets the stream with
 // REFUSED_STREAM.
-func RefuseAfterBody() Action { return Action{Kind: replaysafetest.StreamRefuse, At: AfterBody} }
+func RefuseAfterBody() Action { return Refuse().WithAt(AfterBody) }
 
 // Reset reads the whole request, then resets the stream with code.
 func Reset(code http2.ErrCode) Action { return Action{Kind: replaysafetest.StreamReset, Code: code} }
@@ -210,7 +186,7 @@ func CloseConn() Action { return Action{Kind: replaysafetest.StreamClose, At: On
 
 // CloseConnAfterBody reads the whole request, then closes the connection
 // with a FIN without answering.
-func CloseConnAfterBody() Action { return Action{Kind: replaysafetest.StreamClose, At: AfterBody} }
+func CloseConnAfterBody() Action { return CloseConn().WithAt(AfterBody) }
 
 // PartialHeaders reads the whole request, sends half a response header
 // block in a HEADERS frame without END_HEADERS, and closes with a FIN.
@@ -250,6 +226,14 @@ func (a Action) WithTrailer(trailer http.Header) Action {
 // to value (added to a copy of Header).
 func (a Action) WithHeader(key, value string) Action {
 	a.Header = kit.WithField(a.Header, key, value)
+	return a
+}
+
+// WithInformational returns a copy of a that sends an interim response
+// with status (1xx) and header as soon as the request's HEADERS arrive,
+// after those already listed.
+func (a Action) WithInformational(status int, header http.Header) Action {
+	a.Informational = kit.AppendInformational(a.Informational, status, header)
 	return a
 }
 

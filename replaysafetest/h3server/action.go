@@ -68,13 +68,7 @@ func (g GoAwayID) resolve(id uint64) uint64 {
 	if !g.Relative {
 		return min(g.ID, quicvarint.Max)
 	}
-	switch {
-	case g.Delta < 0 && uint64(-g.Delta) > id:
-		return 0
-	case g.Delta > 0 && uint64(g.Delta) > quicvarint.Max-id:
-		return quicvarint.Max
-	}
-	return uint64(int64(id) + g.Delta)
+	return kit.Offset(id, g.Delta, quicvarint.Max)
 }
 
 // Moment says when in a stream's life the server carries out its action.
@@ -172,6 +166,14 @@ const (
 // (see Action.Endless1xx).
 func Endless1xx(status int) Action { return Action{Endless1xx: status} }
 
+// WithInformational returns a copy of a that sends an interim response
+// with status (1xx) and header as soon as the request's HEADERS arrive,
+// after those already listed.
+func (a Action) WithInformational(status int, header http.Header) Action {
+	a.Informational = kit.AppendInformational(a.Informational, status, header)
+	return a
+}
+
 // OK answers 200 with body once the request is complete.
 func OK(body string) Action { return Action{Kind: replaysafetest.StreamRespond, Body: []byte(body)} }
 
@@ -181,11 +183,38 @@ func Respond(status int, header http.Header, body []byte) Action {
 	return Action{Kind: replaysafetest.StreamRespond, Status: status, Header: header, Body: body}
 }
 
+// WithHeader returns a copy of a with the response header field key set
+// to value (added to a copy of Header).
+func (a Action) WithHeader(key, value string) Action {
+	a.Header = kit.WithField(a.Header, key, value)
+	return a
+}
+
+// WithTrailer returns a copy of a that sends trailer after the body.
+func (a Action) WithTrailer(trailer http.Header) Action {
+	a.Trailer = trailer
+	return a
+}
+
 // EarlyResponse sends the complete response (HEADERS, DATA, FIN) as soon
 // as the request's HEADERS arrive, then goes on reading and recording the
 // upload until its FIN (RFC 9114 §4.1).
 func EarlyResponse(status int, header http.Header, body []byte) Action {
 	return Action{Kind: replaysafetest.StreamRespond, At: OnHeaders, Status: status, Header: header, Body: body}
+}
+
+// WithResponse returns a copy of a with the final response status and
+// body.
+func (a Action) WithResponse(status int, body []byte) Action {
+	a.Status = status
+	a.Body = body
+	return a
+}
+
+// WithAt returns a copy of a that runs at moment m.
+func (a Action) WithAt(m Moment) Action {
+	a.At = m
+	return a
 }
 
 // Reject resets the stream in both directions with H3_REQUEST_REJECTED as
@@ -194,16 +223,36 @@ func Reject() Action { return Action{Kind: replaysafetest.StreamRefuse, At: OnHe
 
 // RejectAfterBody reads the whole request, then resets the stream with
 // H3_REQUEST_REJECTED.
-func RejectAfterBody() Action { return Action{Kind: replaysafetest.StreamRefuse, At: AfterBody} }
+func RejectAfterBody() Action { return Reject().WithAt(AfterBody) }
 
 // Reset reads the whole request, then resets the stream with code, such as
 // http3.ErrCodeInternalError or http3.ErrCodeRequestCanceled.
 func Reset(code http3.ErrCode) Action { return Action{Kind: replaysafetest.StreamReset, Code: code} }
 
+// WithCode returns a copy of a with error code c.
+func (a Action) WithCode(c http3.ErrCode) Action {
+	a.Code = c
+	return a
+}
+
 // GoAway sends, on the stream's HEADERS, a GOAWAY carrying id, and keeps
 // the connection open.
 func GoAway(id uint64) Action {
 	return Action{Kind: replaysafetest.StreamGoAway, At: OnHeaders, GoAwayID: GoAwayID{ID: id}}
+}
+
+// WithClose returns a copy of a StreamGoAway that closes the connection
+// with CONNECTION_CLOSE(Code) after the GOAWAY.
+func (a Action) WithClose() Action {
+	a.Close = true
+	return a
+}
+
+// WithDrop returns a copy of a StreamGoAway that leaves the streams at or
+// above its ID unanswered instead of rejecting them.
+func (a Action) WithDrop() Action {
+	a.Drop = true
+	return a
 }
 
 // GoAwayRejecting sends, on the stream's HEADERS, a GOAWAY carrying this
@@ -228,7 +277,7 @@ func CloseConn() Action { return Action{Kind: replaysafetest.StreamClose, At: On
 
 // CloseConnAfterBody reads the whole request, then closes the connection
 // with CONNECTION_CLOSE(H3_NO_ERROR) without answering.
-func CloseConnAfterBody() Action { return Action{Kind: replaysafetest.StreamClose, At: AfterBody} }
+func CloseConnAfterBody() Action { return CloseConn().WithAt(AfterBody) }
 
 // StopSending answers 200 with an empty body as soon as the stream's
 // HEADERS arrive, then sends STOP_SENDING(code) so that the client's
@@ -238,40 +287,6 @@ func StopSending(code http3.ErrCode) Action {
 	return Action{Kind: replaysafetest.StreamStopSending, At: OnHeaders, Code: code}
 }
 
-// StallRead reads the stream's HEADERS, stops reading for d, then reads
-// the rest of the request and answers 200 with an empty body.
-func StallRead(d time.Duration) Action { return Action{Kind: replaysafetest.StreamRespond, Stall: d} }
-
-// Hang never answers; the connection is closed after d (zero:
-// Config.HangTimeout) unless the client or Server.Close ends it first.
-func Hang(d time.Duration) Action { return Action{Kind: replaysafetest.StreamHang, Delay: d} }
-
-// WithAt returns a copy of a that runs at moment m.
-func (a Action) WithAt(m Moment) Action {
-	a.At = m
-	return a
-}
-
-// WithCode returns a copy of a with error code c.
-func (a Action) WithCode(c http3.ErrCode) Action {
-	a.Code = c
-	return a
-}
-
-// WithClose returns a copy of a StreamGoAway that closes the connection
-// with CONNECTION_CLOSE(Code) after the GOAWAY.
-func (a Action) WithClose() Action {
-	a.Close = true
-	return a
-}
-
-// WithDrop returns a copy of a StreamGoAway that leaves the streams at or
-// above its ID unanswered instead of rejecting them.
-func (a Action) WithDrop() Action {
-	a.Drop = true
-	return a
-}
-
 // WithoutResponse returns a copy of a StreamStopSending that sends no
 // response, only STOP_SENDING, and then hangs for Delay.
 func (a Action) WithoutResponse() Action {
@@ -279,11 +294,9 @@ func (a Action) WithoutResponse() Action {
 	return a
 }
 
-// WithDelay returns a copy of a with Delay d.
-func (a Action) WithDelay(d time.Duration) Action {
-	a.Delay = d
-	return a
-}
+// StallRead reads the stream's HEADERS, stops reading for d, then reads
+// the rest of the request and answers 200 with an empty body.
+func StallRead(d time.Duration) Action { return Action{Kind: replaysafetest.StreamRespond, Stall: d} }
 
 // WithStall returns a copy of a that stops reading the request for d
 // after its HEADERS.
@@ -292,32 +305,13 @@ func (a Action) WithStall(d time.Duration) Action {
 	return a
 }
 
-// WithResponse returns a copy of a with the final response status and
-// body.
-func (a Action) WithResponse(status int, body []byte) Action {
-	a.Status = status
-	a.Body = body
-	return a
-}
+// Hang never answers; the connection is closed after d (zero:
+// Config.HangTimeout) unless the client or Server.Close ends it first.
+func Hang(d time.Duration) Action { return Action{Kind: replaysafetest.StreamHang, Delay: d} }
 
-// WithHeader returns a copy of a with the response header field key set
-// to value (added to a copy of Header).
-func (a Action) WithHeader(key, value string) Action {
-	a.Header = kit.WithField(a.Header, key, value)
-	return a
-}
-
-// WithTrailer returns a copy of a that sends trailer after the body.
-func (a Action) WithTrailer(trailer http.Header) Action {
-	a.Trailer = trailer
-	return a
-}
-
-// WithInformational returns a copy of a that sends an interim response
-// with status (1xx) and header as soon as the request's HEADERS arrive,
-// after those already listed.
-func (a Action) WithInformational(status int, header http.Header) Action {
-	a.Informational = kit.AppendInformational(a.Informational, status, header)
+// WithDelay returns a copy of a with Delay d.
+func (a Action) WithDelay(d time.Duration) Action {
+	a.Delay = d
 	return a
 }
 

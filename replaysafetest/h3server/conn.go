@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
@@ -292,7 +290,7 @@ func (c *conn) sendGoAway(st *stream, a Action) (uint64, error) {
 	}
 	c.goAway, c.goAwayID, c.goAwayDrop = true, id, a.Drop
 	var above []*stream
-	for _, sid := range slices.Sorted(maps.Keys(c.streams)) {
+	for _, sid := range kit.SortedKeys(c.streams) {
 		if sid >= id {
 			above = append(above, c.streams[sid])
 		}

@@ -14,14 +14,11 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
-	"go.uber.org/goleak"
 
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kittest"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // start runs a server for the test and closes it at the end.
 func start(t *testing.T, cfg h3server.Config) *h3server.Server {
@@ -73,6 +70,18 @@ func roundTrip(t *testing.T, cc *http3.ClientConn, req *http.Request) (*http.Res
 	defer res.Body.Close()
 	b, err := io.ReadAll(res.Body)
 	return res, b, err
+}
+
+// failOnce starts a server with cfg and sends it one request, which
+// must fail with code; it returns the server and the client connection.
+func failOnce(t *testing.T, cfg h3server.Config, method, path string, body io.Reader, code http3.ErrCode) (*h3server.Server, *http3.ClientConn) {
+	t.Helper()
+	s := start(t, cfg)
+	cc := clientConn(t, s)
+	_, _, err := roundTrip(t, cc, request(t, ctxT(t), s, method, path, body))
+	wantH3Error(t, err, code)
+	t.Logf("client error: %T %q", err, err)
+	return s, cc
 }
 
 func waitRequests(t *testing.T, s *h3server.Server, n int) []h3server.Received {
@@ -213,11 +222,7 @@ func TestRespondRecordsEverything(t *testing.T) {
 }
 
 func TestRejectOnHeadersSkipsTheBody(t *testing.T) {
-	s := start(t, one(h3server.Reject(), h3server.OK("second")))
-	cc := clientConn(t, s)
-	_, _, err := roundTrip(t, cc, request(t, ctxT(t), s, "POST", "/a", bytes.NewReader(make([]byte, 100_000))))
-	wantH3Error(t, err, http3.ErrCodeRequestRejected)
-	t.Logf("client error for Reject: %T %q", err, err)
+	s, cc := failOnce(t, one(h3server.Reject(), h3server.OK("second")), "POST", "/a", bytes.NewReader(make([]byte, 100_000)), http3.ErrCodeRequestRejected)
 
 	// The connection goes on: the rejection was the stream's alone.
 	res, got, err := roundTrip(t, cc, request(t, ctxT(t), s, "GET", "/b", nil))
@@ -249,11 +254,7 @@ func TestResetAfterTheWholeRequest(t *testing.T) {
 		{h3server.Reset(0), http3.ErrCodeNoError},
 	} {
 		t.Run(tc.action.String(), func(t *testing.T) {
-			s := start(t, one(tc.action))
-			cc := clientConn(t, s)
-			_, _, err := roundTrip(t, cc, request(t, ctxT(t), s, "PUT", "/x", bytes.NewReader(body)))
-			wantH3Error(t, err, tc.code)
-			t.Logf("client error: %T %q", err, err)
+			s, _ := failOnce(t, one(tc.action), "PUT", "/x", bytes.NewReader(body), tc.code)
 			r := waitRequests(t, s, 1)[0]
 			if !bytes.Equal(r.Body, body) || !r.FIN || !r.ServerReset || r.ServerResetCode != tc.code {
 				t.Errorf("record: %d body bytes, FIN %v, reset %v %v", len(r.Body), r.FIN, r.ServerReset, r.ServerResetCode)
@@ -302,13 +303,9 @@ func TestCloseConnCrossesTheRequest(t *testing.T) {
 		{h3server.CloseConnAfterBody().WithCode(http3.ErrCodeExcessiveLoad), http3.ErrCodeExcessiveLoad, string(body)},
 	} {
 		t.Run(tc.action.String(), func(t *testing.T) {
-			s := start(t, one(tc.action))
-			cc := clientConn(t, s)
-			_, _, err := roundTrip(t, cc, request(t, ctxT(t), s, "POST", "/", bytes.NewReader(body)))
-			wantH3Error(t, err, tc.code)
-			t.Logf("client error: %T %q", err, err)
+			s, cc := failOnce(t, one(tc.action), "POST", "/", bytes.NewReader(body), tc.code)
 			// The connection is gone: the next request cannot open a stream.
-			_, _, err = roundTrip(t, cc, request(t, ctxT(t), s, "GET", "/", nil))
+			_, _, err := roundTrip(t, cc, request(t, ctxT(t), s, "GET", "/", nil))
 			wantH3Error(t, err, tc.code)
 			t.Logf("client error for the next request: %T %q", err, err)
 

@@ -1,6 +1,8 @@
 package kit
 
 import (
+	"bytes"
+	"cmp"
 	"iter"
 	"maps"
 	"net/http"
@@ -78,3 +80,12 @@ func SortedFields(h http.Header) iter.Seq2[string, string] {
 
 // Keys returns the keys of m, in no order.
 func Keys[K comparable, V any](m map[K]V) []K { return slices.Collect(maps.Keys(m)) }
+
+// SortedKeys returns the keys of m in increasing order.
+func SortedKeys[K cmp.Ordered, V any](m map[K]V) []K { return slices.Sorted(maps.Keys(m)) }
+
+// CloneMessage returns copies of a recorded request's header, trailer
+// and body that share no memory with them.
+func CloneMessage(header, trailer http.Header, body []byte) (http.Header, http.Header, []byte) {
+	return header.Clone(), trailer.Clone(), bytes.Clone(body)
+}

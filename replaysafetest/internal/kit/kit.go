@@ -55,3 +55,15 @@ func ReadFailure(err error) string {
 	}
 	return err.Error()
 }
+
+// Offset returns stream+delta clamped to [0, max]: a GOAWAY boundary
+// given relative to the stream an action handles.
+func Offset(stream uint64, delta int64, max uint64) uint64 {
+	switch {
+	case delta < 0 && uint64(-delta) > stream:
+		return 0
+	case delta > 0 && uint64(delta) > max-stream:
+		return max
+	}
+	return uint64(int64(stream) + delta)
+}

@@ -4,6 +4,8 @@ package kittest
 
 import (
 	"context"
+	"errors"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -29,3 +31,6 @@ func Start[C any, S interface{ Close() error }](t testing.TB, start func(C) (S, 
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+// IsReset reports whether err is the other side closing with an RST.
+func IsReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
