@@ -123,17 +123,11 @@ func Start(cfg Config) (*Server, error) {
 		ConnOf: func(r *Received) int { return r.Conn },
 		Closed: func(c *connState) bool { return c.closed },
 	})
-	if cfg.TLS {
-		var err error
-		if s.tlsCfg, s.cert, err = kit.NewCert("replaysafe scripted test server", []string{"http/1.1"}, tls.VersionTLS12); err != nil {
-			return nil, err
-		}
-	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	ln, tlsCfg, cert, err := kit.ListenTCP("scripted", "replaysafe scripted test server", []string{"http/1.1"}, cfg.TLS)
 	if err != nil {
-		return nil, fmt.Errorf("scripted: listen: %w", err)
+		return nil, err
 	}
-	s.listener = ln
+	s.listener, s.tlsCfg, s.cert = ln, tlsCfg, cert
 	s.core.Go(s.acceptLoop)
 	return s, nil
 }
@@ -311,31 +305,12 @@ func (s *Server) markClosed(c *conn) {
 	}
 }
 
+// acceptLoop admits connections until the listener closes.
 func (s *Server) acceptLoop() {
-	for {
-		nc, err := s.listener.Accept()
-		if err != nil {
-			select {
-			case <-s.done:
-				return
-			default:
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			// Transient (e.g. out of descriptors): back off briefly.
-			s.core.Logf("accept: %v", err)
-			t := time.NewTimer(10 * time.Millisecond)
-			select {
-			case <-s.done:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-			continue
-		}
-		s.startConn(nc.(*net.TCPConn))
-	}
+	kit.AcceptTCP(s.listener, s.done, s.core.Logf, func(tcp *net.TCPConn) bool {
+		s.startConn(tcp)
+		return true
+	})
 }
 
 func (s *Server) startConn(raw *net.TCPConn) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kittest"
@@ -75,5 +76,22 @@ func TestStreamServerWaitHonoursTheContext(t *testing.T) {
 				t.Fatalf("got %v", err)
 			}
 		})
+	}
+}
+
+// TestStreamEnumStrings: the names of the kinds and moments h2server and
+// h3server share.
+func TestStreamEnumStrings(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{replaysafetest.StreamRefuse.String(), "refuse"},
+		{replaysafetest.StreamPartialHeaders.String(), "partial-headers"},
+		{replaysafetest.StreamStopSending.String(), "stop-sending"},
+		{replaysafetest.StreamKind(200).String(), "StreamKind(200)"},
+		{h2server.OnHeaders.String(), "on-headers"},
+		{h3server.Moment(9).String(), "Moment(9)"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
 	}
 }

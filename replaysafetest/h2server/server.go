@@ -33,7 +33,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"net"
 	"slices"
 	"sync/atomic"
@@ -214,17 +213,11 @@ func New(cfg Config) (*Server, error) {
 		Done:   func(r *Received) bool { return r.Done },
 		Closed: func(c *connRecord) bool { return c.info.Closed },
 	})
-	if cfg.TLS {
-		var err error
-		if s.tlsCfg, s.cert, err = kit.NewCert("replaysafe h2server", []string{http2.NextProtoTLS}, tls.VersionTLS12); err != nil {
-			return nil, err
-		}
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, tlsCfg, cert, err := kit.ListenTCP("h2server", "replaysafe h2server", []string{http2.NextProtoTLS}, cfg.TLS)
 	if err != nil {
-		return nil, fmt.Errorf("h2server: listen: %w", err)
+		return nil, err
 	}
-	s.ln = ln
+	s.ln, s.tlsCfg, s.cert = ln, tlsCfg, cert
 	s.core.Go(s.acceptLoop)
 	s.core.CloseAfter(cfg.Lifetime, s.Close)
 	return s, nil
@@ -250,21 +243,7 @@ func (s *Server) Close() error {
 
 // acceptLoop admits connections until the listener closes.
 func (s *Server) acceptLoop() {
-	for {
-		nc, err := s.ln.Accept()
-		if err != nil {
-			select {
-			case <-s.done:
-			default:
-				s.core.Logf("accept: %v; no longer accepting", err)
-			}
-			return
-		}
-		tcp, ok := nc.(*net.TCPConn)
-		if !ok { // cannot happen with a TCP listener
-			nc.Close()
-			continue
-		}
+	kit.AcceptTCP(s.ln, s.done, s.core.Logf, func(tcp *net.TCPConn) bool {
 		admitted := s.core.Admit(func(idx int) (*connRecord, func()) {
 			rec := &connRecord{info: ConnInfo{ConnRecord: replaysafetest.ConnRecord{Index: idx, Remote: tcp.RemoteAddr().String()}}}
 			c := newConn(s, rec, tcp)
@@ -273,9 +252,9 @@ func (s *Server) acceptLoop() {
 		})
 		if !admitted {
 			tcp.Close()
-			return
 		}
-	}
+		return admitted
+	})
 }
 
 // Addr returns the listening address, host:port.

@@ -21,17 +21,7 @@ import (
 )
 
 // start runs a server for the test and closes it at the end.
-func start(t *testing.T, cfg h3server.Config) *h3server.Server {
-	t.Helper()
-	return kittest.Start(t, h3server.New, cfg, func(c *h3server.Config) *func(string, ...any) { return &c.Logf })
-}
-
-var ctxT = kittest.Context
-
-// one scripts the first connection's streams.
-func one(actions ...h3server.Action) h3server.Config {
-	return h3server.Config{Conns: []h3server.ConnScript{{Streams: actions}}}
-}
+var start = kittest.Starter(h3server.New, func(c *h3server.Config) *func(string, ...any) { return &c.Logf })
 
 // clientConn dials the server and wraps the QUIC connection in quic-go's
 // HTTP/3 ClientConn, used directly so that no Transport retry loop runs.
@@ -40,6 +30,14 @@ func clientConn(t *testing.T, s *h3server.Server) *http3.ClientConn {
 	t.Helper()
 	return clientConnWith(t, s, nil)
 }
+
+// one scripts the first connection's streams.
+func one(actions ...h3server.Action) h3server.Config {
+	return h3server.Config{Conns: []h3server.ConnScript{{Streams: actions}}}
+}
+
+// ctxT is a context bound by the test and the kit's wait bound.
+var ctxT = kittest.Context
 
 func clientConnWith(t *testing.T, s *h3server.Server, conf *quic.Config) *http3.ClientConn {
 	t.Helper()
@@ -713,11 +711,6 @@ func TestCloseEndsHangingConnections(t *testing.T) {
 
 func TestEnumAndActionStrings(t *testing.T) {
 	for _, tc := range []struct{ got, want string }{
-		{replaysafetest.StreamRefuse.String(), "refuse"},
-		{replaysafetest.StreamStopSending.String(), "stop-sending"},
-		{h3server.Kind(200).String(), "StreamKind(200)"},
-		{h3server.OnHeaders.String(), "on-headers"},
-		{h3server.Moment(9).String(), "Moment(9)"},
 		{h3server.OK("x").String(), "respond@after-body status=200"},
 		{h3server.EarlyResponse(202, nil, nil).String(), "respond@on-headers status=202"},
 		{h3server.StallRead(time.Second).String(), "respond@after-body status=200 stall=1s"},

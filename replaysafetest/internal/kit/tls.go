@@ -3,6 +3,8 @@ package kit
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
+	"net"
 
 	"github.com/replaysafe/replaysafe/internal/selfsigned"
 )
@@ -59,4 +61,25 @@ func BaseURL(tls bool, addr string) string {
 		return "https://" + addr
 	}
 	return "http://" + addr
+}
+
+// ListenTCP opens a server's listener on 127.0.0.1 with a kernel-chosen
+// port, and, when withTLS is set, makes its certificate for name with
+// ALPN alpn (TLS 1.2 at least). what names the server in the error.
+func ListenTCP(what, name string, alpn []string, withTLS bool) (net.Listener, *tls.Config, Cert, error) {
+	var (
+		cfg  *tls.Config
+		cert Cert
+	)
+	if withTLS {
+		var err error
+		if cfg, cert, err = NewCert(name, alpn, tls.VersionTLS12); err != nil {
+			return nil, nil, Cert{}, err
+		}
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, Cert{}, fmt.Errorf("%s: listen: %w", what, err)
+	}
+	return ln, cfg, cert, nil
 }

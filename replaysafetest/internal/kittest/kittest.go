@@ -32,5 +32,14 @@ func Start[C any, S interface{ Close() error }](t testing.TB, start func(C) (S, 
 	return s
 }
 
+// Starter returns a package's start helper: Start with its server's
+// constructor and Logf field.
+func Starter[C any, S interface{ Close() error }](start func(C) (S, error), logs func(*C) *func(string, ...any)) func(testing.TB, C) S {
+	return func(t testing.TB, cfg C) S {
+		t.Helper()
+		return Start(t, start, cfg, logs)
+	}
+}
+
 // IsReset reports whether err is the other side closing with an RST.
 func IsReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
