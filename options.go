@@ -45,9 +45,10 @@ const (
 // one pass; text a peer sent (a reason phrase, a Proxy-Authenticate
 // challenge) to 256 bytes in an error message, which says how much it
 // cut; and what the Transport remembers about destinations (ALPN
-// answers, failed QUIC handshakes, Alt-Svc advertisements, direct routes)
-// to 4,096 entries each. docs/reliability.md measures each against a
-// hostile peer.
+// answers, failed QUIC handshakes, Alt-Svc advertisements, direct routes,
+// retry budgets) to 4,096 entries each. A configured retry waits at most
+// Retry.MaxRetryAfter (30 s) for a Retry-After, and a call makes at most
+// 10 attempts. docs/reliability.md measures each against a hostile peer.
 type Options struct {
 	// DialContext dials the TCP connection for a new HTTP or HTTPS
 	// connection; TLS runs over what it returns. nil means a net.Dialer
