@@ -76,7 +76,10 @@ func writeRules(b *strings.Builder, rules []spec.Rule, verbose bool) {
 	}
 	row("ID", "RULE", "DECIDES", "SOURCE")
 	indent := strings.Repeat(" ", idW+len("  "))
-	for _, r := range rules {
+	for i, r := range rules {
+		if r.Call && (i == 0 || !rules[i-1].Call) {
+			b.WriteString("-- call rules: fsm.Call, between wire attempts (docs/retries.md) --\n")
+		}
 		row(r.ID, r.Slug, r.Action, strings.Join(r.SourceNames(), ", "))
 		if verbose {
 			for _, l := range wrap(r.Statement, rulesWidth-len(indent)) {

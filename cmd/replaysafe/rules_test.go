@@ -87,3 +87,22 @@ func TestWrap(t *testing.T) {
 		t.Error("wrap of nothing gives lines")
 	}
 }
+
+// TestRulesSeparatesCallRules: the call rules follow the attempt rules
+// under a line of their own.
+func TestRulesSeparatesCallRules(t *testing.T) {
+	code, out, _ := runCmd(t, "rules")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	sep := strings.Index(out, "-- call rules:")
+	if sep < 0 {
+		t.Fatal("no call-rules line")
+	}
+	for _, r := range spec.Rules() {
+		at := strings.Index(out, "\n"+r.ID+"  ")
+		if at < 0 || (at > sep) != r.Call {
+			t.Errorf("%s (call rule %v) at %d, the call-rules line at %d", r.ID, r.Call, at, sep)
+		}
+	}
+}
