@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
@@ -24,6 +25,7 @@ type attemptRec interface {
 	Request() fsm.Request
 	Events() []fsm.Event
 	Start() fsm.Instant
+	Arm()
 	Stop()
 	Stopped() bool
 	Seal() (fsm.Decision, []fsm.Event, string)
@@ -81,11 +83,20 @@ type attempt struct {
 	number int              // within the call, as the call machine counts
 	call   fsm.CallDecision // how the call went on after this attempt
 	rec    attemptRec
-	ctx    context.Context // the call's context, canceled on a deadline or at the end
-	cancel context.CancelCauseFunc
 	reused bool
 	body   *reqBody    // nil without a body
 	wire   attemptWire // nil until a connection (HTTP/1.1) or stream was had
+
+	// The attempt's own context, made only when something may have to
+	// abort the exchange while the stack holds it (see context): a pool
+	// miss, a write or header limit, a watched request body. Without
+	// one the stack gets the caller's context and an abort before the
+	// stack got the request is only recorded.
+	mu       sync.Mutex
+	ctx      context.Context // nil until made
+	cancelFn context.CancelCauseFunc
+	ended    bool  // cancel was called
+	endCause error // its cause, when ended without a context
 }
 
 // recFunc makes an attempt's recorder for facts, with the attempt's
@@ -102,8 +113,7 @@ type bodyWatch struct{ mux, finish bool }
 // newAttempt starts wire attempt n with the given facts and body, its
 // recorder made by rec.
 func (c *call) newAttempt(n int, facts fsm.Request, body io.ReadCloser, rec recFunc, w bodyWatch) *attempt {
-	ctx, cancel := context.WithCancelCause(c.ctx)
-	a := &attempt{c: c, n: n, number: c.cs.cm.Attempts() + 1, ctx: ctx, cancel: cancel}
+	a := &attempt{c: c, n: n, number: c.cs.cm.Attempts() + 1}
 	a.rec = rec(facts, a.deadlinePassed)
 	if body != nil && body != http.NoBody {
 		a.body = newReqBody(body, a.rec.BodyRead, w.mux)
@@ -111,14 +121,80 @@ func (c *call) newAttempt(n int, facts fsm.Request, body io.ReadCloser, rec recF
 			a.body.watchStalls(c.t.clock, c.t.opt.BodyReadTimeout, c.t.opt.UploadStallTimeout, a.stalled, w.finish)
 		}
 	}
+	if c.t.limits.Write > 0 || c.t.limits.Header > 0 || w.mux && a.body != nil {
+		// A limit may pass, or a stall fire, while the stack holds the
+		// request, and a multiplexed stack may still be uploading when
+		// the response ends: the stack runs on the attempt's context.
+		a.context()
+	}
 	return a
+}
+
+// context returns the attempt's own context, made now if it was not:
+// the caller's, canceled on a deadline or when the attempt ends. Making
+// it also arms the recorder's deadline timer, which a pooled connection
+// acquired at once never needs: an attempt that may wait or dial calls
+// it before it does.
+func (a *attempt) context() context.Context {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ctx == nil {
+		a.ctx, a.cancelFn = context.WithCancelCause(a.c.ctx)
+		if a.ended {
+			a.cancelFn(a.endCause)
+		}
+		a.rec.Arm()
+	}
+	return a.ctx
+}
+
+// stackContext is the context of the request handed to the stack: the
+// attempt's own, if it was made, else the caller's.
+func (a *attempt) stackContext() context.Context {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ctx == nil {
+		return a.c.ctx
+	}
+	return a.ctx
+}
+
+// cancel ends the attempt's context with cause (nil: the attempt is
+// over), as context.CancelCauseFunc does: the first call's cause wins.
+func (a *attempt) cancel(cause error) {
+	a.mu.Lock()
+	cancel := a.cancelFn
+	if !a.ended {
+		a.ended, a.endCause = true, cause
+	}
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
+// abortCause returns what context.Cause returns for the attempt's
+// context: nil while it runs, the first cancel's cause (context.Canceled
+// for nil) after.
+func (a *attempt) abortCause() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.ctx != nil:
+		return context.Cause(a.ctx)
+	case !a.ended:
+		return nil
+	case a.endCause == nil:
+		return context.Canceled
+	}
+	return a.endCause
 }
 
 // outgoing returns the request to hand the stack: the caller's, on the
 // attempt's context with trace installed, the route's header and the
 // attempt's body.
 func (a *attempt) outgoing(body io.ReadCloser, trace func(context.Context) context.Context) *http.Request {
-	out := a.c.req.WithContext(trace(a.ctx))
+	out := a.c.req.WithContext(trace(a.stackContext()))
 	out.Header = a.c.snap.header(out.Header)
 	if a.body != nil {
 		out.Body = a.body
@@ -156,7 +232,7 @@ func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, 
 	d := a.rec.FinalHeaders()
 	if d.Action != fsm.ActionDeliver {
 		resp.Body.Close()
-		return a.failed(d, a.cause(context.Cause(a.ctx)))
+		return a.failed(d, a.cause(a.abortCause()))
 	}
 	o := fsm.Outcome{Decision: d, Facts: a.rec.Facts(), Status: resp.StatusCode}
 	if v := resp.Header.Get("Retry-After"); v != "" {
@@ -209,7 +285,7 @@ func (a *attempt) stalled(e *TimeoutError) {
 // cause returns the TimeoutError when a phase limit aborted the attempt
 // (the AcquireDeadlineError naming the step on a proxied route), else
 // err.
-func (a *attempt) cause(err error) error { return abortCause(a.ctx, err) }
+func (a *attempt) cause(err error) error { return abortCause(a.abortCause(), err) }
 
 func (a *attempt) localErr() error {
 	if a.body == nil {
@@ -229,7 +305,9 @@ func (a *attempt) failureEvent(ev fsm.Event, err error) fsm.Event {
 
 // streamRecorder is the recorder of an HTTP/2 or HTTP/3 attempt.
 func (c *call) streamRecorder(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec {
-	return newStreamRec(facts, c.t.limits, c.t.clock, onDeadline)
+	r := &streamRec{}
+	r.InitUnarmed(facts, c.t.limits, c.t.clock, onDeadline) // armed by attempt.context
+	return r
 }
 
 // endWire stops the recorder and lets go of the attempt's connection or

@@ -16,14 +16,27 @@ import (
 func (c *call) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	var rec *h1.Recorder
 	a := c.newAttempt(n, start.facts, start.body, func(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec {
-		rec = h1.NewRecorder(facts, c.t.limits, c.t.clock, onDeadline)
+		rec = &h1.Recorder{}
+		rec.InitUnarmed(facts, c.t.limits, c.t.clock, onDeadline) // armed by attempt.context
 		rec.SetInformationalLimit(c.t.informationalLimit())
 		return rec
 	}, bodyWatch{})
 
-	pc, reused, err := c.t.acquire(a.ctx, c.key, c.snap, c.leg.ALPN, n == 1, rec)
-	if err != nil {
-		return a.acquireFailed(err)
+	// An original attempt takes a pooled connection at once when there is
+	// one; only when it may wait or dial does it need its own context
+	// and the acquisition deadline's timer.
+	var pc *persistConn
+	reused := false
+	if n == 1 {
+		pc = c.t.pooled(c.key, rec)
+		reused = pc != nil
+	}
+	if pc == nil {
+		var err error
+		pc, reused, err = c.t.acquire(a.context(), c.key, c.snap, c.leg.ALPN, n == 1, rec)
+		if err != nil {
+			return a.acquireFailed(err)
+		}
 	}
 	a.reused = reused
 	a.wire = &h1Wire{t: c.t, pc: pc, rec: rec, req: c.req}

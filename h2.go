@@ -75,7 +75,18 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	body := start.body
 	a := c.newAttempt(n, start.facts, body, c.streamRecorder, bodyWatch{mux: true})
 	same, _ := start.same.(*h2Conn)
-	hc, reused, err := c.t.acquireH2(a.ctx, c.key, c.snap, c.leg, a.rec.Start(), start.after, same)
+	// A pooled connection with room is taken at once (the pool's own
+	// first step, muxPool.acquire); only an attempt that may wait or dial
+	// needs its own context and the acquisition deadline's timer.
+	var hc *h2Conn
+	reused := false
+	if start.after != ownConn {
+		hc, reused, _ = c.t.h2pool.take(c.key, start.after, same)
+	}
+	var err error
+	if hc == nil {
+		hc, reused, err = c.t.acquireH2(a.context(), c.key, c.snap, c.leg, a.rec.Start(), start.after, same)
+	}
 	if err != nil {
 		if n == 1 && errors.Is(err, errFallbackH1) {
 			a.rec.Stop()
@@ -113,7 +124,7 @@ type h2Stream struct {
 }
 
 func (s *h2Stream) fail(a *attempt, err error) fsm.Decision {
-	return a.rec.Feed(a.failureEvent(s.att.Failure(a.ctx, err), err))
+	return a.rec.Feed(a.failureEvent(s.att.Failure(a.stackContext(), err), err))
 }
 
 func (s *h2Stream) delivered(*http.Response) bool { return false }

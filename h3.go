@@ -119,10 +119,20 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	var reused bool
 	var err error
 	fallback := n == 1 && c.leg.Next == plan.FallbackNoConn
-	if fallback && c.leg.Race && c.t.opt.HTTP3HeadStart > 0 {
-		hc, reused, err = c.t.raceH3(a.ctx, c.key, after)
-	} else {
-		hc, reused, err = c.t.acquireH3(a.ctx, c.key, after, same)
+	race := fallback && c.leg.Race && c.t.opt.HTTP3HeadStart > 0
+	if !race && after != ownConn {
+		// A pooled connection with room is taken at once (the pool's
+		// own first step, muxPool.acquire); only an attempt that may
+		// wait or dial needs its own context and the acquisition
+		// deadline's timer.
+		hc, reused, _ = c.t.h3pool.take(c.key, after, same)
+	}
+	switch {
+	case hc != nil:
+	case race:
+		hc, reused, err = c.t.raceH3(a.context(), c.key, after)
+	default:
+		hc, reused, err = c.t.acquireH3(a.context(), c.key, after, same)
 		if err != nil && fallback && !errors.Is(err, context.Canceled) {
 			c.t.markH3Broken(c.key)
 		}
@@ -169,7 +179,7 @@ type h3Stream struct {
 }
 
 func (s *h3Stream) fail(a *attempt, err error) fsm.Decision {
-	return a.rec.Feed(a.failureEvent(s.att.Failure(a.ctx, err), err))
+	return a.rec.Feed(a.failureEvent(s.att.Failure(a.stackContext(), err), err))
 }
 
 func (s *h3Stream) delivered(*http.Response) bool { return false }

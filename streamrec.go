@@ -18,12 +18,6 @@ type streamRec struct {
 	recorder.Core
 }
 
-func newStreamRec(req fsm.Request, lim fsm.Limits, clock recorder.Clock, onDeadline func(fsm.Phase)) *streamRec {
-	r := &streamRec{}
-	r.Init(req, lim, clock, onDeadline)
-	return r
-}
-
 // emit is the internal/adapters/h2 Attempt's event sink: progress events, fed at
 // most once each.
 func (r *streamRec) emit(e fsm.Event) {

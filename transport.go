@@ -399,10 +399,10 @@ type call struct {
 // callState is what the tries of one RoundTrip share: the call machine,
 // its decisions so far, and the route's retry budget.
 type callState struct {
-	cm      fsm.Call
-	hist    [maxRetryAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
-	n       int
-	budget  RetryBudget
+	cm     fsm.Call
+	hist   [maxRetryAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
+	n      int
+	budget RetryBudget
 }
 
 // History returns a copy of the call machine's decisions so far.
@@ -565,14 +565,15 @@ func (t *Transport) gotConn(ctx context.Context, pc *persistConn, reused bool) {
 
 // abortCause returns the error to report for err: the AcquireDeadlineError
 // naming the step on a proxied route, the TimeoutError when a phase limit
-// aborted the attempt (the cause of ctx), else err.
-func abortCause(ctx context.Context, err error) error {
+// aborted the attempt (cause, what the attempt was canceled with), else
+// err.
+func abortCause(cause, err error) error {
 	var ad *AcquireDeadlineError
 	if errors.As(err, &ad) {
 		return ad // the acquire TimeoutError, naming the step (proxy_dial.go)
 	}
 	var te *TimeoutError
-	if errors.As(context.Cause(ctx), &te) {
+	if errors.As(cause, &te) {
 		return te
 	}
 	return err

@@ -71,10 +71,26 @@ type Core struct {
 // discarded its connection because of it: the caller then aborts the
 // exchange.
 func (c *Core) Init(req fsm.Request, lim fsm.Limits, clock Clock, onDeadline func(fsm.Phase)) {
+	c.InitUnarmed(req, lim, clock, onDeadline)
+	c.Arm()
+}
+
+// InitUnarmed starts the machine for req now, as Init does, but leaves
+// its first deadline unarmed until Arm or the first event fed: an
+// attempt that acquires a pooled connection at once feeds
+// EventConnAcquired long before the acquisition limit, and needs no
+// timer for it. The deadline is an instant, so arming it later changes
+// nothing about when it passes.
+func (c *Core) InitUnarmed(req fsm.Request, lim fsm.Limits, clock Clock, onDeadline func(fsm.Phase)) {
 	now := clock.Now()
 	c.clock, c.lim, c.onDeadline, c.start = clock, lim, onDeadline, now
 	c.m = fsm.New(req, lim, now)
 	c.events = c.inline[:0]
+}
+
+// Arm arms the timer of the machine's next deadline, if it has one and
+// it is not armed yet.
+func (c *Core) Arm() {
 	c.Mu.Lock()
 	c.rearmLocked()
 	c.Mu.Unlock()
