@@ -62,8 +62,9 @@ type pool struct {
 	timeout time.Duration // idle limit; <= 0 none
 	limit   *connLimit    // woken when a connection comes back
 
-	mu   sync.Mutex
-	idle map[connKey][]*persistConn
+	mu    sync.Mutex
+	idle  map[connKey][]*persistConn
+	spare []*persistConn // an emptied list's array (capacity at most max), reused by put
 }
 
 func newPool(max int, timeout time.Duration, limit *connLimit) *pool {
@@ -83,6 +84,9 @@ func (p *pool) get(key connKey) *persistConn {
 	list[len(list)-1] = nil
 	if len(list) == 1 {
 		delete(p.idle, key)
+		if p.spare == nil {
+			p.spare = list[:0] // for the next key put finds empty
+		}
 	} else {
 		p.idle[key] = list[:len(list)-1]
 	}
@@ -116,7 +120,11 @@ func (p *pool) put(pc *persistConn) {
 			pc.idleTimer.Reset(p.timeout)
 		}
 	}
-	p.idle[pc.key] = append(p.idle[pc.key], pc)
+	list, ok := p.idle[pc.key]
+	if !ok && p.spare != nil {
+		list, p.spare = p.spare, nil
+	}
+	p.idle[pc.key] = append(list, pc)
 }
 
 // expire closes pc if it is still idle and has been for the whole limit:
