@@ -87,6 +87,9 @@ type attempt struct {
 	body   *reqBody    // nil without a body
 	wire   attemptWire // nil until a connection (HTTP/1.1) or stream was had
 
+	reqBody  reqBody  // what body points to, in the same allocation
+	respBody respBody // the delivered response's body wrapper
+
 	// The attempt's own context, made only when something may have to
 	// abort the exchange while the stack holds it (see context): a pool
 	// miss, a write or header limit, a watched request body. Without
@@ -99,10 +102,6 @@ type attempt struct {
 	endCause error // its cause, when ended without a context
 }
 
-// recFunc makes an attempt's recorder for facts, with the attempt's
-// deadline hook.
-type recFunc func(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec
-
 // bodyWatch says how an attempt's request body is watched. mux is set
 // for HTTP/2 and HTTP/3: their stacks may still read a body handed on to
 // the resend (reqBody guards it), and BodyReadTimeout and
@@ -110,13 +109,14 @@ type recFunc func(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec
 // end of the upload (see reqBody.watchStalls).
 type bodyWatch struct{ mux, finish bool }
 
-// newAttempt starts wire attempt n with the given facts and body, its
-// recorder made by rec.
-func (c *call) newAttempt(n int, facts fsm.Request, body io.ReadCloser, rec recFunc, w bodyWatch) *attempt {
-	a := &attempt{c: c, n: n, number: c.cs.cm.Attempts() + 1}
-	a.rec = rec(facts, a.deadlinePassed)
+// newAttempt starts wire attempt n in a (zero, and allocated by the
+// protocol together with its recorder and wire) with the given body and
+// recorder rec, made unarmed with a.deadlinePassed as its deadline hook.
+func (c *call) newAttempt(a *attempt, n int, body io.ReadCloser, rec attemptRec, w bodyWatch) *attempt {
+	a.c, a.n, a.number, a.rec = c, n, c.cs.cm.Attempts()+1, rec
 	if body != nil && body != http.NoBody {
-		a.body = newReqBody(body, a.rec.BodyRead, w.mux)
+		a.body = &a.reqBody
+		a.body.init(body, a.rec.BodyRead, w.mux)
 		if w.mux {
 			a.body.watchStalls(c.t.clock, c.t.opt.BodyReadTimeout, c.t.opt.UploadStallTimeout, a.stalled, w.finish)
 		}
@@ -303,10 +303,10 @@ func (a *attempt) failureEvent(ev fsm.Event, err error) fsm.Event {
 	return ev
 }
 
-// streamRecorder is the recorder of an HTTP/2 or HTTP/3 attempt.
-func (c *call) streamRecorder(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec {
-	r := &streamRec{}
-	r.InitUnarmed(facts, c.t.limits, c.t.clock, onDeadline) // armed by attempt.context
+// streamRecorder starts r as the recorder of HTTP/2 or HTTP/3 attempt
+// a with facts, unarmed (attempt.context arms it).
+func (c *call) streamRecorder(r *streamRec, a *attempt, facts fsm.Request) *streamRec {
+	r.InitUnarmed(facts, c.t.limits, c.t.clock, a.deadlinePassed)
 	return r
 }
 
@@ -401,7 +401,8 @@ func (a *attempt) deliver(resp *http.Response) *http.Response {
 		a.finishBody(io.EOF)
 		return resp
 	}
-	resp.Body = &respBody{rc: resp.Body, a: a}
+	a.respBody.rc, a.respBody.a = resp.Body, a
+	resp.Body = &a.respBody
 	return resp
 }
 

@@ -73,7 +73,8 @@ func checkStreamHeader(proto string, h http.Header) error {
 // reported) when ALPN selected HTTP/1.1.
 func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	body := start.body
-	a := c.newAttempt(n, start.facts, body, c.streamRecorder, bodyWatch{mux: true})
+	ha := &h2Attempt{}
+	a := c.newAttempt(&ha.attempt, n, body, c.streamRecorder(&ha.rec, &ha.attempt, start.facts), bodyWatch{mux: true})
 	same, _ := start.same.(*h2Conn)
 	// A pooled connection with room is taken at once (the pool's own
 	// first step, muxPool.acquire); only an attempt that may wait or dial
@@ -105,7 +106,8 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	// Every request on an observed ClientConn needs its own Attempt, even
 	// one a deadline already decided: RoundTrip also gives back the stream
 	// reservation take made.
-	s := &h2Stream{t: c.t, hc: hc, att: hc.wire.NewAttempt(), rec: a.rec.(*streamRec)}
+	s := &ha.stream
+	*s = h2Stream{t: c.t, hc: hc, att: hc.wire.NewAttempt(), rec: &ha.rec}
 	s.att.SetInformationalLimit(c.t.informationalLimit())
 	a.wire = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
@@ -113,6 +115,14 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	})
 	resp, err := hc.cc.RoundTrip(out)
 	return a.roundTripped(resp, err)
+}
+
+// h2Attempt is an HTTP/2 attempt with its recorder and stream, in one
+// allocation.
+type h2Attempt struct {
+	attempt
+	rec    streamRec
+	stream h2Stream
 }
 
 // h2Stream is an HTTP/2 attempt's stream: its attemptWire.

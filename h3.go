@@ -109,7 +109,8 @@ func (t *Transport) markH3Broken(key connKey) {
 // and a stale pooled connection would then fail it with no resend.
 func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	facts, body := start.facts, start.body
-	a := c.newAttempt(n, facts, body, c.streamRecorder, bodyWatch{mux: true, finish: true})
+	ha := &h3Attempt{}
+	a := c.newAttempt(&ha.attempt, n, body, c.streamRecorder(&ha.rec, &ha.attempt, facts), bodyWatch{mux: true, finish: true})
 	after := start.after
 	if n == 1 && facts.Body == fsm.BodyOneShotUntouched {
 		after = c.t.h3pool.mark() // only a connection opened from now on
@@ -150,11 +151,12 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	a.reused = reused
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3})
 
-	s := &h3Stream{t: c.t, hc: hc, att: hc.watch.NewAttempt(), a: a}
+	s := &ha.stream
+	s.t, s.hc, s.att, s.a = c.t, hc, hc.watch.NewAttempt(), a
 	s.att.SetInformationalLimit(c.t.informationalLimit())
 	a.wire = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
-		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.(*streamRec).emit, s.uploaded))
+		return httptrace.WithClientTrace(ctx, s.att.Trace(ha.rec.emit, s.uploaded))
 	})
 	if isExtendedConnect(out) {
 		// quic-go takes the extended CONNECT's :protocol from Proto.
@@ -164,6 +166,14 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	}
 	resp, err := hc.cc.RoundTrip(out)
 	return a.roundTripped(resp, err)
+}
+
+// h3Attempt is an HTTP/3 attempt with its recorder and stream, in one
+// allocation.
+type h3Attempt struct {
+	attempt
+	rec    streamRec
+	stream h3Stream
 }
 
 // h3Stream is an HTTP/3 attempt's stream: its attemptWire.

@@ -199,7 +199,14 @@ func (t *Transport) newCall(req *http.Request, key connKey, cs *callState, start
 	if err != nil {
 		return nil, in, p, err
 	}
-	return &call{t: t, req: req, ctx: req.Context(), key: key, snap: snap, cs: cs, start: start}, in, p, nil
+	var c *call
+	if cs.firstUsed {
+		c = new(call)
+	} else {
+		c, cs.firstUsed = &cs.first, true // the common call has one try
+	}
+	*c = call{t: t, req: req, ctx: req.Context(), key: key, snap: snap, cs: cs, start: start}
+	return c, in, p, nil
 }
 
 // closeBody closes req's body, as a RoundTripper must also on error, and
@@ -403,6 +410,9 @@ type callState struct {
 	hist   [maxRetryAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
 	n      int
 	budget RetryBudget
+
+	first     call // the first try's call, in the same allocation
+	firstUsed bool
 }
 
 // History returns a copy of the call machine's decisions so far.
