@@ -111,7 +111,7 @@ type bodyWatch struct{ mux, finish bool }
 
 // newAttempt starts wire attempt n in a (zero, and allocated by the
 // protocol together with its recorder and wire) with the given body and
-// recorder rec, made unarmed with a.deadlinePassed as its deadline hook.
+// recorder rec, made unarmed with a as its Deadliner.
 func (c *call) newAttempt(a *attempt, n int, body io.ReadCloser, rec attemptRec, w bodyWatch) *attempt {
 	a.c, a.n, a.number, a.rec = c, n, c.cs.cm.Attempts()+1, rec
 	if body != nil && body != http.NoBody {
@@ -259,8 +259,9 @@ func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, 
 // (one it retries) before it is closed.
 const maxDiscard = 64 << 10
 
-// deadlinePassed is the recorder's deadline hook: abort the exchange.
-func (a *attempt) deadlinePassed(p fsm.Phase) {
+// DeadlinePassed is the recorder's deadline hook (recorder.Deadliner):
+// abort the exchange.
+func (a *attempt) DeadlinePassed(p fsm.Phase) {
 	a.cancel(&TimeoutError{Phase: p, Limit: a.c.t.limits.For(p)})
 }
 
@@ -306,7 +307,7 @@ func (a *attempt) failureEvent(ev fsm.Event, err error) fsm.Event {
 // streamRecorder starts r as the recorder of HTTP/2 or HTTP/3 attempt
 // a with facts, unarmed (attempt.context arms it).
 func (c *call) streamRecorder(r *streamRec, a *attempt, facts fsm.Request) *streamRec {
-	r.InitUnarmed(facts, c.t.limits, c.t.clock, a.deadlinePassed)
+	r.InitUnarmed(facts, c.t.limits, c.t.clock, a)
 	return r
 }
 

@@ -16,7 +16,7 @@ import (
 func (c *call) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	ha := &h1Attempt{}
 	rec := &ha.rec
-	rec.InitUnarmed(start.facts, c.t.limits, c.t.clock, ha.deadlinePassed) // armed by attempt.context
+	rec.InitUnarmed(start.facts, c.t.limits, c.t.clock, &ha.attempt) // armed by attempt.context
 	rec.SetInformationalLimit(c.t.informationalLimit())
 	a := c.newAttempt(&ha.attempt, n, start.body, rec, bodyWatch{})
 

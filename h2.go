@@ -107,11 +107,12 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	// one a deadline already decided: RoundTrip also gives back the stream
 	// reservation take made.
 	s := &ha.stream
-	*s = h2Stream{t: c.t, hc: hc, att: hc.wire.NewAttempt(), rec: &ha.rec}
+	ha.att.Init(hc.wire)
+	*s = h2Stream{t: c.t, hc: hc, att: &ha.att, rec: &ha.rec}
 	s.att.SetInformationalLimit(c.t.informationalLimit())
 	a.wire = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
-		return httptrace.WithClientTrace(ctx, s.att.Trace(s.rec.emit))
+		return httptrace.WithClientTrace(ctx, s.att.Trace(s.rec))
 	})
 	resp, err := hc.cc.RoundTrip(out)
 	return a.roundTripped(resp, err)
@@ -123,6 +124,7 @@ type h2Attempt struct {
 	attempt
 	rec    streamRec
 	stream h2Stream
+	att    h2.Attempt
 }
 
 // h2Stream is an HTTP/2 attempt's stream: its attemptWire.
@@ -149,9 +151,9 @@ func (s *h2Stream) informational() error { return s.att.InformationalError() }
 // response's end.
 func (s *h2Stream) complete(a *attempt) fsm.Decision {
 	if c := s.att.Claim(); c.Wrote && c.Stream != 0 {
-		s.rec.emit(fsm.Event{Kind: fsm.EventFirstByteWritten})
+		s.rec.Emit(fsm.Event{Kind: fsm.EventFirstByteWritten})
 		if f, ok := s.hc.wire.Stream(c.Stream); ok && f.EndStreamWritten {
-			s.rec.emit(fsm.Event{Kind: fsm.EventRequestWritten})
+			s.rec.Emit(fsm.Event{Kind: fsm.EventRequestWritten})
 		}
 	}
 	return a.rec.Feed(fsm.Event{Kind: fsm.EventResponseComplete})

@@ -152,11 +152,12 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3})
 
 	s := &ha.stream
-	s.t, s.hc, s.att, s.a = c.t, hc, hc.watch.NewAttempt(), a
+	ha.att.Init(hc.watch)
+	s.t, s.hc, s.att, s.a = c.t, hc, &ha.att, a
 	s.att.SetInformationalLimit(c.t.informationalLimit())
 	a.wire = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
-		return httptrace.WithClientTrace(ctx, s.att.Trace(ha.rec.emit, s.uploaded))
+		return httptrace.WithClientTrace(ctx, s.att.Trace(&ha.rec, s.uploaded))
 	})
 	if isExtendedConnect(out) {
 		// quic-go takes the extended CONNECT's :protocol from Proto.
@@ -174,6 +175,7 @@ type h3Attempt struct {
 	attempt
 	rec    streamRec
 	stream h3Stream
+	att    h3.Attempt
 }
 
 // h3Stream is an HTTP/3 attempt's stream: its attemptWire.
