@@ -157,7 +157,7 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	s.att.SetInformationalLimit(c.t.informationalLimit())
 	a.wire = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
-		return httptrace.WithClientTrace(ctx, s.att.Trace(&ha.rec, s.uploaded))
+		return httptrace.WithClientTrace(ctx, s.att.Trace(&ha.rec, s))
 	})
 	if isExtendedConnect(out) {
 		// quic-go takes the extended CONNECT's :protocol from Proto.
@@ -235,10 +235,11 @@ func (s *h3Stream) uploading() bool {
 	return !s.uploadDone
 }
 
-// uploaded is quic-go's end of the upload (its WroteRequest hook, with
-// the error that ended it, or nil): the stall watch stops, and when the
-// response already ended, the attempt's context is released.
-func (s *h3Stream) uploaded(error) {
+// Uploaded is quic-go's end of the upload (h3.Uploader: its WroteRequest
+// hook, with the error that ended it, or nil): the stall watch stops,
+// and when the response already ended, the attempt's context is
+// released.
+func (s *h3Stream) Uploaded(error) {
 	if s.a.body != nil {
 		s.a.body.uploaded()
 	}

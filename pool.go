@@ -104,15 +104,17 @@ func (p *pool) put(pc *persistConn) {
 		pc.close()
 		return
 	}
+	now := time.Now() // read before the lock every pool user takes
 	p.mu.Lock()
-	if len(p.idle[pc.key]) >= p.max {
+	list, ok := p.idle[pc.key]
+	if len(list) >= p.max {
 		p.mu.Unlock()
 		pc.close()
 		return
 	}
 	defer p.limit.notify(pc.key) // an attempt waiting at the limit may take it
 	defer p.mu.Unlock()
-	pc.idleSince = time.Now()
+	pc.idleSince = now
 	if p.timeout > 0 {
 		if pc.idleTimer == nil {
 			pc.idleTimer = time.AfterFunc(p.timeout, func() { p.expire(pc) })
@@ -120,7 +122,6 @@ func (p *pool) put(pc *persistConn) {
 			pc.idleTimer.Reset(p.timeout)
 		}
 	}
-	list, ok := p.idle[pc.key]
 	if !ok && p.spare != nil {
 		list, p.spare = p.spare, nil
 	}

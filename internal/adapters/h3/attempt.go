@@ -31,8 +31,8 @@ import (
 //     stream.
 type Attempt struct {
 	w        *Watch
-	emit     Emitter     // set by Trace, before quic-go can call a hook
-	uploaded func(error) // set by Trace
+	emit     Emitter  // set by Trace, before quic-go can call a hook
+	uploaded Uploader // set by Trace
 	trace    httptrace.ClientTrace
 
 	mu           sync.Mutex
@@ -58,6 +58,11 @@ type Emitter interface {
 	Emit(fsm.Event)
 }
 
+// Uploader is told when quic-go is done with a request body (see Trace).
+type Uploader interface {
+	Uploaded(err error)
+}
+
 // EmitFunc is a func as an Emitter.
 type EmitFunc func(fsm.Event)
 
@@ -73,7 +78,7 @@ func (f EmitFunc) Emit(e fsm.Event) { f(e) }
 // request-writer lock, so emit and uploaded must be safe for concurrent
 // use, must not block, and must not call into the ClientConn. Call it
 // once per Attempt: the hooks are the Attempt's own.
-func (a *Attempt) Trace(emit Emitter, uploaded func(error)) *httptrace.ClientTrace {
+func (a *Attempt) Trace(emit Emitter, uploaded Uploader) *httptrace.ClientTrace {
 	a.emit, a.uploaded = emit, uploaded
 	a.trace = httptrace.ClientTrace{
 		WroteHeaderField:     a.wroteHeaderField,
@@ -110,7 +115,7 @@ func (a *Attempt) wroteRequest(info httptrace.WroteRequestInfo) {
 		a.send(fsm.EventRequestWritten)
 	}
 	if a.uploaded != nil {
-		a.uploaded(info.Err)
+		a.uploaded.Uploaded(info.Err)
 	}
 }
 
