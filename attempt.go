@@ -131,10 +131,7 @@ func (c *call) newAttempt(a *attempt, n int, body io.ReadCloser, rec attemptRec,
 }
 
 // context returns the attempt's own context, made now if it was not:
-// the caller's, canceled on a deadline or when the attempt ends. Making
-// it also arms the recorder's deadline timer, which a pooled connection
-// acquired at once never needs: an attempt that may wait or dial calls
-// it before it does.
+// the caller's, canceled on a deadline or when the attempt ends.
 func (a *attempt) context() context.Context {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -143,9 +140,18 @@ func (a *attempt) context() context.Context {
 		if a.ended {
 			a.cancelFn(a.endCause)
 		}
-		a.rec.Arm()
 	}
 	return a.ctx
+}
+
+// acquireContext is context for an attempt that may wait for or dial a
+// connection: it also arms the recorder's deadline timer (the
+// acquisition limit), which a pooled connection acquired at once never
+// needs. Later phases' limits arm it themselves as their events are fed.
+func (a *attempt) acquireContext() context.Context {
+	ctx := a.context()
+	a.rec.Arm()
+	return ctx
 }
 
 // stackContext is the context of the request handed to the stack: the
@@ -305,7 +311,7 @@ func (a *attempt) failureEvent(ev fsm.Event, err error) fsm.Event {
 }
 
 // streamRecorder starts r as the recorder of HTTP/2 or HTTP/3 attempt
-// a with facts, unarmed (attempt.context arms it).
+// a with facts, unarmed (attempt.acquireContext arms it).
 func (c *call) streamRecorder(r *streamRec, a *attempt, facts fsm.Request) *streamRec {
 	r.InitUnarmed(facts, c.t.limits, c.t.clock, a)
 	return r

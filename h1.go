@@ -16,7 +16,7 @@ import (
 func (c *call) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	ha := &h1Attempt{}
 	rec := &ha.rec
-	rec.InitUnarmed(start.facts, c.t.limits, c.t.clock, &ha.attempt) // armed by attempt.context
+	rec.InitUnarmed(start.facts, c.t.limits, c.t.clock, &ha.attempt) // armed by attempt.acquireContext
 	rec.SetInformationalLimit(c.t.informationalLimit())
 	a := c.newAttempt(&ha.attempt, n, start.body, rec, bodyWatch{})
 
@@ -31,7 +31,7 @@ func (c *call) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	}
 	if pc == nil {
 		var err error
-		pc, reused, err = c.t.acquire(a.context(), c.key, c.snap, c.leg.ALPN, n == 1, rec)
+		pc, reused, err = c.t.acquire(a.acquireContext(), c.key, c.snap, c.leg.ALPN, n == 1, rec)
 		if err != nil {
 			return a.acquireFailed(err)
 		}

@@ -86,7 +86,7 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	}
 	var err error
 	if hc == nil {
-		hc, reused, err = c.t.acquireH2(a.context(), c.key, c.snap, c.leg, a.rec.Start(), start.after, same)
+		hc, reused, err = c.t.acquireH2(a.acquireContext(), c.key, c.snap, c.leg, a.rec.Start(), start.after, same)
 	}
 	if err != nil {
 		if n == 1 && errors.Is(err, errFallbackH1) {

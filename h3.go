@@ -131,9 +131,9 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	switch {
 	case hc != nil:
 	case race:
-		hc, reused, err = c.t.raceH3(a.context(), c.key, after)
+		hc, reused, err = c.t.raceH3(a.acquireContext(), c.key, after)
 	default:
-		hc, reused, err = c.t.acquireH3(a.context(), c.key, after, same)
+		hc, reused, err = c.t.acquireH3(a.acquireContext(), c.key, after, same)
 		if err != nil && fallback && !errors.Is(err, context.Canceled) {
 			c.t.markH3Broken(c.key)
 		}
