@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
@@ -24,6 +25,7 @@ type attemptRec interface {
 	Request() fsm.Request
 	Events() []fsm.Event
 	Start() fsm.Instant
+	Arm()
 	Stop()
 	Stopped() bool
 	Seal() (fsm.Decision, []fsm.Event, string)
@@ -81,16 +83,24 @@ type attempt struct {
 	number int              // within the call, as the call machine counts
 	call   fsm.CallDecision // how the call went on after this attempt
 	rec    attemptRec
-	ctx    context.Context // the call's context, canceled on a deadline or at the end
-	cancel context.CancelCauseFunc
 	reused bool
 	body   *reqBody    // nil without a body
 	wire   attemptWire // nil until a connection (HTTP/1.1) or stream was had
-}
 
-// recFunc makes an attempt's recorder for facts, with the attempt's
-// deadline hook.
-type recFunc func(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec
+	reqBody  reqBody  // what body points to, in the same allocation
+	respBody respBody // the delivered response's body wrapper
+
+	// The attempt's own context, made only when something may have to
+	// abort the exchange while the stack holds it (see context): a pool
+	// miss, a write or header limit, a watched request body. Without
+	// one the stack gets the caller's context and an abort before the
+	// stack got the request is only recorded.
+	mu       sync.Mutex
+	ctx      context.Context // nil until made
+	cancelFn context.CancelCauseFunc
+	ended    bool  // cancel was called
+	endCause error // its cause, when ended without a context
+}
 
 // bodyWatch says how an attempt's request body is watched. mux is set
 // for HTTP/2 and HTTP/3: their stacks may still read a body handed on to
@@ -99,26 +109,98 @@ type recFunc func(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec
 // end of the upload (see reqBody.watchStalls).
 type bodyWatch struct{ mux, finish bool }
 
-// newAttempt starts wire attempt n with the given facts and body, its
-// recorder made by rec.
-func (c *call) newAttempt(n int, facts fsm.Request, body io.ReadCloser, rec recFunc, w bodyWatch) *attempt {
-	ctx, cancel := context.WithCancelCause(c.ctx)
-	a := &attempt{c: c, n: n, number: c.cs.cm.Attempts() + 1, ctx: ctx, cancel: cancel}
-	a.rec = rec(facts, a.deadlinePassed)
+// newAttempt starts wire attempt n in a (zero, and allocated by the
+// protocol together with its recorder and wire) with the given body and
+// recorder rec, made unarmed with a as its Deadliner.
+func (c *call) newAttempt(a *attempt, n int, body io.ReadCloser, rec attemptRec, w bodyWatch) *attempt {
+	a.c, a.n, a.number, a.rec = c, n, c.cs.cm.Attempts()+1, rec
 	if body != nil && body != http.NoBody {
-		a.body = newReqBody(body, a.rec.BodyRead, w.mux)
+		a.body = &a.reqBody
+		a.body.init(body, a.rec.BodyRead, w.mux)
 		if w.mux {
 			a.body.watchStalls(c.t.clock, c.t.opt.BodyReadTimeout, c.t.opt.UploadStallTimeout, a.stalled, w.finish)
 		}
 	}
+	if c.t.limits.Write > 0 || c.t.limits.Header > 0 || w.mux && a.body != nil {
+		// A limit may pass, or a stall fire, while the stack holds the
+		// request, and a multiplexed stack may still be uploading when
+		// the response ends: the stack runs on the attempt's context.
+		a.context()
+	}
 	return a
+}
+
+// context returns the attempt's own context, made now if it was not:
+// the caller's, canceled on a deadline or when the attempt ends.
+func (a *attempt) context() context.Context {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ctx == nil {
+		a.ctx, a.cancelFn = context.WithCancelCause(a.c.ctx)
+		if a.ended {
+			a.cancelFn(a.endCause)
+		}
+	}
+	return a.ctx
+}
+
+// acquireContext is context for an attempt that may wait for or dial a
+// connection: it also arms the recorder's deadline timer (the
+// acquisition limit), which a pooled connection acquired at once never
+// needs. Later phases' limits arm it themselves as their events are fed.
+func (a *attempt) acquireContext() context.Context {
+	ctx := a.context()
+	a.rec.Arm()
+	return ctx
+}
+
+// stackContext is the context of the request handed to the stack: the
+// attempt's own, if it was made, else the caller's.
+func (a *attempt) stackContext() context.Context {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.ctx == nil {
+		return a.c.ctx
+	}
+	return a.ctx
+}
+
+// cancel ends the attempt's context with cause (nil: the attempt is
+// over), as context.CancelCauseFunc does: the first call's cause wins.
+func (a *attempt) cancel(cause error) {
+	a.mu.Lock()
+	cancel := a.cancelFn
+	if !a.ended {
+		a.ended, a.endCause = true, cause
+	}
+	a.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
+// abortCause returns what context.Cause returns for the attempt's
+// context: nil while it runs, the first cancel's cause (context.Canceled
+// for nil) after.
+func (a *attempt) abortCause() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case a.ctx != nil:
+		return context.Cause(a.ctx)
+	case !a.ended:
+		return nil
+	case a.endCause == nil:
+		return context.Canceled
+	}
+	return a.endCause
 }
 
 // outgoing returns the request to hand the stack: the caller's, on the
 // attempt's context with trace installed, the route's header and the
 // attempt's body.
 func (a *attempt) outgoing(body io.ReadCloser, trace func(context.Context) context.Context) *http.Request {
-	out := a.c.req.WithContext(trace(a.ctx))
+	out := a.c.req.WithContext(trace(a.stackContext()))
 	out.Header = a.c.snap.header(out.Header)
 	if a.body != nil {
 		out.Body = a.body
@@ -156,7 +238,7 @@ func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, 
 	d := a.rec.FinalHeaders()
 	if d.Action != fsm.ActionDeliver {
 		resp.Body.Close()
-		return a.failed(d, a.cause(context.Cause(a.ctx)))
+		return a.failed(d, a.cause(a.abortCause()))
 	}
 	o := fsm.Outcome{Decision: d, Facts: a.rec.Facts(), Status: resp.StatusCode}
 	if v := resp.Header.Get("Retry-After"); v != "" {
@@ -183,8 +265,9 @@ func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, 
 // (one it retries) before it is closed.
 const maxDiscard = 64 << 10
 
-// deadlinePassed is the recorder's deadline hook: abort the exchange.
-func (a *attempt) deadlinePassed(p fsm.Phase) {
+// DeadlinePassed is the recorder's deadline hook (recorder.Deadliner):
+// abort the exchange.
+func (a *attempt) DeadlinePassed(p fsm.Phase) {
 	a.cancel(&TimeoutError{Phase: p, Limit: a.c.t.limits.For(p)})
 }
 
@@ -209,7 +292,7 @@ func (a *attempt) stalled(e *TimeoutError) {
 // cause returns the TimeoutError when a phase limit aborted the attempt
 // (the AcquireDeadlineError naming the step on a proxied route), else
 // err.
-func (a *attempt) cause(err error) error { return abortCause(a.ctx, err) }
+func (a *attempt) cause(err error) error { return abortCause(a.abortCause(), err) }
 
 func (a *attempt) localErr() error {
 	if a.body == nil {
@@ -227,9 +310,11 @@ func (a *attempt) failureEvent(ev fsm.Event, err error) fsm.Event {
 	return ev
 }
 
-// streamRecorder is the recorder of an HTTP/2 or HTTP/3 attempt.
-func (c *call) streamRecorder(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec {
-	return newStreamRec(facts, c.t.limits, c.t.clock, onDeadline)
+// streamRecorder starts r as the recorder of HTTP/2 or HTTP/3 attempt
+// a with facts, unarmed (attempt.acquireContext arms it).
+func (c *call) streamRecorder(r *streamRec, a *attempt, facts fsm.Request) *streamRec {
+	r.InitUnarmed(facts, c.t.limits, c.t.clock, a)
+	return r
 }
 
 // endWire stops the recorder and lets go of the attempt's connection or
@@ -323,7 +408,8 @@ func (a *attempt) deliver(resp *http.Response) *http.Response {
 		a.finishBody(io.EOF)
 		return resp
 	}
-	resp.Body = &respBody{rc: resp.Body, a: a}
+	a.respBody.rc, a.respBody.a = resp.Body, a
+	resp.Body = &a.respBody
 	return resp
 }
 

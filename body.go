@@ -40,8 +40,9 @@ type reqBody struct {
 	closed    bool
 }
 
-func newReqBody(rc io.ReadCloser, onFirstRead func(), guardHandOn bool) *reqBody {
-	return &reqBody{rc: rc, onFirstRead: onFirstRead, guardHandOn: guardHandOn, owns: true}
+// init starts b, a zero reqBody, on the caller's reader rc.
+func (b *reqBody) init(rc io.ReadCloser, onFirstRead func(), guardHandOn bool) {
+	b.rc, b.onFirstRead, b.guardHandOn, b.owns = rc, onFirstRead, guardHandOn, true
 }
 
 // Read reads from the caller's body, unless it passed to the resend.

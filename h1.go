@@ -14,19 +14,31 @@ import (
 // response, or the final error, or the next attempt's start when fsm
 // decided to resend.
 func (c *call) attemptH1(n int, start resend) (*http.Response, *resend, error) {
-	var rec *h1.Recorder
-	a := c.newAttempt(n, start.facts, start.body, func(facts fsm.Request, onDeadline func(fsm.Phase)) attemptRec {
-		rec = h1.NewRecorder(facts, c.t.limits, c.t.clock, onDeadline)
-		rec.SetInformationalLimit(c.t.informationalLimit())
-		return rec
-	}, bodyWatch{})
+	ha := &h1Attempt{}
+	rec := &ha.rec
+	rec.InitUnarmed(start.facts, c.t.limits, c.t.clock, &ha.attempt) // armed by attempt.acquireContext
+	rec.SetInformationalLimit(c.t.informationalLimit())
+	a := c.newAttempt(&ha.attempt, n, start.body, rec, bodyWatch{})
 
-	pc, reused, err := c.t.acquire(a.ctx, c.key, c.snap, c.leg.ALPN, n == 1, rec)
-	if err != nil {
-		return a.acquireFailed(err)
+	// An original attempt takes a pooled connection at once when there is
+	// one; only when it may wait or dial does it need its own context
+	// and the acquisition deadline's timer.
+	var pc *persistConn
+	reused := false
+	if n == 1 {
+		pc = c.t.pooled(c.key, rec)
+		reused = pc != nil
+	}
+	if pc == nil {
+		var err error
+		pc, reused, err = c.t.acquire(a.acquireContext(), c.key, c.snap, c.leg.ALPN, n == 1, rec)
+		if err != nil {
+			return a.acquireFailed(err)
+		}
 	}
 	a.reused = reused
-	a.wire = &h1Wire{t: c.t, pc: pc, rec: rec, req: c.req}
+	ha.wire = h1Wire{t: c.t, pc: pc, rec: rec, req: c.req}
+	a.wire = &ha.wire
 	if d := a.rec.Decision(); d.Action.Final() {
 		// A deadline or a cancellation decided while the dial succeeded.
 		if a.body != nil {
@@ -36,10 +48,21 @@ func (c *call) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	}
 	c.t.gotConn(c.ctx, pc, reused)
 	out := a.outgoing(start.body, func(ctx context.Context) context.Context {
-		return httptrace.WithClientTrace(ctx, rec.ClientTrace())
+		if httptrace.ContextClientTrace(ctx) == nil {
+			return httptrace.WithClientTrace(ctx, pc.conn.ClientTrace()) // made once per connection
+		}
+		return httptrace.WithClientTrace(ctx, rec.ClientTrace()) // composed with the caller's
 	})
 	resp, err := pc.cc.RoundTrip(out)
 	return a.roundTripped(resp, err)
+}
+
+// h1Attempt is an HTTP/1.1 attempt with its recorder and wire, in one
+// allocation.
+type h1Attempt struct {
+	attempt
+	rec  h1.Recorder
+	wire h1Wire
 }
 
 // h1Wire is an HTTP/1.1 attempt's connection: its attemptWire. The

@@ -73,9 +73,21 @@ func checkStreamHeader(proto string, h http.Header) error {
 // reported) when ALPN selected HTTP/1.1.
 func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	body := start.body
-	a := c.newAttempt(n, start.facts, body, c.streamRecorder, bodyWatch{mux: true})
+	ha := &h2Attempt{}
+	a := c.newAttempt(&ha.attempt, n, body, c.streamRecorder(&ha.rec, &ha.attempt, start.facts), bodyWatch{mux: true})
 	same, _ := start.same.(*h2Conn)
-	hc, reused, err := c.t.acquireH2(a.ctx, c.key, c.snap, c.leg, a.rec.Start(), start.after, same)
+	// A pooled connection with room is taken at once (the pool's own
+	// first step, muxPool.acquire); only an attempt that may wait or dial
+	// needs its own context and the acquisition deadline's timer.
+	var hc *h2Conn
+	reused := false
+	if start.after != ownConn {
+		hc, reused, _ = c.t.h2pool.take(c.key, start.after, same)
+	}
+	var err error
+	if hc == nil {
+		hc, reused, err = c.t.acquireH2(a.acquireContext(), c.key, c.snap, c.leg, a.rec.Start(), start.after, same)
+	}
 	if err != nil {
 		if n == 1 && errors.Is(err, errFallbackH1) {
 			a.rec.Stop()
@@ -94,14 +106,25 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	// Every request on an observed ClientConn needs its own Attempt, even
 	// one a deadline already decided: RoundTrip also gives back the stream
 	// reservation take made.
-	s := &h2Stream{t: c.t, hc: hc, att: hc.wire.NewAttempt(), rec: a.rec.(*streamRec)}
+	s := &ha.stream
+	ha.att.Init(hc.wire)
+	*s = h2Stream{t: c.t, hc: hc, att: &ha.att, rec: &ha.rec}
 	s.att.SetInformationalLimit(c.t.informationalLimit())
 	a.wire = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
-		return httptrace.WithClientTrace(ctx, s.att.Trace(s.rec.emit))
+		return httptrace.WithClientTrace(ctx, s.att.Trace(s.rec))
 	})
 	resp, err := hc.cc.RoundTrip(out)
 	return a.roundTripped(resp, err)
+}
+
+// h2Attempt is an HTTP/2 attempt with its recorder and stream, in one
+// allocation.
+type h2Attempt struct {
+	attempt
+	rec    streamRec
+	stream h2Stream
+	att    h2.Attempt
 }
 
 // h2Stream is an HTTP/2 attempt's stream: its attemptWire.
@@ -113,7 +136,7 @@ type h2Stream struct {
 }
 
 func (s *h2Stream) fail(a *attempt, err error) fsm.Decision {
-	return a.rec.Feed(a.failureEvent(s.att.Failure(a.ctx, err), err))
+	return a.rec.Feed(a.failureEvent(s.att.Failure(a.stackContext(), err), err))
 }
 
 func (s *h2Stream) delivered(*http.Response) bool { return false }
@@ -128,9 +151,9 @@ func (s *h2Stream) informational() error { return s.att.InformationalError() }
 // response's end.
 func (s *h2Stream) complete(a *attempt) fsm.Decision {
 	if c := s.att.Claim(); c.Wrote && c.Stream != 0 {
-		s.rec.emit(fsm.Event{Kind: fsm.EventFirstByteWritten})
+		s.rec.Emit(fsm.Event{Kind: fsm.EventFirstByteWritten})
 		if f, ok := s.hc.wire.Stream(c.Stream); ok && f.EndStreamWritten {
-			s.rec.emit(fsm.Event{Kind: fsm.EventRequestWritten})
+			s.rec.Emit(fsm.Event{Kind: fsm.EventRequestWritten})
 		}
 	}
 	return a.rec.Feed(fsm.Event{Kind: fsm.EventResponseComplete})

@@ -109,7 +109,8 @@ func (t *Transport) markH3Broken(key connKey) {
 // and a stale pooled connection would then fail it with no resend.
 func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	facts, body := start.facts, start.body
-	a := c.newAttempt(n, facts, body, c.streamRecorder, bodyWatch{mux: true, finish: true})
+	ha := &h3Attempt{}
+	a := c.newAttempt(&ha.attempt, n, body, c.streamRecorder(&ha.rec, &ha.attempt, facts), bodyWatch{mux: true, finish: true})
 	after := start.after
 	if n == 1 && facts.Body == fsm.BodyOneShotUntouched {
 		after = c.t.h3pool.mark() // only a connection opened from now on
@@ -119,10 +120,20 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	var reused bool
 	var err error
 	fallback := n == 1 && c.leg.Next == plan.FallbackNoConn
-	if fallback && c.leg.Race && c.t.opt.HTTP3HeadStart > 0 {
-		hc, reused, err = c.t.raceH3(a.ctx, c.key, after)
-	} else {
-		hc, reused, err = c.t.acquireH3(a.ctx, c.key, after, same)
+	race := fallback && c.leg.Race && c.t.opt.HTTP3HeadStart > 0
+	if !race && after != ownConn {
+		// A pooled connection with room is taken at once (the pool's
+		// own first step, muxPool.acquire); only an attempt that may
+		// wait or dial needs its own context and the acquisition
+		// deadline's timer.
+		hc, reused, _ = c.t.h3pool.take(c.key, after, same)
+	}
+	switch {
+	case hc != nil:
+	case race:
+		hc, reused, err = c.t.raceH3(a.acquireContext(), c.key, after)
+	default:
+		hc, reused, err = c.t.acquireH3(a.acquireContext(), c.key, after, same)
 		if err != nil && fallback && !errors.Is(err, context.Canceled) {
 			c.t.markH3Broken(c.key)
 		}
@@ -140,11 +151,13 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	a.reused = reused
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3})
 
-	s := &h3Stream{t: c.t, hc: hc, att: hc.watch.NewAttempt(), a: a}
+	s := &ha.stream
+	ha.att.Init(hc.watch)
+	s.t, s.hc, s.att, s.a = c.t, hc, &ha.att, a
 	s.att.SetInformationalLimit(c.t.informationalLimit())
 	a.wire = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
-		return httptrace.WithClientTrace(ctx, s.att.Trace(a.rec.(*streamRec).emit, s.uploaded))
+		return httptrace.WithClientTrace(ctx, s.att.Trace(&ha.rec, s))
 	})
 	if isExtendedConnect(out) {
 		// quic-go takes the extended CONNECT's :protocol from Proto.
@@ -154,6 +167,15 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	}
 	resp, err := hc.cc.RoundTrip(out)
 	return a.roundTripped(resp, err)
+}
+
+// h3Attempt is an HTTP/3 attempt with its recorder and stream, in one
+// allocation.
+type h3Attempt struct {
+	attempt
+	rec    streamRec
+	stream h3Stream
+	att    h3.Attempt
 }
 
 // h3Stream is an HTTP/3 attempt's stream: its attemptWire.
@@ -169,7 +191,7 @@ type h3Stream struct {
 }
 
 func (s *h3Stream) fail(a *attempt, err error) fsm.Decision {
-	return a.rec.Feed(a.failureEvent(s.att.Failure(a.ctx, err), err))
+	return a.rec.Feed(a.failureEvent(s.att.Failure(a.stackContext(), err), err))
 }
 
 func (s *h3Stream) delivered(*http.Response) bool { return false }
@@ -213,10 +235,11 @@ func (s *h3Stream) uploading() bool {
 	return !s.uploadDone
 }
 
-// uploaded is quic-go's end of the upload (its WroteRequest hook, with
-// the error that ended it, or nil): the stall watch stops, and when the
-// response already ended, the attempt's context is released.
-func (s *h3Stream) uploaded(error) {
+// Uploaded is quic-go's end of the upload (h3.Uploader: its WroteRequest
+// hook, with the error that ended it, or nil): the stall watch stops,
+// and when the response already ended, the attempt's context is
+// released.
+func (s *h3Stream) Uploaded(error) {
 	if s.a.body != nil {
 		s.a.body.uploaded()
 	}

@@ -3,6 +3,7 @@ package replaysafe
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,6 +18,11 @@ type connLimit struct {
 	mu      sync.Mutex
 	open    map[connKey]int
 	changed map[connKey]chan struct{} // closed at the next change of the key
+	// waiting counts changed's entries, so that notify, called on every
+	// return to a pool, takes no lock when nobody waits. A waiter that
+	// registers just after such a notify misses it as it would miss one
+	// that took the lock first, and looks again after limitPoll.
+	waiting atomic.Int64
 }
 
 func newConnLimit(max int) *connLimit {
@@ -51,6 +57,9 @@ func (l *connLimit) closed(key connKey) {
 // notify wakes the attempts waiting on key: room on a connection may
 // have freed.
 func (l *connLimit) notify(key connKey) {
+	if l.waiting.Load() == 0 {
+		return
+	}
 	l.mu.Lock()
 	l.wakeLocked(key)
 	l.mu.Unlock()
@@ -60,6 +69,7 @@ func (l *connLimit) wakeLocked(key connKey) {
 	if ch, ok := l.changed[key]; ok {
 		close(ch)
 		delete(l.changed, key)
+		l.waiting.Add(-1)
 	}
 }
 
@@ -76,6 +86,7 @@ func (l *connLimit) wait(ctx context.Context, key connKey) error {
 	if !ok {
 		ch = make(chan struct{})
 		l.changed[key] = ch
+		l.waiting.Add(1)
 	}
 	l.mu.Unlock()
 	t := time.NewTimer(limitPoll)

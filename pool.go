@@ -62,8 +62,9 @@ type pool struct {
 	timeout time.Duration // idle limit; <= 0 none
 	limit   *connLimit    // woken when a connection comes back
 
-	mu   sync.Mutex
-	idle map[connKey][]*persistConn
+	mu    sync.Mutex
+	idle  map[connKey][]*persistConn
+	spare []*persistConn // an emptied list's array (capacity at most max), reused by put
 }
 
 func newPool(max int, timeout time.Duration, limit *connLimit) *pool {
@@ -83,6 +84,9 @@ func (p *pool) get(key connKey) *persistConn {
 	list[len(list)-1] = nil
 	if len(list) == 1 {
 		delete(p.idle, key)
+		if p.spare == nil {
+			p.spare = list[:0] // for the next key put finds empty
+		}
 	} else {
 		p.idle[key] = list[:len(list)-1]
 	}
@@ -100,15 +104,17 @@ func (p *pool) put(pc *persistConn) {
 		pc.close()
 		return
 	}
+	now := time.Now() // read before the lock every pool user takes
 	p.mu.Lock()
-	if len(p.idle[pc.key]) >= p.max {
+	list, ok := p.idle[pc.key]
+	if len(list) >= p.max {
 		p.mu.Unlock()
 		pc.close()
 		return
 	}
 	defer p.limit.notify(pc.key) // an attempt waiting at the limit may take it
 	defer p.mu.Unlock()
-	pc.idleSince = time.Now()
+	pc.idleSince = now
 	if p.timeout > 0 {
 		if pc.idleTimer == nil {
 			pc.idleTimer = time.AfterFunc(p.timeout, func() { p.expire(pc) })
@@ -116,7 +122,10 @@ func (p *pool) put(pc *persistConn) {
 			pc.idleTimer.Reset(p.timeout)
 		}
 	}
-	p.idle[pc.key] = append(p.idle[pc.key], pc)
+	if !ok && p.spare != nil {
+		list, p.spare = p.spare, nil
+	}
+	p.idle[pc.key] = append(list, pc)
 }
 
 // expire closes pc if it is still idle and has been for the whole limit:

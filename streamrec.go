@@ -18,15 +18,9 @@ type streamRec struct {
 	recorder.Core
 }
 
-func newStreamRec(req fsm.Request, lim fsm.Limits, clock recorder.Clock, onDeadline func(fsm.Phase)) *streamRec {
-	r := &streamRec{}
-	r.Init(req, lim, clock, onDeadline)
-	return r
-}
-
-// emit is the internal/adapters/h2 Attempt's event sink: progress events, fed at
-// most once each.
-func (r *streamRec) emit(e fsm.Event) {
+// Emit is the internal/adapters/h2 and h3 Attempt's event sink
+// (h2.Emitter): progress events, fed at most once each.
+func (r *streamRec) Emit(e fsm.Event) {
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
 	var f fsm.Facts

@@ -199,7 +199,14 @@ func (t *Transport) newCall(req *http.Request, key connKey, cs *callState, start
 	if err != nil {
 		return nil, in, p, err
 	}
-	return &call{t: t, req: req, ctx: req.Context(), key: key, snap: snap, cs: cs, start: start}, in, p, nil
+	var c *call
+	if cs.firstUsed {
+		c = new(call)
+	} else {
+		c, cs.firstUsed = &cs.first, true // the common call has one try
+	}
+	*c = call{t: t, req: req, ctx: req.Context(), key: key, snap: snap, cs: cs, start: start}
+	return c, in, p, nil
 }
 
 // closeBody closes req's body, as a RoundTripper must also on error, and
@@ -404,6 +411,9 @@ type callState struct {
 	n        int
 	statuses fsm.StatusSet // the policy's retried statuses
 	budget   RetryBudget
+
+	first     call // the first try's call, in the same allocation
+	firstUsed bool
 }
 
 // History returns a copy of the call machine's decisions so far.
@@ -567,14 +577,15 @@ func (t *Transport) gotConn(ctx context.Context, pc *persistConn, reused bool) {
 
 // abortCause returns the error to report for err: the AcquireDeadlineError
 // naming the step on a proxied route, the TimeoutError when a phase limit
-// aborted the attempt (the cause of ctx), else err.
-func abortCause(ctx context.Context, err error) error {
+// aborted the attempt (cause, what the attempt was canceled with), else
+// err.
+func abortCause(cause, err error) error {
 	var ad *AcquireDeadlineError
 	if errors.As(err, &ad) {
 		return ad // the acquire TimeoutError, naming the step (proxy_dial.go)
 	}
 	var te *TimeoutError
-	if errors.As(context.Cause(ctx), &te) {
+	if errors.As(cause, &te) {
 		return te
 	}
 	return err

@@ -222,21 +222,20 @@ func (m *Machine) opened(p Phase) Instant {
 
 // Step feeds one event and returns the decision after it.
 func (m *Machine) Step(e Event) Decision {
+	return m.step(&e) // one call, so that Step is inlined into the caller's loop
+}
+
+// step is Step. It takes e by reference: Step is on every caller's hot
+// path, and an Event is six words.
+func (m *Machine) step(e *Event) Decision {
 	if m.decision.Conn != ConnInUse {
 		return m.decision // closed: the attempt is over
 	}
 	if e.Kind == EventTick {
 		if p, at, ok := m.nextDeadline(); ok && e.At >= at {
-			return m.step(&Event{Kind: EventTimeout, At: e.At, Phase: p})
+			e = &Event{Kind: EventTimeout, At: e.At, Phase: p}
 		}
 	}
-	return m.step(&e)
-}
-
-// step is Step for an event that is not a due tick, with the machine
-// still in use. It takes e by reference: Step is on every caller's hot
-// path, and an Event is six words.
-func (m *Machine) step(e *Event) Decision {
 	if e.Kind == EventInvalid || e.Kind >= eventKindCount {
 		return m.refuse()
 	}

@@ -53,7 +53,7 @@ type Core struct {
 
 	clock      Clock
 	lim        fsm.Limits
-	onDeadline func(fsm.Phase)
+	onDeadline Deadliner
 	start      fsm.Instant
 
 	m         fsm.Machine
@@ -71,10 +71,45 @@ type Core struct {
 // discarded its connection because of it: the caller then aborts the
 // exchange.
 func (c *Core) Init(req fsm.Request, lim fsm.Limits, clock Clock, onDeadline func(fsm.Phase)) {
+	var d Deadliner
+	if onDeadline != nil {
+		d = DeadlineFunc(onDeadline)
+	}
+	c.InitUnarmed(req, lim, clock, d)
+	c.Arm()
+}
+
+// Deadliner is told when a phase limit passed and the machine failed the
+// attempt or discarded its connection because of it (see Init).
+type Deadliner interface {
+	DeadlinePassed(fsm.Phase)
+}
+
+// DeadlineFunc is a func as a Deadliner.
+type DeadlineFunc func(fsm.Phase)
+
+// DeadlinePassed calls f.
+func (f DeadlineFunc) DeadlinePassed(p fsm.Phase) { f(p) }
+
+// InitUnarmed starts the machine for req now, as Init does, but leaves
+// its first deadline unarmed until Arm or the first event fed: an
+// attempt that acquires a pooled connection at once feeds
+// EventConnAcquired long before the acquisition limit, and needs no
+// timer for it. The deadline is an instant, so arming it later changes
+// nothing about when it passes.
+//
+// onDeadline is a Deadliner rather than a func so that an attempt can
+// pass itself without allocating a method value.
+func (c *Core) InitUnarmed(req fsm.Request, lim fsm.Limits, clock Clock, onDeadline Deadliner) {
 	now := clock.Now()
 	c.clock, c.lim, c.onDeadline, c.start = clock, lim, onDeadline, now
 	c.m = fsm.New(req, lim, now)
 	c.events = c.inline[:0]
+}
+
+// Arm arms the timer of the machine's next deadline, if it has one and
+// it is not armed yet.
+func (c *Core) Arm() {
 	c.Mu.Lock()
 	c.rearmLocked()
 	c.Mu.Unlock()
@@ -233,7 +268,7 @@ func (c *Core) tick() {
 	d := c.FeedLocked(fsm.Event{Kind: fsm.EventTick, At: now})
 	c.Mu.Unlock()
 	if d != before && (d.Action == fsm.ActionFail || d.Conn == fsm.ConnDiscard) && c.onDeadline != nil {
-		c.onDeadline(phase)
+		c.onDeadline.DeadlinePassed(phase)
 	}
 }
 

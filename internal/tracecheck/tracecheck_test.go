@@ -52,6 +52,7 @@ func TestRealAttemptsCheckOut(t *testing.T) {
 	// The same reports, tampered with, fail.
 	bad := reports[1]
 	bad.Decision = fsm.Decision{Action: fsm.ActionFail, Rule: fsm.RuleAmbiguousNotIdempotent, Conn: fsm.ConnDiscard}
+	bad.Call = fsm.CallDecision{Action: fsm.ActionFail, Rule: fsm.RuleAmbiguousNotIdempotent} // the call's word agrees: only the replay disagrees
 	if err := tracecheck.Check(bad); err == nil || !strings.Contains(err.Error(), "the transport reported") {
 		t.Fatalf("a wrong reported decision: %v", err)
 	}

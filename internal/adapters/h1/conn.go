@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http/httptrace"
+	"net/textproto"
 	"sync"
 	"sync/atomic"
 )
@@ -65,11 +67,60 @@ type Conn struct {
 	idleRead bool  // a read returned while no sink was attached
 	idleErr  error // its error, if any
 	idleN    int   // its byte count
+
+	trace *httptrace.ClientTrace // see ClientTrace
 }
 
 // NewConn wraps c. wire is the WireCounter beneath c when c is a TLS
 // connection over it, and nil when c is the TCP connection itself.
-func NewConn(c net.Conn, wire *WireCounter) *Conn { return &Conn{Conn: c, wire: wire} }
+func NewConn(c net.Conn, wire *WireCounter) *Conn {
+	conn := &Conn{Conn: c, wire: wire}
+	conn.trace = &httptrace.ClientTrace{
+		WroteRequest:         conn.wroteRequest,
+		GotFirstResponseByte: conn.gotFirstResponseByte,
+		Got1xxResponse:       conn.got1xxResponse,
+	}
+	return conn
+}
+
+// ClientTrace returns the connection's httptrace hooks, made once: each
+// feeds the Recorder attached when it runs, as Recorder.ClientTrace's
+// would. A request's hooks all run while its attempt is attached: net/http
+// calls them before the exchange ends, and a connection is pooled again
+// only after a clean exchange, whose request was written (WroteRequest)
+// and whose response was read (GotFirstResponseByte, Got1xxResponse).
+//
+// Install it only on a context that carries no other trace:
+// httptrace.WithClientTrace composes the hooks it is given with the
+// context's in place, which would change them for every later request.
+func (c *Conn) ClientTrace() *httptrace.ClientTrace { return c.trace }
+
+// recorder returns the attached Recorder, if any.
+func (c *Conn) recorder() *Recorder {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, _ := c.sink.(*Recorder)
+	return r
+}
+
+func (c *Conn) wroteRequest(info httptrace.WroteRequestInfo) {
+	if r := c.recorder(); r != nil {
+		r.wroteRequest(info)
+	}
+}
+
+func (c *Conn) gotFirstResponseByte() {
+	if r := c.recorder(); r != nil {
+		r.gotFirstResponseByte()
+	}
+}
+
+func (c *Conn) got1xxResponse(code int, h textproto.MIMEHeader) error {
+	if r := c.recorder(); r != nil {
+		return r.got1xxResponse(code, h)
+	}
+	return nil
+}
 
 // Attach makes s the sink for what the connection observes from now on.
 // It fails, wrapping ErrStale, when a read returned since the connection

@@ -121,32 +121,40 @@ func (r *Recorder) BodyRead() {
 	}
 }
 
-// ClientTrace returns the httptrace hooks that feed the Recorder.
+// ClientTrace returns the httptrace hooks that feed the Recorder. A
+// request whose context carries no other trace can use its Conn's
+// ClientTrace instead, made once per connection.
 func (r *Recorder) ClientTrace() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil {
-				r.serializedRequest()
-			}
-		},
-		GotFirstResponseByte: func() {
-			r.Mu.Lock()
-			defer r.Mu.Unlock()
-			r.responseByteLocked()
-		},
-		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			r.Mu.Lock()
-			defer r.Mu.Unlock()
-			r.responseByteLocked()
-			if !r.HasLocked(fsm.FactHeaders) {
-				r.StepLocked(fsm.EventInformational)
-			}
-			// The hook's error ends net/http's read of the response:
-			// installing it switched off net/http's own bound on 1xx
-			// header bytes, so the Counter is the bound.
-			return r.info.Add(code, h)
-		},
+		WroteRequest:         r.wroteRequest,
+		GotFirstResponseByte: r.gotFirstResponseByte,
+		Got1xxResponse:       r.got1xxResponse,
 	}
+}
+
+func (r *Recorder) wroteRequest(info httptrace.WroteRequestInfo) {
+	if info.Err == nil {
+		r.serializedRequest()
+	}
+}
+
+func (r *Recorder) gotFirstResponseByte() {
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	r.responseByteLocked()
+}
+
+func (r *Recorder) got1xxResponse(code int, h textproto.MIMEHeader) error {
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	r.responseByteLocked()
+	if !r.HasLocked(fsm.FactHeaders) {
+		r.StepLocked(fsm.EventInformational)
+	}
+	// The hook's error ends net/http's read of the response:
+	// installing it switched off net/http's own bound on 1xx
+	// header bytes, so the Counter is the bound.
+	return r.info.Add(code, h)
 }
 
 // SetInformationalLimit bounds the informational (1xx) responses the

@@ -35,8 +35,9 @@ import (
 // HEADERS frames x/net writes, and a request that claims nothing would
 // leave its frame for the next one.
 type Attempt struct {
-	w    *Wire
-	emit func(fsm.Event) // set by Trace, before x/net can call a hook
+	w     *Wire
+	emit  Emitter               // set by Trace, before x/net can call a hook
+	trace httptrace.ClientTrace // what Trace returns
 
 	mu           sync.Mutex
 	claim        Claim
@@ -48,53 +49,78 @@ type Attempt struct {
 // NewAttempt starts following one request.
 func (w *Wire) NewAttempt() *Attempt { return &Attempt{w: w} }
 
+// Init starts a, a zero Attempt held inside a larger value, following
+// one request on w, as NewAttempt does.
+func (a *Attempt) Init(w *Wire) { a.w = w }
+
+// Emitter receives an Attempt's progress events (see Trace).
+type Emitter interface {
+	Emit(fsm.Event)
+}
+
+// EmitFunc is a func as an Emitter.
+type EmitFunc func(fsm.Event)
+
+// Emit calls f.
+func (f EmitFunc) Emit(e fsm.Event) { f(e) }
+
 // Trace returns hooks for httptrace.WithClientTrace. Each calls emit (when
 // non-nil) with an event that has no At: emit stamps the instant and feeds
 // the machine. The hooks run on x/net's goroutines — WroteHeaders while
 // x/net holds its connection write lock — so emit must be safe for
 // concurrent use, must not block, and must not call into the ClientConn.
+// Call it once per Attempt: the hooks are the Attempt's own.
 //
 // Events may arrive in an order the wire did not follow: x/net reports the
 // first response byte from its read loop and the written headers from its
 // write goroutine, and a fast server's answer can be reported first. The
 // machine accepts both orders.
-func (a *Attempt) Trace(emit func(fsm.Event)) *httptrace.ClientTrace {
+func (a *Attempt) Trace(emit Emitter) *httptrace.ClientTrace {
 	a.emit = emit
-	return &httptrace.ClientTrace{
-		WroteHeaders: func() {
-			c := a.w.claim()
-			a.mu.Lock()
-			a.claim = c
-			a.mu.Unlock()
-			if c.Wrote {
-				a.send(fsm.EventFirstByteWritten)
-			}
-		},
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			if info.Err == nil && a.Claim().Wrote {
-				a.send(fsm.EventRequestWritten)
-			}
-		},
-		GotFirstResponseByte: func() {
-			a.mu.Lock()
-			a.responseByte = true
-			a.mu.Unlock()
-			a.send(fsm.EventFirstResponseByte)
-		},
-		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			a.send(fsm.EventInformational)
-			// x/net counts 1xx header bytes only when no hook is
-			// installed; the hook's error resets the stream (PROTOCOL_ERROR)
-			// and fails the request.
-			return a.info.Add(code, h)
-		},
+	a.trace = httptrace.ClientTrace{
+		WroteHeaders:         a.wroteHeaders,
+		WroteRequest:         a.wroteRequest,
+		GotFirstResponseByte: a.gotFirstResponseByte,
+		Got1xxResponse:       a.got1xxResponse,
+	}
+	return &a.trace
+}
+
+func (a *Attempt) wroteHeaders() {
+	c := a.w.claim()
+	a.mu.Lock()
+	a.claim = c
+	a.mu.Unlock()
+	if c.Wrote {
+		a.send(fsm.EventFirstByteWritten)
 	}
 }
 
-// send passes an event of kind k to the emit function Trace was given.
+func (a *Attempt) wroteRequest(info httptrace.WroteRequestInfo) {
+	if info.Err == nil && a.Claim().Wrote {
+		a.send(fsm.EventRequestWritten)
+	}
+}
+
+func (a *Attempt) gotFirstResponseByte() {
+	a.mu.Lock()
+	a.responseByte = true
+	a.mu.Unlock()
+	a.send(fsm.EventFirstResponseByte)
+}
+
+func (a *Attempt) got1xxResponse(code int, h textproto.MIMEHeader) error {
+	a.send(fsm.EventInformational)
+	// x/net counts 1xx header bytes only when no hook is installed; the
+	// hook's error resets the stream (PROTOCOL_ERROR) and fails the
+	// request.
+	return a.info.Add(code, h)
+}
+
+// send passes an event of kind k to the Emitter Trace was given.
 func (a *Attempt) send(k fsm.EventKind) {
 	if a.emit != nil {
-		a.emit(fsm.Event{Kind: k})
+		a.emit.Emit(fsm.Event{Kind: k})
 	}
 }
 

@@ -53,7 +53,7 @@
 //	cc, err := (&http2.Transport{}).NewClientConn(conn)
 //	…
 //	att := wire.NewAttempt()
-//	ctx := httptrace.WithClientTrace(req.Context(), att.Trace(emit))
+//	ctx := httptrace.WithClientTrace(req.Context(), att.Trace(h2.EmitFunc(emit)))
 //	res, err := cc.RoundTrip(req.WithContext(ctx))
 //	if err != nil {
 //		emit(att.Failure(ctx, err))

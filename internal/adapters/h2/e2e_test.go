@@ -115,7 +115,7 @@ func (o *observed) do(ctx context.Context, method, path string, body []byte) out
 
 	att := o.wire.NewAttempt()
 	defer att.Done()
-	ctx = httptrace.WithClientTrace(ctx, att.Trace(feed))
+	ctx = httptrace.WithClientTrace(ctx, att.Trace(h2.EmitFunc(feed)))
 	res, err := o.cc.RoundTrip(req.WithContext(ctx))
 	if err == nil {
 		feed(fsm.Event{Kind: fsm.EventFinalHeaders})

@@ -149,11 +149,11 @@ func TestEndlessInformationalH2(t *testing.T) {
 			var emitted []fsm.Event
 			att := wire.NewAttempt()
 			att.SetInformationalLimit(tc.lim)
-			rctx := httptrace.WithClientTrace(ctx, att.Trace(func(e fsm.Event) {
+			rctx := httptrace.WithClientTrace(ctx, att.Trace(h2.EmitFunc(func(e fsm.Event) {
 				mu.Lock()
 				emitted = append(emitted, e)
 				mu.Unlock()
-			}))
+			})))
 			req, _ := http.NewRequestWithContext(rctx, "GET", "http://"+s.ln.Addr().String()+"/", nil)
 
 			var before, after runtime.MemStats

@@ -77,6 +77,8 @@ type Wire struct {
 	out     scanner // client to server; starts with the connection preface
 	in      scanner // server to client
 	streams map[uint32]*StreamFacts
+	probe   scanner        // willWrite's copy of out
+	free    []*StreamFacts // records Forget dropped, for track to reuse (at most maxFree)
 
 	lastOpened     uint32 // highest stream ID whose HEADERS reached the socket
 	lastClaimed    uint32 // highest stream ID an Attempt has claimed
@@ -174,8 +176,17 @@ func (w *Wire) GoAway() (GoAwayFacts, bool) {
 func (w *Wire) Forget(id uint32) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	delete(w.streams, id)
+	if s, ok := w.streams[id]; ok {
+		delete(w.streams, id)
+		if len(w.free) < maxFree {
+			w.free = append(w.free, s) // no one else holds it: Stream returns copies
+		}
+	}
 }
+
+// maxFree bounds the stream records a Wire keeps for reuse: about the
+// streams that end between two that start.
+const maxFree = 16
 
 // BytesWritten returns the number of bytes the connection accepted, the
 // connection preface included.
@@ -232,8 +243,8 @@ func (w *Wire) claim() Claim {
 func (w *Wire) willWrite(p []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	probe := w.out
-	probe.feed(p, w.probeHeader, nil, ignoreFrameEnd)
+	w.probe = w.out
+	w.probe.feed(p, w.probeHeader, nil, ignoreFrameEnd)
 }
 
 // probeHeader is willWrite's frame-header callback: it tracks a stream
@@ -341,7 +352,14 @@ func (w *Wire) track(id uint32) *StreamFacts {
 		}
 		delete(w.streams, oldest)
 	}
-	s := &StreamFacts{ID: id}
+	var s *StreamFacts
+	if n := len(w.free); n > 0 {
+		s = w.free[n-1]
+		w.free = w.free[:n-1]
+		*s = StreamFacts{ID: id}
+	} else {
+		s = &StreamFacts{ID: id}
+	}
 	w.streams[id] = s
 	return s
 }

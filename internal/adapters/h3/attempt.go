@@ -30,7 +30,10 @@ import (
 //  5. When the exchange is over, call Done so the Watch forgets the
 //     stream.
 type Attempt struct {
-	w *Watch
+	w        *Watch
+	emit     Emitter  // set by Trace, before quic-go can call a hook
+	uploaded Uploader // set by Trace
+	trace    httptrace.ClientTrace
 
 	mu           sync.Mutex
 	wrote        bool   // header fields were encoded: bytes went to QUIC
@@ -46,6 +49,26 @@ type Attempt struct {
 // NewAttempt starts following one request.
 func (w *Watch) NewAttempt() *Attempt { return &Attempt{w: w} }
 
+// Init starts a, a zero Attempt held inside a larger value, following
+// one request on w, as NewAttempt does.
+func (a *Attempt) Init(w *Watch) { a.w = w }
+
+// Emitter receives an Attempt's progress events (see Trace).
+type Emitter interface {
+	Emit(fsm.Event)
+}
+
+// Uploader is told when quic-go is done with a request body (see Trace).
+type Uploader interface {
+	Uploaded(err error)
+}
+
+// EmitFunc is a func as an Emitter.
+type EmitFunc func(fsm.Event)
+
+// Emit calls f.
+func (f EmitFunc) Emit(e fsm.Event) { f(e) }
+
 // Trace returns hooks for httptrace.WithClientTrace. Each calls emit (when
 // non-nil) with an event that has no At: emit stamps the instant and feeds
 // the machine. uploaded, when non-nil, is called once quic-go is done with
@@ -53,51 +76,63 @@ func (w *Watch) NewAttempt() *Attempt { return &Attempt{w: w} }
 // upload may end after the response (RFC 9114 §4.1). The hooks run on
 // quic-go's goroutines, WroteHeaderField while quic-go holds its
 // request-writer lock, so emit and uploaded must be safe for concurrent
-// use, must not block, and must not call into the ClientConn.
-func (a *Attempt) Trace(emit func(fsm.Event), uploaded func(error)) *httptrace.ClientTrace {
-	send := func(k fsm.EventKind) {
-		if emit != nil {
-			emit(fsm.Event{Kind: k})
-		}
+// use, must not block, and must not call into the ClientConn. Call it
+// once per Attempt: the hooks are the Attempt's own.
+func (a *Attempt) Trace(emit Emitter, uploaded Uploader) *httptrace.ClientTrace {
+	a.emit, a.uploaded = emit, uploaded
+	a.trace = httptrace.ClientTrace{
+		WroteHeaderField:     a.wroteHeaderField,
+		WroteRequest:         a.wroteRequest,
+		GotFirstResponseByte: a.gotFirstResponseByte,
+		Got1xxResponse:       a.got1xxResponse,
 	}
-	return &httptrace.ClientTrace{
-		WroteHeaderField: func(string, []string) {
-			a.mu.Lock()
-			first := !a.wrote
-			a.wrote = true
-			a.mu.Unlock()
-			if first {
-				a.w.expect(a)
-				send(fsm.EventFirstByteWritten)
-			}
-		},
-		WroteRequest: func(info httptrace.WroteRequestInfo) {
-			a.mu.Lock()
-			a.uploadDone, a.uploadErr = true, info.Err
-			wrote := a.wrote
-			a.mu.Unlock()
-			if info.Err == nil && wrote {
-				send(fsm.EventRequestWritten)
-			}
-			if uploaded != nil {
-				uploaded(info.Err)
-			}
-		},
-		GotFirstResponseByte: func() {
-			a.mu.Lock()
-			a.responseByte = true
-			a.mu.Unlock()
-			send(fsm.EventFirstResponseByte)
-		},
-		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
-			send(fsm.EventInformational)
-			// quic-go ignores this hook's error; it fails the request
-			// itself after maxInformational responses. The count is
-			// kept so that Failure knows why.
-			a.info.Add(code, h)
-			return nil
-		},
+	return &a.trace
+}
+
+func (a *Attempt) send(k fsm.EventKind) {
+	if a.emit != nil {
+		a.emit.Emit(fsm.Event{Kind: k})
 	}
+}
+
+func (a *Attempt) wroteHeaderField(string, []string) {
+	a.mu.Lock()
+	first := !a.wrote
+	a.wrote = true
+	a.mu.Unlock()
+	if first {
+		a.w.expect(a)
+		a.send(fsm.EventFirstByteWritten)
+	}
+}
+
+func (a *Attempt) wroteRequest(info httptrace.WroteRequestInfo) {
+	a.mu.Lock()
+	a.uploadDone, a.uploadErr = true, info.Err
+	wrote := a.wrote
+	a.mu.Unlock()
+	if info.Err == nil && wrote {
+		a.send(fsm.EventRequestWritten)
+	}
+	if a.uploaded != nil {
+		a.uploaded.Uploaded(info.Err)
+	}
+}
+
+func (a *Attempt) gotFirstResponseByte() {
+	a.mu.Lock()
+	a.responseByte = true
+	a.mu.Unlock()
+	a.send(fsm.EventFirstResponseByte)
+}
+
+func (a *Attempt) got1xxResponse(code int, h textproto.MIMEHeader) error {
+	a.send(fsm.EventInformational)
+	// quic-go ignores this hook's error; it fails the request itself
+	// after maxInformational responses. The count is kept so that
+	// Failure knows why.
+	a.info.Add(code, h)
+	return nil
 }
 
 // maxInformational is the number of informational responses quic-go's

@@ -89,7 +89,7 @@ func TestStreamsAreClaimedInWriteOrder(t *testing.T) {
 	a, b := w.NewAttempt(), w.NewAttempt()
 	var events []fsm.EventKind
 	emit := func(e fsm.Event) { events = append(events, e.Kind) }
-	ta, tb := a.Trace(emit, nil), b.Trace(nil, nil)
+	ta, tb := a.Trace(EmitFunc(emit), nil), b.Trace(nil, nil)
 
 	// b writes first (stream 0), then a (stream 4); a's trailers on 4
 	// and a stray frame with no writer pending change nothing.
@@ -183,7 +183,7 @@ func TestGoAwayBoundaryDecides(t *testing.T) {
 		m := fsm.New(fsm.Request{Method: fsm.MethodPOST, Body: fsm.BodyBuffered}, fsm.Limits{}, 0)
 		emit := func(e fsm.Event) { m.Step(e) }
 		m.Step(fsm.Event{Kind: fsm.EventConnAcquired, Reused: true, Proto: fsm.ProtoH3})
-		tr := a.Trace(emit, nil)
+		tr := a.Trace(EmitFunc(emit), nil)
 		tr.WroteHeaderField(":method", []string{"POST"})
 		rec.RecordEvent(headersCreated(c.stream))
 		rec.RecordEvent(goAwayParsed(c.goAway))

@@ -57,7 +57,7 @@
 //	cc := (&http3.Transport{}).NewClientConn(qc)
 //	…
 //	att := w.NewAttempt()
-//	ctx := httptrace.WithClientTrace(req.Context(), att.Trace(emit, nil))
+//	ctx := httptrace.WithClientTrace(req.Context(), att.Trace(h3.EmitFunc(emit), nil))
 //	res, err := cc.RoundTrip(req.WithContext(ctx))
 //	if err != nil {
 //		emit(att.Failure(ctx, err))

@@ -57,7 +57,7 @@ func ExampleAttempt_Failure() {
 	m.Step(fsm.Event{Kind: fsm.EventConnAcquired, Proto: fsm.ProtoH3})
 	att := w.NewAttempt()
 	emit := func(e fsm.Event) { m.Step(e) }
-	ctx := httptrace.WithClientTrace(context.Background(), att.Trace(emit, nil))
+	ctx := httptrace.WithClientTrace(context.Background(), att.Trace(h3.EmitFunc(emit), nil))
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL()+"/order", nil)
 	_, err = cc.RoundTrip(req)
 	ev := att.Failure(ctx, err)

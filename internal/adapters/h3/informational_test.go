@@ -80,11 +80,11 @@ func TestEndlessInformationalH3(t *testing.T) {
 			var mu sync.Mutex
 			var emitted []fsm.Event
 			att := w.NewAttempt()
-			rctx := httptrace.WithClientTrace(ctx, att.Trace(func(e fsm.Event) {
+			rctx := httptrace.WithClientTrace(ctx, att.Trace(h3.EmitFunc(func(e fsm.Event) {
 				mu.Lock()
 				emitted = append(emitted, e)
 				mu.Unlock()
-			}, nil))
+			}), nil))
 			req, _ := http.NewRequestWithContext(rctx, "GET", "https://"+ln.Addr().String()+"/", nil)
 
 			var before, after runtime.MemStats

@@ -1,0 +1,203 @@
+// Command benchci summarises a `replaysafe bench` run (raw go test -bench
+// output, for example docs/performance-bench.txt) with
+// golang.org/x/perf/benchmath: for every benchmark and unit the median of
+// its samples with a distribution-free confidence interval (90 % by
+// default: with the five samples of `bench -count 5` a 95 % interval of
+// the median does not exist, and the 90 % one is the samples' range,
+// whose actual confidence is 93.75 %), and for
+// every replaysafe row beside its peer the ratio of the medians, the range
+// of ratios the two intervals allow, and the Mann-Whitney U test's p-value
+// (whether the two samples differ at all).
+//
+// It lives in its own module (tools/go.mod) so that x/perf is no
+// dependency of the library. From the repository root:
+//
+//	go run -C tools ./benchci ../docs/performance-bench.txt
+//
+// Ratios are peer ÷ replaysafe for costs (ns/op, p50-ns, p99-ns,
+// allocs/op, B/op) and replaysafe ÷ peer for req/s, as in the bench
+// table: 1.00 or more means replaysafe is at least as good.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+
+	"golang.org/x/perf/benchfmt"
+	"golang.org/x/perf/benchmath"
+)
+
+// confidence is the requested confidence level of the intervals.
+var confidence = flag.Float64("confidence", 0.9, "confidence `level` of the median's interval")
+
+// units are the measurements summarised, in print order.
+var units = []string{"ns/op", "p50-ns", "p99-ns", "req/s", "allocs/op", "B/op", "ns/event"}
+
+// client is the name of replaysafe's rows; a sibling with another last
+// element is its peer.
+const client = "replaysafe"
+
+var procs = regexp.MustCompile(`-\d+$`)
+
+func main() {
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: benchci [-confidence 0.9] FILE (go test -bench output; - for stdin)")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() != 1 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	file := flag.Arg(0)
+	var in io.Reader = os.Stdin
+	if file != "-" {
+		f, err := os.Open(file)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "benchci:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		in = f
+	}
+	samples, names, err := read(in, file)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchci:", err)
+		os.Exit(1)
+	}
+	write(os.Stdout, samples, names)
+}
+
+// key is one benchmark's measurements in one unit.
+type key struct{ name, unit string }
+
+// read returns every benchmark's values per unit, and the benchmark
+// names in the order they first appear.
+func read(r io.Reader, file string) (map[key][]float64, []string, error) {
+	samples := map[key][]float64{}
+	var names []string
+	br := benchfmt.NewReader(r, file)
+	for br.Scan() {
+		res, ok := br.Result().(*benchfmt.Result)
+		if !ok {
+			continue // a syntax error or a unit line
+		}
+		name := procs.ReplaceAllString(strings.TrimPrefix(string(res.Name.Full()), "Benchmark"), "")
+		seen := false
+		for _, v := range res.Values {
+			unit, value := v.OrigUnit, v.OrigValue
+			if unit == "" { // benchfmt keeps only a unit it tidied (ns/op into sec/op)
+				unit, value = v.Unit, v.Value
+			}
+			k := key{name, unit}
+			if _, ok := samples[k]; !ok && !seen {
+				if !hasName(samples, name) {
+					names = append(names, name)
+				}
+			}
+			seen = true
+			samples[k] = append(samples[k], value)
+		}
+	}
+	return samples, names, br.Err()
+}
+
+func hasName(samples map[key][]float64, name string) bool {
+	for k := range samples {
+		if k.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func write(w io.Writer, samples map[key][]float64, names []string) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "benchmark\tpeer\tunit\treplaysafe median [CI]\tpeer median [CI]\tratio\tratio range\tp\tn\t\n")
+	paired := map[string]bool{}
+	for _, name := range names {
+		base, last := split(name)
+		if last != client {
+			continue
+		}
+		for _, peer := range names {
+			pb, pl := split(peer)
+			if pb != base || pl == client {
+				continue
+			}
+			paired[name], paired[peer] = true, true
+			for _, u := range units {
+				rs, ok1 := samples[key{name, u}]
+				ps, ok2 := samples[key{peer, u}]
+				if !ok1 || !ok2 {
+					continue
+				}
+				a, b := benchmath.NewSample(rs, &benchmath.DefaultThresholds), benchmath.NewSample(ps, &benchmath.DefaultThresholds)
+				sa, sb := summary(a), summary(b)
+				ratio, lo, hi := sb.Center/sa.Center, sb.Lo/sa.Hi, sb.Hi/sa.Lo
+				if u == "req/s" {
+					ratio, lo, hi = sa.Center/sb.Center, sa.Lo/sb.Hi, sa.Hi/sb.Lo
+				}
+				c := benchmath.AssumeNothing.Compare(a, b)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%.3f\t%d/%d\t\n", base, pl, u,
+					format(sa), format(sb), ratio, ratioRange(lo, hi), c.P, c.N1, c.N2)
+			}
+		}
+	}
+	for _, name := range names {
+		if paired[name] {
+			continue
+		}
+		for _, u := range units {
+			v, ok := samples[key{name, u}]
+			if !ok {
+				continue
+			}
+			s := summary(benchmath.NewSample(v, &benchmath.DefaultThresholds))
+			fmt.Fprintf(tw, "%s\t\t%s\t%s\t\t\t\t\t%d\t\n", name, u, format(s), len(v))
+		}
+	}
+}
+
+// summary is the sample's median with its confidence interval.
+func summary(s *benchmath.Sample) benchmath.Summary {
+	return benchmath.AssumeNothing.Summary(s, *confidence)
+}
+
+func format(s benchmath.Summary) string {
+	return fmt.Sprintf("%s [%s, %s]", num(s.Center), num(s.Lo), num(s.Hi))
+}
+
+func ratioRange(lo, hi float64) string {
+	if math.IsInf(lo, 0) || math.IsInf(hi, 0) || math.IsNaN(lo) || math.IsNaN(hi) {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f–%.2f", lo, hi)
+}
+
+func num(x float64) string {
+	switch {
+	case math.IsInf(x, 0) || math.IsNaN(x):
+		return fmt.Sprint(x)
+	case math.Abs(x) >= 100:
+		return fmt.Sprintf("%.0f", x)
+	}
+	return fmt.Sprintf("%.3g", x)
+}
+
+// split returns a benchmark name without its last element, and that
+// element (the client).
+func split(name string) (string, string) {
+	i := strings.LastIndexByte(name, '/')
+	if i < 0 {
+		return name, ""
+	}
+	return name[:i], name[i+1:]
+}
