@@ -256,7 +256,9 @@ func TestLoadWindow(t *testing.T) {
 		t.Fatalf("get-fail-all over %v: %d copies (identical %v), %s; want 4 identical copies, error deadline",
 			LoadWindow, r.copies, r.same, r.outcome)
 	}
-	if r.duration < LoadWindow {
+	// The deadline is set before the call's clock starts, so the call may
+	// be measured a hair short of the window; an early end is seconds off.
+	if r.duration < LoadWindow-time.Second {
 		t.Fatalf("call ended after %v, before the window", r.duration)
 	}
 }
