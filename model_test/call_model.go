@@ -27,26 +27,9 @@ type CallTrace struct {
 // fsm.Call are known to disagree. The zero CallReading is the model's own
 // reading of the text; each field switches one point to what fsm.Call
 // does, so that a comparison can name a known disagreement instead of
-// failing on it. CallDivergences documents each one.
-type CallReading struct {
-	// OneAttemptIsOff (CD1): under a policy of one attempt, the ResendOff
-	// that Next sets for the attempt machine is read as the caller's own,
-	// so no configured retry "would be allowed" and RS26 and RS28 never
-	// decide: the attempt's own rule stands.
-	OneAttemptIsOff bool
-	// TooEarlyByStatus (CD2): a second 425 is retried by RS23 when the
-	// policy lists 425, although RS22 says it is delivered.
-	TooEarlyByStatus bool
-	// TrustsResend (CD3): a resend that the attempt rules cannot decide
-	// for the facts Next gave the attempt (the last attempt, resending
-	// off, a retry policy of the caller's own, a read one-shot body, RS20
-	// for a request RS18 or RS19 refuses) is followed as if they had.
-	TrustsResend bool
-	// WrappingBackoff (CD4): the backoff ceiling Base·2^(k−2) wraps
-	// around when it passes the int64 nanoseconds of time.Duration
-	// instead of being capped.
-	WrappingBackoff bool
-}
+// failing on it. CallDivergences documents each one; there is none now,
+// so it has no field.
+type CallReading struct{}
 
 // DecideCall returns what the call rules decide after every outcome of
 // tr: the decision on the outcome that ended the call, or on the last one
@@ -119,7 +102,7 @@ func decideAttempt(req fsm.Request, p fsm.Retry, outcomes []fsm.Outcome, rd Call
 	policy := p.Attempts > 0 // "Zero means no configured retries"
 	// The caller switched resending off or has a retry policy of their
 	// own: replaysafe resends nothing underneath (RS09, RS10).
-	off := req.ResendOff || req.RetryPolicy || rd.OneAttemptIsOff && p.Attempts == 1
+	off := req.ResendOff || req.RetryPolicy
 	keyed := idempotentMethod(req.Method) || req.IdempotencyKey
 	reproducible := reproducibleBody(req.Body)
 	asItWas := reproducible || req.Body == fsm.BodyOneShotUntouched && !bodyReadBy(outcomes)
@@ -151,7 +134,7 @@ func decideAttempt(req fsm.Request, p fsm.Retry, outcomes []fsm.Outcome, rd Call
 				if reproducible && !lastAttempt {
 					return fsm.CallDecision{Action: fsm.ActionResend, Rule: fsm.RuleTooEarly, Retry: true}
 				}
-			} else if !rd.TooEarlyByStatus {
+			} else {
 				return own // "a second 425 is delivered"
 			}
 		}
@@ -170,7 +153,7 @@ func decideAttempt(req fsm.Request, p fsm.Retry, outcomes []fsm.Outcome, rd Call
 		return retry(fsm.RuleRetryStatus, fsm.ActionDeliver, wait)
 
 	case fsm.ActionResend:
-		if rule, forbidden := resendForbidden(facts, o, keyed, reproducible); forbidden && !rd.TrustsResend {
+		if rule, forbidden := resendForbidden(facts, o, keyed, reproducible); forbidden {
 			return fsm.CallDecision{Action: fsm.ActionFail, Rule: rule}
 		}
 		if k == 1 {
@@ -228,13 +211,7 @@ func resendForbidden(facts fsm.Request, o fsm.Outcome, keyed, reproducible bool)
 // min(Cap, Base·2^(k−2)), counting the automatic resend as a retry.
 func backoffBefore(p fsm.Retry, k int, j float64, rd CallReading) time.Duration {
 	ceiling := p.Cap
-	if e := k - 2; rd.WrappingBackoff {
-		c := p.Base
-		for i := 0; i < e && c < p.Cap; i++ {
-			c *= 2 // doubled while below the cap, wrapping past int64
-		}
-		ceiling = min(ceiling, c)
-	} else if e < 63 && p.Base <= p.Cap>>e {
+	if e := k - 2; e < 63 && p.Base <= p.Cap>>e {
 		ceiling = min(ceiling, p.Base<<e)
 	}
 	if ceiling <= 0 || j < 0 || j >= 1 {
