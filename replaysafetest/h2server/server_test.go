@@ -123,17 +123,12 @@ func TestRawRefuseOnHeadersSkipsBody(t *testing.T) {
 	}
 }
 
+// TestRawRefuseAfterBodyAndReset: an action that waits for the whole body
+// sends nothing before END_STREAM and then resets with its own code.
 func TestRawRefuseAfterBodyAndReset(t *testing.T) {
-	for _, tc := range []struct {
-		action h2server.Action
-		code   http2.ErrCode
-	}{
-		{h2server.RefuseAfterBody(), http2.ErrCodeRefusedStream},
-		{h2server.Reset(http2.ErrCodeInternal), http2.ErrCodeInternal},
-		{h2server.Reset(http2.ErrCodeProtocol), http2.ErrCodeProtocol},
-	} {
-		t.Run(tc.action.String(), func(t *testing.T) {
-			s := start(t, one(tc.action))
+	resetsAfterBody := func(action h2server.Action, want http2.ErrCode) {
+		t.Run(action.String(), func(t *testing.T) {
+			s := start(t, one(action))
 			rc := dialRaw(t, s, true)
 			rc.headers(1, "PUT", "/x", false)
 			rc.data(1, "abc", false)
@@ -148,8 +143,8 @@ func TestRawRefuseAfterBodyAndReset(t *testing.T) {
 			}
 			rc.data(1, "def", true)
 			f := rc.read()
-			if f.Type != http2.FrameRSTStream || f.Code != tc.code {
-				t.Fatalf("got %v %v, want RST_STREAM(%v)", f, f.Code, tc.code)
+			if f.Type != http2.FrameRSTStream || f.Code != want {
+				t.Fatalf("got %v %v, want RST_STREAM(%v)", f, f.Code, want)
 			}
 			r := waitRequests(t, s, 1)[0]
 			if string(r.Body) != "abcdef" || !r.EndStream {
@@ -157,6 +152,9 @@ func TestRawRefuseAfterBodyAndReset(t *testing.T) {
 			}
 		})
 	}
+	resetsAfterBody(h2server.RefuseAfterBody(), http2.ErrCodeRefusedStream)
+	resetsAfterBody(h2server.Reset(http2.ErrCodeInternal), http2.ErrCodeInternal)
+	resetsAfterBody(h2server.Reset(http2.ErrCodeProtocol), http2.ErrCodeProtocol)
 }
 
 func TestRawGoAway(t *testing.T) {
