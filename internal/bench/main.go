@@ -22,6 +22,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	count := fs.Int("count", 1, "run each benchmark `n` times; the table shows the medians")
+	interleave := fs.Bool("interleave", true, "with -count above 1, run the suite n times with -count 1, so that the rows of a pair alternate\n"+
+		"and drift of a shared machine falls on both (false: go test -count n, n samples of one row, then of the next)")
 	benchtime := fs.String("benchtime", "1s", "go test -benchtime for each benchmark")
 	filter := fs.String("filter", ".", "go test -bench `regexp` selecting the benchmarks")
 	asJSON := fs.Bool("json", false, "print the results and pairs as JSON instead of a table")
@@ -32,7 +34,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, `usage: replaysafe bench [flags]
 
 A development command: run it from the repository root, where it runs
-  go test -run '^$' -bench FILTER -benchmem -count N -benchtime T ./fsm/ ./internal/bench/
+  go test -run '^$' -bench FILTER -benchmem -count 1 -benchtime T ./fsm/ ./internal/bench/
+N times (-count N; with -interleave=false once with -count N instead),
 streams that output to stderr, and prints every replaysafe benchmark beside
 its peers (net/http, x/net/http2, quic-go's http3.Transport) with the ratio
 peer ÷ replaysafe, so that 1.0 or more means replaysafe is at least as
@@ -65,16 +68,22 @@ run instead.`)
 			fmt.Fprintln(stderr, "replaysafe bench: run it from the repository root (no go.mod here)")
 			return 1
 		}
+		rounds, perRound := 1, *count
+		if *interleave && *count > 1 {
+			rounds, perRound = *count, 1
+		}
 		cmdArgs := append([]string{"test", "-run", "^$", "-bench", *filter, "-benchmem",
-			"-count", strconv.Itoa(*count), "-benchtime", *benchtime}, Packages...)
-		fmt.Fprintf(stderr, "go %s\n", join(cmdArgs))
+			"-count", strconv.Itoa(perRound), "-benchtime", *benchtime}, Packages...)
 		var buf bytes.Buffer
-		cmd := exec.Command("go", cmdArgs...)
-		cmd.Stdout = io.MultiWriter(&buf, stderr)
-		cmd.Stderr = stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(stderr, "replaysafe bench: go test:", err)
-			return 1
+		for round := 1; round <= rounds; round++ {
+			fmt.Fprintf(stderr, "round %d/%d: go %s\n", round, rounds, join(cmdArgs))
+			cmd := exec.Command("go", cmdArgs...)
+			cmd.Stdout = io.MultiWriter(&buf, stderr)
+			cmd.Stderr = stderr
+			if err := cmd.Run(); err != nil {
+				fmt.Fprintln(stderr, "replaysafe bench: go test:", err)
+				return 1
+			}
 		}
 		raw = buf.Bytes()
 		fmt.Fprintf(stderr, "go version %s, GOMAXPROCS %d\n", runtime.Version(), runtime.GOMAXPROCS(0))
