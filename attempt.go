@@ -241,8 +241,8 @@ func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, 
 		return a.failed(d, a.cause(a.abortCause()))
 	}
 	o := fsm.Outcome{Decision: d, Facts: a.rec.Facts(), Status: resp.StatusCode}
-	if v := resp.Header.Get("Retry-After"); v != "" {
-		o.RetryAfter, o.HasRetryAfter = fsm.ParseRetryAfter(v, time.Now())
+	if v := resp.Header["Retry-After"]; len(v) > 0 && v[0] != "" { // canonical key: no CanonicalMIMEHeaderKey per call
+		o.RetryAfter, o.HasRetryAfter = fsm.ParseRetryAfter(v[0], time.Now())
 	}
 	a.call = a.c.step(o)
 	if a.call.Action != fsm.ActionResend {

@@ -53,14 +53,17 @@ func (c *call) runH2() (*http.Response, error) {
 // only once it holds a connection: its refusal comes before anything is
 // written, so it would read as a request handed back, be resent, and fail
 // the same way. proto names the protocol in the error.
+//
+// The keys are looked up in their canonical form directly: Header.Values
+// would canonicalise the constant again on every call.
 func checkStreamHeader(proto string, h http.Header) error {
-	if v := h.Values("Upgrade"); len(v) > 0 && v[0] != "" {
+	if v := h["Upgrade"]; len(v) > 0 && v[0] != "" {
 		return fmt.Errorf("replaysafe: %s request with an Upgrade header field %q", proto, v)
 	}
-	if v := h.Values("Transfer-Encoding"); len(v) > 1 || len(v) == 1 && v[0] != "" && v[0] != "chunked" {
+	if v := h["Transfer-Encoding"]; len(v) > 1 || len(v) == 1 && v[0] != "" && v[0] != "chunked" {
 		return fmt.Errorf("replaysafe: %s request with Transfer-Encoding %q", proto, v)
 	}
-	if v := h.Values("Connection"); len(v) > 1 || len(v) == 1 && v[0] != "" &&
+	if v := h["Connection"]; len(v) > 1 || len(v) == 1 && v[0] != "" &&
 		!strings.EqualFold(v[0], "close") && !strings.EqualFold(v[0], "keep-alive") {
 		return fmt.Errorf("replaysafe: %s request with Connection %q", proto, v)
 	}

@@ -184,10 +184,14 @@ func (p *muxPool[C]) take(key connKey, after uint64, same C) (got C, reused, pen
 			kept = append(kept, c) // full: at the server's concurrency limit
 		}
 	}
-	clear(list[len(kept):])
-	if len(kept) == 0 {
+	switch {
+	case len(kept) == len(list):
+		// Nothing left the list: it is already stored as it is.
+	case len(kept) == 0:
+		clear(list)
 		delete(p.conns, key)
-	} else {
+	default:
+		clear(list[len(kept):])
 		p.conns[key] = kept
 	}
 	if got == zero {
