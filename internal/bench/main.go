@@ -68,10 +68,7 @@ run instead.`)
 			fmt.Fprintln(stderr, "replaysafe bench: run it from the repository root (no go.mod here)")
 			return 1
 		}
-		rounds, perRound := 1, *count
-		if *interleave && *count > 1 {
-			rounds, perRound = *count, 1
-		}
+		rounds, perRound := Rounds(*count, *interleave)
 		cmdArgs := append([]string{"test", "-run", "^$", "-bench", *filter, "-benchmem",
 			"-count", strconv.Itoa(perRound), "-benchtime", *benchtime}, Packages...)
 		var buf bytes.Buffer
@@ -133,6 +130,17 @@ run instead.`)
 		return 1
 	}
 	return 0
+}
+
+// Rounds returns how many times bench runs go test and the -count of
+// each run for count samples of every benchmark: count runs of one
+// sample each when interleaving (the rows of a pair then alternate, so
+// that a shared machine's drift falls on both), else one run of count.
+func Rounds(count int, interleave bool) (rounds, perRound int) {
+	if interleave && count > 1 {
+		return count, 1
+	}
+	return 1, count
 }
 
 func join(args []string) string {

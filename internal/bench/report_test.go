@@ -113,3 +113,24 @@ func TestMainReadsSavedRun(t *testing.T) {
 		t.Errorf("JSON output:\n%s", stdout.String())
 	}
 }
+
+func TestRoundsInterleaveSamples(t *testing.T) {
+	for _, tc := range []struct {
+		count            int
+		interleave       bool
+		rounds, perRound int
+	}{
+		{5, true, 5, 1},  // five runs of the whole suite, one sample each
+		{5, false, 1, 5}, // go test -count 5: five samples of a row in a row
+		{1, true, 1, 1},
+		{1, false, 1, 1},
+	} {
+		rounds, perRound := bench.Rounds(tc.count, tc.interleave)
+		if rounds != tc.rounds || perRound != tc.perRound {
+			t.Errorf("Rounds(%d, %v) = %d, %d; want %d, %d", tc.count, tc.interleave, rounds, perRound, tc.rounds, tc.perRound)
+		}
+		if rounds*perRound != tc.count {
+			t.Errorf("Rounds(%d, %v) gives %d samples", tc.count, tc.interleave, rounds*perRound)
+		}
+	}
+}
