@@ -26,12 +26,14 @@ var errFallbackH1 = errors.New("replaysafe: ALPN selected HTTP/1.1")
 // NewClientConn: its RoundTrip, and with it x/net's retry loop and
 // backoff sleeps, never runs.
 func newH2Factory(o Options) *http2.Transport {
+	// No IdleConnTimeout: the pool closes idle connections (muxPool),
+	// with a timer that lets go of a connection once it is closed. x/net's
+	// own idle timer, stopped when a connection ends, would stay in the
+	// runtime's timer heap until the heap is next cleaned, holding the
+	// whole closed ClientConn with its buffers.
 	t := &http2.Transport{
 		DisableCompression: o.DisableCompression,
 		AllowHTTP:          true,
-	}
-	if o.IdleConnTimeout > 0 {
-		t.IdleConnTimeout = o.IdleConnTimeout
 	}
 	if o.MaxResponseHeaderBytes > 0 && o.MaxResponseHeaderBytes <= 1<<32-1 {
 		t.MaxHeaderListSize = uint32(o.MaxResponseHeaderBytes)

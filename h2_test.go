@@ -1,6 +1,7 @@
 package replaysafe_test
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -679,4 +680,32 @@ func TestH2BodyReadTimeout(t *testing.T) {
 	}
 	wantH2Copies(t, s, "/slow", 0)
 	wantDecisions(t, obs, "/slow", fsm.RuleTimeout)
+}
+
+// TestH2IdleConnTimeout: an HTTP/2 connection left without a stream for
+// IdleConnTimeout closes (the pool's timer, not x/net's), and the next
+// request dials a new one.
+func TestH2IdleConnTimeout(t *testing.T) {
+	s := startH2(t, h2server.Config{Default: h2server.Every(h2server.OK("hello"))})
+	tr, _ := h2Client(t, s, replaysafe.Options{IdleConnTimeout: 20 * time.Millisecond})
+	for i, path := range []string{"/a", "/b"} {
+		code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+path, ""))
+		if err != nil || code != 200 || body != "hello" {
+			t.Fatalf("request %d: %d %q %v", i, code, body, err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		err = s.WaitConnClosed(ctx, i)
+		cancel()
+		if err != nil {
+			t.Fatalf("connection %d not closed by the idle timeout: %v", i, err)
+		}
+		if n := tr.IdleConns(); n != 0 {
+			t.Errorf("request %d: %d idle connections after the timeout", i, n)
+		}
+	}
+	if n := s.Accepted(); n != 2 {
+		t.Errorf("%d connections accepted, want 2", n)
+	}
+	wantH2Copies(t, s, "/a", 0)
+	wantH2Copies(t, s, "/b", 1)
 }

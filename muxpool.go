@@ -22,6 +22,7 @@ type muxState struct {
 	// one ended. A timer that fires anyway finds the connection busy, or
 	// idle for less than the limit, and does nothing.
 	idleTimer *time.Timer
+	idleRef   *idleRef // what idleTimer's function holds of the connection
 	idleSince time.Time
 }
 
@@ -53,7 +54,7 @@ type muxConn interface {
 type muxPool[C muxConn] struct {
 	keep        bool          // false: every connection closes once its attempts are done
 	maxIdle     int           // idle connections kept per route, when keep
-	idleTimeout time.Duration // > 0: close a connection idle this long (else the stack does)
+	idleTimeout time.Duration // > 0: close a connection idle this long
 	limit       *connLimit    // shared with the Transport's other pools
 	gate        dialGate      // attempts that missed the pool share a dial
 
@@ -245,7 +246,9 @@ func (p *muxPool[C]) done(c C, clean bool) {
 	if !closeIt && m.active == 0 && p.idleTimeout > 0 {
 		m.idleSince = time.Now()
 		if m.idleTimer == nil {
-			m.idleTimer = time.AfterFunc(p.idleTimeout, func() { p.idleExpired(c) })
+			ref := &idleRef{conn: c}
+			m.idleRef = ref
+			m.idleTimer = time.AfterFunc(p.idleTimeout, func() { p.idleFired(ref) })
 		} else {
 			m.idleTimer.Reset(p.idleTimeout)
 		}
@@ -276,6 +279,8 @@ func (p *muxPool[C]) shut(c C) {
 	m := c.mux()
 	first := !m.shut
 	m.shut = true
+	p.stopIdleLocked(m)
+	m.idleRef.drop()
 	p.mu.Unlock()
 	if first {
 		c.close()
@@ -286,6 +291,13 @@ func (p *muxPool[C]) shut(c C) {
 func (p *muxPool[C]) stopIdleLocked(m *muxState) {
 	if m.idleTimer != nil {
 		m.idleTimer.Stop()
+	}
+}
+
+// idleFired is c's idle timer's function: c, unless it was shut since.
+func (p *muxPool[C]) idleFired(ref *idleRef) {
+	if c, ok := ref.get().(C); ok {
+		p.idleExpired(c)
 	}
 }
 

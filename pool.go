@@ -37,6 +37,7 @@ type persistConn struct {
 	// (expire), or not idle at all, and does nothing.
 	idleSince time.Time
 	idleTimer *time.Timer
+	idleRef   *idleRef // what idleTimer's function holds of the connection
 
 	limit       *connLimit // where its room is counted
 	closeOnce   sync.Once
@@ -45,8 +46,17 @@ type persistConn struct {
 
 // close closes the connection, and gives its room in the connection
 // limit back; net/http's loops exit with it.
+//
+// The idle timer's fields are read without the pool's lock: put wrote
+// them under it before the pool could hand pc to whoever closes it.
 func (pc *persistConn) close() {
-	pc.closeOnce.Do(func() { pc.cc.Close() })
+	pc.closeOnce.Do(func() {
+		pc.cc.Close()
+		if pc.idleTimer != nil {
+			pc.idleTimer.Stop()
+		}
+		pc.idleRef.drop()
+	})
 	pc.release()
 }
 
@@ -117,7 +127,9 @@ func (p *pool) put(pc *persistConn) {
 	pc.idleSince = now
 	if p.timeout > 0 {
 		if pc.idleTimer == nil {
-			pc.idleTimer = time.AfterFunc(p.timeout, func() { p.expire(pc) })
+			ref := &idleRef{conn: pc}
+			pc.idleRef = ref
+			pc.idleTimer = time.AfterFunc(p.timeout, func() { p.idleFired(ref) })
 		} else {
 			pc.idleTimer.Reset(p.timeout)
 		}
@@ -126,6 +138,38 @@ func (p *pool) put(pc *persistConn) {
 		list, p.spare = p.spare, nil
 	}
 	p.idle[pc.key] = append(list, pc)
+}
+
+// idleFired is an idle timer's function: pc, unless it was closed since.
+func (p *pool) idleFired(ref *idleRef) {
+	if pc, ok := ref.get().(*persistConn); ok {
+		p.expire(pc)
+	}
+}
+
+// idleRef is what a connection's idle timer holds of it: the connection
+// until it closes, nothing after (drop). The runtime keeps a stopped
+// timer until it next cleans its timer heap, and one that was not
+// stopped until it fires: either way the timer then pins this small
+// value, not a closed connection with its buffers.
+type idleRef struct {
+	mu   sync.Mutex
+	conn any
+}
+
+func (r *idleRef) get() any {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.conn
+}
+
+// drop lets go of the connection; on nil it does nothing.
+func (r *idleRef) drop() {
+	if r != nil {
+		r.mu.Lock()
+		r.conn = nil
+		r.mu.Unlock()
+	}
 }
 
 // expire closes pc if it is still idle and has been for the whole limit:

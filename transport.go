@@ -96,7 +96,7 @@ func New(o Options) *Transport {
 		pool:    newPool(o.MaxIdleConnsPerHost, o.IdleConnTimeout, limit),
 
 		h2factory: newH2Factory(o),
-		h2pool:    newMuxPool[*h2Conn](o.MaxIdleConnsPerHost, 0, limit),
+		h2pool:    newMuxPool[*h2Conn](o.MaxIdleConnsPerHost, o.IdleConnTimeout, limit),
 
 		h3factory: newH3Factory(o),
 		altSvc:    newAltSvcCache(),
