@@ -1,10 +1,15 @@
 package replaysafe
 
 import (
+	"bufio"
+	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -61,7 +66,7 @@ func TestMuxIdleTimerLetsGoOfShutConnections(t *testing.T) {
 		t.Fatalf("idle connection: timer %v, its ref holds %v", m.idleTimer, m.idleRef.get())
 	}
 	p.retire(c) // idle, so it is shut at once
-	if !c.closed {
+	if !c.isClosed() {
 		t.Fatal("a retired idle connection was not closed")
 	}
 	if got := m.idleRef.get(); got != nil {
@@ -75,11 +80,149 @@ func TestMuxIdleTimerLetsGoOfShutConnections(t *testing.T) {
 // fakeMuxConn is a muxConn that takes any number of streams.
 type fakeMuxConn struct {
 	state  muxState
-	closed bool
+	closed atomic.Bool // closed by the idle timer's goroutine
 }
 
 func (c *fakeMuxConn) mux() *muxState { return &c.state }
-func (c *fakeMuxConn) reserve() bool  { return !c.closed }
+func (c *fakeMuxConn) reserve() bool  { return !c.closed.Load() }
 func (c *fakeMuxConn) pending() bool  { return false }
-func (c *fakeMuxConn) gone() bool     { return c.closed }
-func (c *fakeMuxConn) close()         { c.closed = true }
+func (c *fakeMuxConn) gone() bool     { return c.closed.Load() }
+func (c *fakeMuxConn) close()         { c.closed.Store(true) }
+func (c *fakeMuxConn) isClosed() bool { return c.closed.Load() }
+
+// idleCountForTest returns the pooled connections without a running
+// attempt, over every route.
+func (p *muxPool[C]) idleCountForTest() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, list := range p.conns {
+		for _, c := range list {
+			if c.mux().active == 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// TestMuxIdleTimerRunsAcrossExchanges: the idle timer is set once, when
+// the connection first goes idle; an attempt's start and end touch no
+// timer. When it fires on a busy connection it looks again a whole limit
+// later, on a connection idle for less than the limit it waits for what
+// is left, and the connection closes exactly IdleConnTimeout after its
+// last attempt ended. Fake time (testing/synctest).
+func TestMuxIdleTimerRunsAcrossExchanges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = time.Second
+		p := newMuxPool[*fakeMuxConn](2, limit, newConnLimit(0))
+		c := &fakeMuxConn{}
+		p.add(c)
+		start := time.Now()
+		p.done(c, true) // idle at 0: the timer is set for 1 s
+		timer := c.mux().idleTimer
+
+		time.Sleep(900 * time.Millisecond)
+		if got, _, _ := p.take(connKey{}, 0, nil); got != c {
+			t.Fatalf("take at 0.9 s: %v", got)
+		}
+		time.Sleep(200 * time.Millisecond) // fires at 1 s, busy: set again for 2 s
+		synctest.Wait()
+		p.done(c, true) // idle since 1.1 s
+		if c.mux().idleTimer != timer {
+			t.Fatal("a new timer for a connection that has one")
+		}
+		for _, step := range []struct {
+			sleep  time.Duration
+			closed bool
+		}{
+			{850 * time.Millisecond, false}, // 1.95 s
+			{100 * time.Millisecond, false}, // 2.05 s: fired at 2 s, 0.9 s idle, set for 2.1 s
+			{100 * time.Millisecond, true},  // 2.15 s: closed at 2.1 s
+		} {
+			time.Sleep(step.sleep)
+			synctest.Wait()
+			if got := c.isClosed(); got != step.closed {
+				t.Fatalf("%v after the first idle: closed %v, want %v", time.Since(start), got, step.closed)
+			}
+		}
+		if n := p.idleCountForTest(); n != 0 {
+			t.Errorf("%d connections still pooled after the idle close", n)
+		}
+	})
+}
+
+// TestIdleTimerRunsAcrossKeepAlive: over HTTP/1.1 the idle timer is set
+// at the connection's first return to the pool and not touched by later
+// exchanges; a firing between them finds the connection recently used
+// and waits for what is left. Four GETs 600 ms apart under a 1 s limit
+// share one connection, which closes 1 s after the last. Fake time
+// (testing/synctest) over net.Pipe; the server counts connections and
+// requests.
+func TestIdleTimerRunsAcrossKeepAlive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var dials, requests, closed atomic.Int32
+		serve := func(c net.Conn) {
+			defer closed.Add(1)
+			defer c.Close()
+			br := bufio.NewReader(c)
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				requests.Add(1)
+				if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+					return
+				}
+			}
+		}
+		tr := New(Options{IdleConnTimeout: time.Second, DialContext: func(context.Context, string, string) (net.Conn, error) {
+			dials.Add(1)
+			client, server := net.Pipe()
+			go serve(server)
+			return client, nil
+		}})
+		defer tr.CloseIdleConnections()
+		get := func() {
+			t.Helper()
+			req, err := http.NewRequestWithContext(t.Context(), "GET", "http://pipe.test/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil || string(b) != "ok" {
+				t.Fatalf("body %q, %v", b, err)
+			}
+		}
+		for i := range 4 {
+			if i > 0 {
+				time.Sleep(600 * time.Millisecond)
+			}
+			get()
+		}
+		synctest.Wait()
+		if d, r := dials.Load(), requests.Load(); d != 1 || r != 4 {
+			t.Fatalf("%d connections for %d requests, want 1 for 4", d, r)
+		}
+		time.Sleep(950 * time.Millisecond)
+		synctest.Wait()
+		if closed.Load() != 0 {
+			t.Fatal("closed 950 ms after its last exchange, under a 1 s limit")
+		}
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		if closed.Load() != 1 {
+			t.Fatal("still open 1.05 s after its last exchange, under a 1 s limit")
+		}
+		if n := tr.IdleConns(); n != 0 {
+			t.Errorf("%d idle connections after the idle close", n)
+		}
+	})
+}
