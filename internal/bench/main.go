@@ -8,8 +8,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strconv"
+	"strings"
 )
 
 // Packages are the packages whose benchmarks `replaysafe bench` runs.
@@ -34,8 +36,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, `usage: replaysafe bench [flags]
 
 A development command: run it from the repository root, where it runs
-  go test -run '^$' -bench FILTER -benchmem -count 1 -benchtime T ./fsm/ ./internal/bench/
-N times (-count N; with -interleave=false once with -count N instead),
+  go test -run '^$' -bench FILTER -skip '^BenchmarkMemory$' -benchmem -count 1 -benchtime T ./fsm/ ./internal/bench/
+N times (-count N; with -interleave=false once with -count N instead), then
+each memory benchmark FILTER selects N times in a process of its own,
 streams that output to stderr, and prints every replaysafe benchmark beside
 its peers (net/http, x/net/http2, quic-go's http3.Transport) with the ratio
 peer ÷ replaysafe, so that 1.0 or more means replaysafe is at least as
@@ -69,12 +72,24 @@ run instead.`)
 			return 1
 		}
 		rounds, perRound := Rounds(*count, *interleave)
-		cmdArgs := append([]string{"test", "-run", "^$", "-bench", *filter, "-benchmem",
-			"-count", strconv.Itoa(perRound), "-benchtime", *benchtime}, Packages...)
+		var runs [][]string
+		for range rounds {
+			runs = append(runs, append([]string{"test", "-run", "^$", "-bench", *filter, "-skip", "^" + memoryBenchmark + "$",
+				"-benchmem", "-count", strconv.Itoa(perRound), "-benchtime", *benchtime}, Packages...))
+		}
+		// Each memory reading in a process of its own: a heap reading
+		// taken after another measurement in the same process can see
+		// that measurement's connections freed in the middle of it.
+		for range *count {
+			for _, leaf := range MemoryLeaves(*filter) {
+				runs = append(runs, []string{"test", "-run", "^$", "-bench", leaf, "-benchmem", "-count", "1",
+					"-benchtime", *benchtime, memoryPackage})
+			}
+		}
 		var buf bytes.Buffer
-		for round := 1; round <= rounds; round++ {
-			fmt.Fprintf(stderr, "round %d/%d: go %s\n", round, rounds, join(cmdArgs))
-			cmd := exec.Command("go", cmdArgs...)
+		for i, args := range runs {
+			fmt.Fprintf(stderr, "run %d/%d: go %s\n", i+1, len(runs), join(args))
+			cmd := exec.Command("go", args...)
 			cmd.Stdout = io.MultiWriter(&buf, stderr)
 			cmd.Stderr = stderr
 			if err := cmd.Run(); err != nil {
@@ -130,6 +145,51 @@ run instead.`)
 		return 1
 	}
 	return 0
+}
+
+// memoryBenchmark and memoryPackage name the memory benchmarks, which
+// bench runs one process per reading (MemoryLeaves).
+const (
+	memoryBenchmark = "BenchmarkMemory"
+	memoryPackage   = "./internal/bench/"
+)
+
+// MemoryStates are the states BenchmarkMemory reads for each protocol.
+var MemoryStates = []string{"idle-conn", "inflight"}
+
+// MemoryLeaves returns a go test -bench pattern for each memory
+// benchmark (protocol / state / client) that filter selects, matched as go
+// test matches: the filter's slash-separated elements against the name's.
+func MemoryLeaves(filter string) []string {
+	var out []string
+	for _, p := range Protocols {
+		for _, st := range MemoryStates {
+			for _, c := range p.Clients {
+				name := []string{memoryBenchmark, p.Name, st, c.Name}
+				if !matchBench(filter, name) {
+					continue
+				}
+				out = append(out, "^"+memoryBenchmark+"$/^"+regexp.QuoteMeta(p.Name)+"$/^"+regexp.QuoteMeta(st)+"$/^"+regexp.QuoteMeta(c.Name)+"$")
+			}
+		}
+	}
+	return out
+}
+
+// matchBench reports whether go test -bench filter selects the benchmark
+// whose name elements are name; an element that does not compile matches
+// nothing.
+func matchBench(filter string, name []string) bool {
+	for i, el := range strings.Split(filter, "/") {
+		if i >= len(name) {
+			break
+		}
+		re, err := regexp.Compile(el)
+		if err != nil || !re.MatchString(name[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // Rounds returns how many times bench runs go test and the -count of

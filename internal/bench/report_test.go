@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -131,6 +132,37 @@ func TestRoundsInterleaveSamples(t *testing.T) {
 		}
 		if rounds*perRound != tc.count {
 			t.Errorf("Rounds(%d, %v) gives %d samples", tc.count, tc.interleave, rounds*perRound)
+		}
+	}
+}
+
+func TestMemoryLeavesFollowTheFilter(t *testing.T) {
+	all := bench.MemoryLeaves(".")
+	if len(all) == 0 {
+		t.Fatal("no memory benchmark for the filter .")
+	}
+	perProtocol := 0
+	for _, p := range bench.Protocols {
+		perProtocol += len(bench.MemoryStates) * len(p.Clients)
+	}
+	if len(all) != perProtocol {
+		t.Errorf("%d leaves for the filter ., want %d", len(all), perProtocol)
+	}
+	for _, tc := range []struct {
+		filter string
+		want   []string
+	}{
+		{"RoundTrip", nil},
+		{"Memory/h2/inflight", []string{
+			"^BenchmarkMemory$/^h2$/^inflight$/^replaysafe$",
+			"^BenchmarkMemory$/^h2$/^inflight$/^x-net-http2$",
+		}},
+		{"Memory/h1/idle-conn/net-http", []string{"^BenchmarkMemory$/^h1$/^idle-conn$/^net-http$"}},
+		{"Memory/(", nil}, // does not compile: nothing
+	} {
+		got := bench.MemoryLeaves(tc.filter)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("MemoryLeaves(%q) = %q, want %q", tc.filter, got, tc.want)
 		}
 	}
 }
