@@ -13,6 +13,12 @@
 // dependency of the library. From the repository root:
 //
 //	go run -C tools ./benchci ../docs/performance-bench.txt
+//	go run -C tools ./benchci -paired ../docs/performance-bench.txt
+//
+// With -paired it also prints each pair's ratio round by round: sample i
+// of a row over sample i of its peer, which an interleaved
+// `replaysafe bench -count N` ran in the same round, so that a shared
+// machine's drift cancels; their median and interval summarise them.
 //
 // Ratios are peer ÷ replaysafe for costs (ns/op, p50-ns, p99-ns,
 // allocs/op, B/op) and replaysafe ÷ peer for req/s, as in the bench
@@ -32,6 +38,10 @@ import (
 	"golang.org/x/perf/benchfmt"
 	"golang.org/x/perf/benchmath"
 )
+
+// paired adds the paired ratios: sample i of a row over sample i of its
+// peer, which `replaysafe bench -count N` runs in the same round.
+var paired = flag.Bool("paired", false, "also print each pair's ratio per round (sample i beside sample i), its median and interval")
 
 // confidence is the requested confidence level of the intervals.
 var confidence = flag.Float64("confidence", 0.9, "confidence `level` of the median's interval")
@@ -72,6 +82,62 @@ func main() {
 		os.Exit(1)
 	}
 	write(os.Stdout, samples, names)
+	if *paired {
+		fmt.Println()
+		writePaired(os.Stdout, samples, names)
+	}
+}
+
+// writePaired prints, for every replaysafe row beside its peer, the ratio
+// of each round's two samples (the i-th of each, which ran in the same
+// round of an interleaved run, so that drift of a shared machine falls
+// on both) and the median of those ratios with its confidence interval.
+// Ratios are oriented as in write: 1.00 or more is replaysafe at least as
+// good.
+func writePaired(w io.Writer, samples map[key][]float64, names []string) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "benchmark\tpeer\tunit\tpaired ratio median [CI]\tper round\tn\t\n")
+	for _, name := range names {
+		base, last := split(name)
+		if last != client || strings.HasPrefix(name, "Memory/") {
+			continue // a memory reading runs in a process of its own, in no round
+		}
+		for _, peer := range names {
+			pb, pl := split(peer)
+			if pb != base || pl == client {
+				continue
+			}
+			for _, u := range units {
+				rs, ok1 := samples[key{name, u}]
+				ps, ok2 := samples[key{peer, u}]
+				if !ok1 || !ok2 || len(rs) != len(ps) {
+					continue
+				}
+				ratios := pairedRatios(rs, ps, u == "req/s")
+				s := summary(benchmath.NewSample(ratios, &benchmath.DefaultThresholds))
+				each := make([]string, len(ratios))
+				for i, r := range ratios {
+					each[i] = fmt.Sprintf("%.2f", r)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f [%.2f, %.2f]\t%s\t%d\t\n", base, pl, u, s.Center, s.Lo, s.Hi, strings.Join(each, " "), len(ratios))
+			}
+		}
+	}
+}
+
+// pairedRatios returns peer[i] ÷ rs[i] for each round (rs[i] ÷ peer[i]
+// when higher is better).
+func pairedRatios(rs, peer []float64, higherBetter bool) []float64 {
+	out := make([]float64, len(rs))
+	for i := range rs {
+		if higherBetter {
+			out[i] = rs[i] / peer[i]
+		} else {
+			out[i] = peer[i] / rs[i]
+		}
+	}
+	return out
 }
 
 // key is one benchmark's measurements in one unit.
