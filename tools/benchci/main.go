@@ -115,11 +115,12 @@ func writePaired(w io.Writer, samples map[key][]float64, names []string) {
 					continue
 				}
 				ratios := pairedRatios(rs, ps, u == "req/s")
-				s := summary(benchmath.NewSample(ratios, &benchmath.DefaultThresholds))
 				each := make([]string, len(ratios))
 				for i, r := range ratios {
 					each[i] = fmt.Sprintf("%.2f", r)
 				}
+				// NewSample sorts its values: the rounds are printed first.
+				s := summary(benchmath.NewSample(ratios, &benchmath.DefaultThresholds))
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f [%.2f, %.2f]\t%s\t%d\t\n", base, pl, u, s.Center, s.Lo, s.Hi, strings.Join(each, " "), len(ratios))
 			}
 		}
