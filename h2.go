@@ -27,10 +27,12 @@ var errFallbackH1 = errors.New("replaysafe: ALPN selected HTTP/1.1")
 // backoff sleeps, never runs.
 func newH2Factory(o Options) *http2.Transport {
 	// No IdleConnTimeout: the pool closes idle connections (muxPool),
-	// with a timer that lets go of a connection once it is closed. x/net's
-	// own idle timer, stopped when a connection ends, would stay in the
-	// runtime's timer heap until the heap is next cleaned, holding the
-	// whole closed ClientConn with its buffers.
+	// with one timer per connection that a keep-alive exchange does not
+	// touch and that lets go of the connection once it is closed. x/net's
+	// own idle timer is stopped and reset on every stream (and its
+	// too-idle check reads the clock on every reservation), and once
+	// stopped for good it stays in the runtime's timer heap, holding the
+	// closed ClientConn, until the heap is next cleaned.
 	t := &http2.Transport{
 		DisableCompression: o.DisableCompression,
 		AllowHTTP:          true,
