@@ -17,12 +17,10 @@ type muxState struct {
 	retired bool   // takes no new attempt; closes when active reaches 0
 	pooled  bool   // in muxPool.conns
 	shut    bool   // closed, and its room in the connection limit given back
-	// idleTimer, made when the connection first goes idle, runs until it
-	// is retired: an attempt's end only moves idleSince (when the last
-	// attempt ended), so a keep-alive exchange touches no timer. Firing,
-	// it closes the connection if it has been idle for the whole
-	// idleTimeout, and otherwise sets itself for what is left, or for a
-	// whole limit while an attempt runs (idleExpired).
+	// idleTimer, made once and reset, closes the connection after the
+	// pool's idleTimeout without an attempt; idleSince is when the last
+	// one ended. A timer that fires anyway finds the connection busy, or
+	// idle for less than the limit, and does nothing.
 	idleTimer *time.Timer
 	idleRef   *idleRef // what idleTimer's function holds of the connection
 	idleSince time.Time
@@ -175,6 +173,7 @@ func (p *muxPool[C]) take(key connKey, after uint64, same C) (got C, reused, pen
 			got = c
 			m.active++
 			m.started++
+			p.stopIdleLocked(m)
 			kept = append(kept, c)
 		case c.gone():
 			m.retired, m.pooled = true, false
@@ -250,6 +249,8 @@ func (p *muxPool[C]) done(c C, clean bool) {
 			ref := &idleRef{conn: c}
 			m.idleRef = ref
 			m.idleTimer = time.AfterFunc(p.idleTimeout, func() { p.idleFired(ref) })
+		} else {
+			m.idleTimer.Reset(p.idleTimeout)
 		}
 	}
 	p.mu.Unlock()
@@ -300,27 +301,17 @@ func (p *muxPool[C]) idleFired(ref *idleRef) {
 	}
 }
 
-// idleExpired is c's idle timer firing: it closes c when c is idle and
-// has been for the whole limit; otherwise the timer is set again, for
-// what is left of the limit, or for a whole one while an attempt runs.
+// idleExpired closes c when it is still idle, and has been for the
+// whole limit.
 func (p *muxPool[C]) idleExpired(c C) {
 	p.mu.Lock()
 	m := c.mux()
-	left := p.idleTimeout - time.Since(m.idleSince)
-	expired := false
-	switch {
-	case m.retired:
-		// Stopped with the retirement: this firing crossed it.
-	case m.active > 0:
-		m.idleTimer.Reset(p.idleTimeout)
-	case left > 0:
-		m.idleTimer.Reset(left)
-	default:
+	idle := m.active == 0 && !m.retired && time.Since(m.idleSince) >= p.idleTimeout
+	if idle {
 		p.retireLocked(c)
-		expired = true
 	}
 	p.mu.Unlock()
-	if expired {
+	if idle {
 		p.shut(c)
 	}
 }

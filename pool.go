@@ -3,7 +3,6 @@ package replaysafe
 import (
 	"crypto/tls"
 	"net/http"
-	"slices"
 	"sync"
 	"time"
 
@@ -32,12 +31,10 @@ type persistConn struct {
 	conn *h1.Conn
 	tls  *tls.ConnectionState // nil over plain TCP
 
-	// Guarded by pool.mu. idleTimer is made on the first put and runs
-	// until the pool lets go of the connection (release): a later put
-	// only moves idleSince, so a keep-alive exchange touches no timer.
-	// When it fires it closes the connection if it has been idle for the
-	// whole limit, and otherwise sets itself for what is left of it, or
-	// for a whole limit while the connection is in use (expire).
+	// Guarded by pool.mu while the connection is idle. idleTimer is
+	// made on the first put and reset on later ones; a stopped one that
+	// fired anyway finds the connection idle for less than the limit
+	// (expire), or not idle at all, and does nothing.
 	idleSince time.Time
 	idleTimer *time.Timer
 	idleRef   *idleRef // what idleTimer's function holds of the connection
@@ -104,6 +101,9 @@ func (p *pool) get(key connKey) *persistConn {
 	} else {
 		p.idle[key] = list[:len(list)-1]
 	}
+	if pc.idleTimer != nil {
+		pc.idleTimer.Stop()
+	}
 	return pc
 }
 
@@ -126,10 +126,14 @@ func (p *pool) put(pc *persistConn) {
 	defer p.limit.notify(pc.key) // an attempt waiting at the limit may take it
 	defer p.mu.Unlock()
 	pc.idleSince = now
-	if p.timeout > 0 && pc.idleTimer == nil {
-		ref := &idleRef{conn: pc}
-		pc.idleRef = ref
-		pc.idleTimer = time.AfterFunc(p.timeout, func() { p.idleFired(ref) })
+	if p.timeout > 0 {
+		if pc.idleTimer == nil {
+			ref := &idleRef{conn: pc}
+			pc.idleRef = ref
+			pc.idleTimer = time.AfterFunc(p.timeout, func() { p.idleFired(ref) })
+		} else {
+			pc.idleTimer.Reset(p.timeout)
+		}
 	}
 	if !ok && p.spare != nil {
 		list, p.spare = p.spare, nil
@@ -169,26 +173,33 @@ func (r *idleRef) drop() {
 	}
 }
 
-// expire is pc's idle timer firing: it closes pc if pc is idle and has
-// been for the whole limit; otherwise the timer is set again, for what is
-// left of the limit, or for a whole one while pc is in use.
+// expire closes pc if it is still idle and has been for the whole limit:
+// a timer stopped too late for an earlier idle period finds it pooled
+// again more recently, and leaves it.
 func (p *pool) expire(pc *persistConn) {
 	p.mu.Lock()
+	if time.Since(pc.idleSince) < p.timeout {
+		p.mu.Unlock()
+		return
+	}
 	list := p.idle[pc.key]
-	at := slices.Index(list, pc)
-	left := p.timeout - time.Since(pc.idleSince)
-	switch {
-	case at < 0:
-		pc.idleTimer.Reset(p.timeout) // in use: look again a limit later
-	case left > 0:
-		pc.idleTimer.Reset(left)
-	case len(list) == 1:
-		delete(p.idle, pc.key)
-	default:
-		p.idle[pc.key] = slices.Delete(list, at, at+1)
+	found := false
+	for i, c := range list {
+		if c == pc {
+			list = append(list[:i], list[i+1:]...)
+			found = true
+			break
+		}
+	}
+	if found {
+		if len(list) == 0 {
+			delete(p.idle, pc.key)
+		} else {
+			p.idle[pc.key] = list
+		}
 	}
 	p.mu.Unlock()
-	if at >= 0 && left <= 0 {
+	if found {
 		pc.close()
 	}
 }
@@ -198,7 +209,12 @@ func (p *pool) closeIdle() {
 	p.mu.Lock()
 	var all []*persistConn
 	for key, list := range p.idle {
-		all = append(all, list...)
+		for _, pc := range list {
+			if pc.idleTimer != nil {
+				pc.idleTimer.Stop()
+			}
+			all = append(all, pc)
+		}
 		delete(p.idle, key)
 	}
 	p.mu.Unlock()

@@ -106,13 +106,13 @@ func (p *muxPool[C]) idleCountForTest() int {
 	return n
 }
 
-// TestMuxIdleTimerRunsAcrossExchanges: the idle timer is set once, when
-// the connection first goes idle; an attempt's start and end touch no
-// timer. When it fires on a busy connection it looks again a whole limit
-// later, on a connection idle for less than the limit it waits for what
-// is left, and the connection closes exactly IdleConnTimeout after its
-// last attempt ended. Fake time (testing/synctest).
-func TestMuxIdleTimerRunsAcrossExchanges(t *testing.T) {
+// TestMuxIdleTimerClosesAfterLastAttempt: the idle timer is made when
+// the connection first goes idle and made again by no later attempt: an
+// attempt that takes the connection stops it, and its end sets it for a
+// whole limit again. The connection closes exactly IdleConnTimeout after
+// its last attempt ended, not after its first idle period began. Fake
+// time (testing/synctest).
+func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = time.Second
 		p := newMuxPool[*fakeMuxConn](2, limit, newConnLimit(0))
@@ -126,9 +126,12 @@ func TestMuxIdleTimerRunsAcrossExchanges(t *testing.T) {
 		if got, _, _ := p.take(connKey{}, 0, nil); got != c {
 			t.Fatalf("take at 0.9 s: %v", got)
 		}
-		time.Sleep(200 * time.Millisecond) // fires at 1 s, busy: set again for 2 s
+		time.Sleep(200 * time.Millisecond) // 1.1 s: the first idle period's limit passed while busy
 		synctest.Wait()
-		p.done(c, true) // idle since 1.1 s
+		if c.isClosed() {
+			t.Fatal("closed while an attempt ran on it")
+		}
+		p.done(c, true) // idle since 1.1 s: set for 2.1 s
 		if c.mux().idleTimer != timer {
 			t.Fatal("a new timer for a connection that has one")
 		}
@@ -137,7 +140,7 @@ func TestMuxIdleTimerRunsAcrossExchanges(t *testing.T) {
 			closed bool
 		}{
 			{850 * time.Millisecond, false}, // 1.95 s
-			{100 * time.Millisecond, false}, // 2.05 s: fired at 2 s, 0.9 s idle, set for 2.1 s
+			{100 * time.Millisecond, false}, // 2.05 s
 			{100 * time.Millisecond, true},  // 2.15 s: closed at 2.1 s
 		} {
 			time.Sleep(step.sleep)
@@ -152,11 +155,10 @@ func TestMuxIdleTimerRunsAcrossExchanges(t *testing.T) {
 	})
 }
 
-// TestIdleTimerRunsAcrossKeepAlive: over HTTP/1.1 the idle timer is set
-// at the connection's first return to the pool and not touched by later
-// exchanges; a firing between them finds the connection recently used
-// and waits for what is left. Four GETs 600 ms apart under a 1 s limit
-// share one connection, which closes 1 s after the last. Fake time
+// TestIdleTimerRunsAcrossKeepAlive: over HTTP/1.1 a GET that takes the
+// pooled connection stops its idle timer, and its return sets it for a
+// whole limit again. Four GETs 600 ms apart under a 1 s limit share one
+// connection, which closes 1 s after the last. Fake time
 // (testing/synctest) over net.Pipe; the server counts connections and
 // requests.
 func TestIdleTimerRunsAcrossKeepAlive(t *testing.T) {
