@@ -27,12 +27,11 @@ var errFallbackH1 = errors.New("replaysafe: ALPN selected HTTP/1.1")
 // backoff sleeps, never runs.
 func newH2Factory(o Options) *http2.Transport {
 	// No IdleConnTimeout: the pool closes idle connections (muxPool),
-	// with one timer per connection that a keep-alive exchange does not
-	// touch and that lets go of the connection once it is closed. x/net's
-	// own idle timer is stopped and reset on every stream (and its
-	// too-idle check reads the clock on every reservation), and once
-	// stopped for good it stays in the runtime's timer heap, holding the
-	// closed ClientConn, until the heap is next cleaned.
+	// with a timer that lets go of the connection once it is closed.
+	// x/net's own idle timer, once stopped for good, stays in the
+	// runtime's timer heap holding the closed ClientConn until the heap is
+	// next cleaned, and its too-idle check reads the clock on every
+	// reservation.
 	t := &http2.Transport{
 		DisableCompression: o.DisableCompression,
 		AllowHTTP:          true,
