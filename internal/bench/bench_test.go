@@ -21,7 +21,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	for _, p := range bench.Protocols {
 		for _, w := range bench.Workloads {
 			for _, conc := range bench.Concurrencies {
-				for _, c := range p.Clients {
+				for _, c := range p.RoundTripClients() {
 					b.Run(fmt.Sprintf("%s/%s/c%d/%s", p.Name, w.Name, conc, c.Name), func(b *testing.B) {
 						benchRoundTrip(b, p, w, conc, c)
 					})

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -39,6 +40,9 @@ type Client struct {
 
 // Replaysafe is the name of the client every other one is compared with.
 const Replaysafe = "replaysafe"
+
+// EvidenceFloorName names the EvidenceFloor client in benchmark names.
+const EvidenceFloorName = "x-net-http2-evidence"
 
 // Release closes rt's idle connections and, for a client that has a
 // Close (quic-go's http3.Transport, whose UDP socket and dropped
@@ -77,6 +81,11 @@ type Protocol struct {
 	Settle time.Duration
 	// Multiplexed protocols carry many requests per connection.
 	Multiplexed bool
+	// Floors are reference clients measured in the round trips only
+	// (BenchmarkRoundTrip), beside replaysafe and its peer: a peer with a
+	// part of replaysafe's work added, which splits the difference
+	// between the two (EvidenceFloor).
+	Floors []Client
 	// Clients are replaysafe and its peers.
 	Clients []Client
 }
@@ -111,6 +120,9 @@ var Protocols = []Protocol{
 			}},
 			{Name: "x-net-http2", New: newXNetHTTP2},
 		},
+		Floors: []Client{
+			{Name: EvidenceFloorName, New: func(e Env) RoundTripper { return NewEvidenceFloor(e) }},
+		},
 	},
 	{
 		Name:         "h3",
@@ -124,6 +136,12 @@ var Protocols = []Protocol{
 			{Name: QuicGoHTTP3, New: newQuicGoHTTP3},
 		},
 	},
+}
+
+// RoundTripClients returns the clients the round-trip benchmarks run:
+// Clients, then Floors.
+func (p Protocol) RoundTripClients() []Client {
+	return append(slices.Clip(p.Clients), p.Floors...)
 }
 
 // startIdle starts the server of the idle-connection measurement over n

@@ -9,10 +9,11 @@ import (
 )
 
 // TestEveryClientAgainstItsServer checks the harness the benchmarks run:
-// every client completes every workload against its protocol's server.
+// every client, floors included, completes every workload against its
+// protocol's server.
 func TestEveryClientAgainstItsServer(t *testing.T) {
 	for _, p := range bench.Protocols {
-		for _, c := range p.Clients {
+		for _, c := range p.RoundTripClients() {
 			t.Run(p.Name+"/"+c.Name, func(t *testing.T) {
 				srv, err := p.Start(0)
 				if err != nil {
@@ -74,6 +75,41 @@ func TestRecoveriesCountCopies(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestEvidenceFloorClaimsEveryStream checks that the floor gathers the
+// evidence it prices: every request it sends, on the dialing connection
+// and on the kept-alive one, from one goroutine and from several, learns
+// its stream ID from the Wire when its headers are written.
+func TestEvidenceFloorClaimsEveryStream(t *testing.T) {
+	p, ok := bench.ProtocolNamed("h2")
+	if !ok {
+		t.Fatal("no h2 protocol")
+	}
+	srv, err := p.Start(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	f := bench.NewEvidenceFloor(bench.Env{MaxIdle: 4})
+	defer bench.Release(f)
+	u, err := url.Parse(srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent := 0
+	for _, conc := range []int{1, 4} {
+		for _, w := range bench.Workloads {
+			lat := make([]time.Duration, 40)
+			if err := bench.RoundTrips(f, u, w, conc, len(lat), lat); err != nil {
+				t.Fatalf("%s c%d: %v", w.Name, conc, err)
+			}
+			sent += len(lat)
+		}
+	}
+	if got := f.Claimed(); got != int64(sent) {
+		t.Errorf("%d of %d requests claimed their stream", got, sent)
 	}
 }
 
