@@ -88,20 +88,25 @@ func (k EventKind) Failure() bool { return k >= EventClosed && k < eventKindCoun
 
 // Event is one observation. Only the fields its kind names are read; the
 // others should be zero.
+//
+// The 8-byte fields come first: so ordered an Event takes 32 bytes
+// instead of 48, and a recorder keeps its events inline.
 type Event struct {
-	Kind EventKind
-	At   Instant // when it happened, on the caller's monotonic clock
-
-	Reused bool  // EventConnAcquired: the connection served an earlier request
-	Proto  Proto // EventConnAcquired: the connection's protocol
-
-	Phase Phase // EventTimeout: the phase that ran out of time
+	At Instant // when it happened, on the caller's monotonic clock
 
 	// Stream is our request's stream ID (EventH2GoAway, EventH3GoAway).
 	Stream uint64
 	// Boundary is the GOAWAY stream ID: HTTP/2's last stream ID, or
 	// HTTP/3's first unprocessed stream ID.
 	Boundary uint64
+
+	Kind EventKind
+
+	Reused bool  // EventConnAcquired: the connection served an earlier request
+	Proto  Proto // EventConnAcquired: the connection's protocol
+
+	Phase Phase // EventTimeout: the phase that ran out of time
+
 	// BoundaryKnown is set when the adapter observed Boundary
 	// (EventH3GoAway; HTTP/2 GOAWAY always carries it).
 	BoundaryKnown bool

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/spec"
@@ -88,6 +89,15 @@ func acquired(reused bool, p fsm.Proto) fsm.Event {
 
 func ev(k fsm.EventKind, at time.Duration) fsm.Event {
 	return fsm.Event{Kind: k, At: fsm.Instant(at)}
+}
+
+// TestEventIs32Bytes keeps Event's fields in the order that packs it:
+// every attempt holds its events inline, and each in-flight request pays
+// for them.
+func TestEventIs32Bytes(t *testing.T) {
+	if n := unsafe.Sizeof(fsm.Event{}); n > 32 {
+		t.Errorf("fsm.Event is %d bytes, want at most 32: put the 8-byte fields first", n)
+	}
 }
 
 func TestDeadlinesFollowPhases(t *testing.T) {
