@@ -32,6 +32,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -119,8 +120,7 @@ func writePaired(w io.Writer, samples map[key][]float64, names []string) {
 				for i, r := range ratios {
 					each[i] = fmt.Sprintf("%.2f", r)
 				}
-				// NewSample sorts its values: the rounds are printed first.
-				s := summary(benchmath.NewSample(ratios, &benchmath.DefaultThresholds))
+				s := summary(sample(ratios))
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f [%.2f, %.2f]\t%s\t%d\t\n", base, pl, u, s.Center, s.Lo, s.Hi, strings.Join(each, " "), len(ratios))
 			}
 		}
@@ -206,7 +206,7 @@ func write(w io.Writer, samples map[key][]float64, names []string) {
 				if !ok1 || !ok2 {
 					continue
 				}
-				a, b := benchmath.NewSample(rs, &benchmath.DefaultThresholds), benchmath.NewSample(ps, &benchmath.DefaultThresholds)
+				a, b := sample(rs), sample(ps)
 				sa, sb := summary(a), summary(b)
 				ratio, lo, hi := sb.Center/sa.Center, sb.Lo/sa.Hi, sb.Hi/sa.Lo
 				if u == "req/s" {
@@ -227,10 +227,18 @@ func write(w io.Writer, samples map[key][]float64, names []string) {
 			if !ok {
 				continue
 			}
-			s := summary(benchmath.NewSample(v, &benchmath.DefaultThresholds))
+			s := summary(sample(v))
 			fmt.Fprintf(tw, "%s\t\t%s\t%s\t\t\t\t\t%d\t\n", name, u, format(s), len(v))
 		}
 	}
+}
+
+// sample returns a benchmath sample of a copy of v: NewSample sorts the
+// values it is given in place, and the samples of a row must stay in
+// round order for the paired ratios, which are computed after the
+// medians.
+func sample(v []float64) *benchmath.Sample {
+	return benchmath.NewSample(slices.Clone(v), &benchmath.DefaultThresholds)
 }
 
 // summary is the sample's median with its confidence interval.

@@ -30,6 +30,8 @@ BenchmarkRoundTrip/h1/GET/c1/net-http-2 100 100 ns/op
 		t.Fatal(err)
 	}
 	var b strings.Builder
+	write(&b, samples, names) // the medians first, as main does: they must not reorder the rounds
+	b.Reset()
 	writePaired(&b, samples, names)
 	out := b.String()
 	// Rounds 0.50, 1.50, 1.00, printed in that order: median 1.00,
