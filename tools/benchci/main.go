@@ -22,7 +22,11 @@
 //
 // Ratios are peer ÷ replaysafe for costs (ns/op, p50-ns, p99-ns,
 // allocs/op, B/op) and replaysafe ÷ peer for req/s, as in the bench
-// table: 1.00 or more means replaysafe is at least as good.
+// table: 1.00 or more means replaysafe is at least as good. -client
+// compares every row with another client's instead, for example the
+// HTTP/2 peer with the evidence floor beside it:
+//
+//	go run -C tools ./benchci -paired -client x-net-http2-evidence ../docs/performance-bench.txt
 package main
 
 import (
@@ -50,9 +54,14 @@ var confidence = flag.Float64("confidence", 0.9, "confidence `level` of the medi
 // units are the measurements summarised, in print order.
 var units = []string{"ns/op", "p50-ns", "p99-ns", "req/s", "allocs/op", "B/op", "ns/event"}
 
-// client is the name of replaysafe's rows; a sibling with another last
-// element is its peer.
-const client = "replaysafe"
+// client is the name of the rows every sibling (a benchmark whose name
+// differs only in its last element) is compared with: replaysafe's, or,
+// with -client, another's (the HTTP/2 evidence floor beside its peer).
+var client = "replaysafe"
+
+func init() {
+	flag.StringVar(&client, "client", client, "the `client` whose rows the others are compared with (the last element of the benchmark names)")
+}
 
 var procs = regexp.MustCompile(`-\d+$`)
 
