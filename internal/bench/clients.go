@@ -81,13 +81,13 @@ type Protocol struct {
 	Settle time.Duration
 	// Multiplexed protocols carry many requests per connection.
 	Multiplexed bool
+	// Clients are replaysafe and its peers.
+	Clients []Client
 	// Floors are reference clients measured in the round trips only
 	// (BenchmarkRoundTrip), beside replaysafe and its peer: a peer with a
 	// part of replaysafe's work added, which splits the difference
 	// between the two (EvidenceFloor).
 	Floors []Client
-	// Clients are replaysafe and its peers.
-	Clients []Client
 }
 
 // Protocols are the protocols every throughput and memory benchmark runs

@@ -55,13 +55,9 @@ var confidence = flag.Float64("confidence", 0.9, "confidence `level` of the medi
 var units = []string{"ns/op", "p50-ns", "p99-ns", "req/s", "allocs/op", "B/op", "ns/event"}
 
 // client is the name of the rows every sibling (a benchmark whose name
-// differs only in its last element) is compared with: replaysafe's, or,
-// with -client, another's (the HTTP/2 evidence floor beside its peer).
-var client = "replaysafe"
-
-func init() {
-	flag.StringVar(&client, "client", client, "the `client` whose rows the others are compared with (the last element of the benchmark names)")
-}
+// differs only in its last element) is compared with: replaysafe's, or
+// another's (the HTTP/2 evidence floor beside its peer).
+var client = flag.String("client", "replaysafe", "the `client` whose rows the others are compared with (the last element of the benchmark names)")
 
 var procs = regexp.MustCompile(`-\d+$`)
 
@@ -110,12 +106,12 @@ func writePaired(w io.Writer, samples map[key][]float64, names []string) {
 	fmt.Fprintf(tw, "benchmark\tpeer\tunit\tpaired ratio median [CI]\tper round\tn\t\n")
 	for _, name := range names {
 		base, last := split(name)
-		if last != client || strings.HasPrefix(name, "Memory/") {
+		if last != *client || strings.HasPrefix(name, "Memory/") {
 			continue // a memory reading runs in a process of its own, in no round
 		}
 		for _, peer := range names {
 			pb, pl := split(peer)
-			if pb != base || pl == client {
+			if pb != base || pl == *client {
 				continue
 			}
 			for _, u := range units {
@@ -200,12 +196,12 @@ func write(w io.Writer, samples map[key][]float64, names []string) {
 	paired := map[string]bool{}
 	for _, name := range names {
 		base, last := split(name)
-		if last != client {
+		if last != *client {
 			continue
 		}
 		for _, peer := range names {
 			pb, pl := split(peer)
-			if pb != base || pl == client {
+			if pb != base || pl == *client {
 				continue
 			}
 			paired[name], paired[peer] = true, true
