@@ -41,8 +41,12 @@ type Client struct {
 // Replaysafe is the name of the client every other one is compared with.
 const Replaysafe = "replaysafe"
 
-// EvidenceFloorName names the EvidenceFloor client in benchmark names.
-const EvidenceFloorName = "x-net-http2-evidence"
+// EvidenceFloorName and DecisionFloorName name the two HTTP/2 floors
+// (NewEvidenceFloor, NewDecisionFloor) in benchmark names.
+const (
+	EvidenceFloorName = "x-net-http2-evidence"
+	DecisionFloorName = "x-net-http2-decision"
+)
 
 // Release closes rt's idle connections and, for a client that has a
 // Close (quic-go's http3.Transport, whose UDP socket and dropped
@@ -122,6 +126,7 @@ var Protocols = []Protocol{
 		},
 		Floors: []Client{
 			{Name: EvidenceFloorName, New: func(e Env) RoundTripper { return NewEvidenceFloor(e) }},
+			{Name: DecisionFloorName, New: func(e Env) RoundTripper { return NewDecisionFloor(e) }},
 		},
 	},
 	{

@@ -78,38 +78,52 @@ func TestRecoveriesCountCopies(t *testing.T) {
 	}
 }
 
-// TestEvidenceFloorClaimsEveryStream checks that the floor gathers the
-// evidence it prices: every request it sends, on the dialing connection
-// and on the kept-alive one, from one goroutine and from several, learns
-// its stream ID from the Wire when its headers are written.
-func TestEvidenceFloorClaimsEveryStream(t *testing.T) {
+// TestFloorsGatherWhatTheyPrice checks that the HTTP/2 floors do the work
+// they price: every request either sends, on the dialing connection and
+// on the kept-alive one, from one goroutine and from several, learns its
+// stream ID from the Wire when its headers are written; and every
+// request of the deciding floor has its machine see the whole exchange
+// and decide to deliver it.
+func TestFloorsGatherWhatTheyPrice(t *testing.T) {
 	p, ok := bench.ProtocolNamed("h2")
 	if !ok {
 		t.Fatal("no h2 protocol")
 	}
-	srv, err := p.Start(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	f := bench.NewEvidenceFloor(bench.Env{MaxIdle: 4})
-	defer bench.Release(f)
-	u, err := url.Parse(srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	sent := 0
-	for _, conc := range []int{1, 4} {
-		for _, w := range bench.Workloads {
-			lat := make([]time.Duration, 40)
-			if err := bench.RoundTrips(f, u, w, conc, len(lat), lat); err != nil {
-				t.Fatalf("%s c%d: %v", w.Name, conc, err)
-			}
-			sent += len(lat)
+	for _, decide := range []bool{false, true} {
+		srv, err := p.Start(0)
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
-	if got := f.Claimed(); got != int64(sent) {
-		t.Errorf("%d of %d requests claimed their stream", got, sent)
+		defer srv.Close()
+		f := bench.NewEvidenceFloor(bench.Env{MaxIdle: 4})
+		if decide {
+			f = bench.NewDecisionFloor(bench.Env{MaxIdle: 4})
+		}
+		defer bench.Release(f)
+		u, err := url.Parse(srv.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := 0
+		for _, conc := range []int{1, 4} {
+			for _, w := range bench.Workloads {
+				lat := make([]time.Duration, 40)
+				if err := bench.RoundTrips(f, u, w, conc, len(lat), lat); err != nil {
+					t.Fatalf("decide %v, %s c%d: %v", decide, w.Name, conc, err)
+				}
+				sent += len(lat)
+			}
+		}
+		if got := f.Claimed(); got != int64(sent) {
+			t.Errorf("decide %v: %d of %d requests claimed their stream", decide, got, sent)
+		}
+		want := 0
+		if decide {
+			want = sent
+		}
+		if got := f.Completed(); got != int64(want) {
+			t.Errorf("decide %v: %d machines saw a whole exchange, want %d", decide, got, want)
+		}
 	}
 }
 

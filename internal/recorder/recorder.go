@@ -44,7 +44,7 @@ const MaxEvents = 64
 // inlineEvents is how many events a Core keeps without a second
 // allocation: a whole exchange with a request body (seven events), with
 // room for one 1xx or a failure. A longer trace grows its slice once.
-// Each event kept inline is 48 bytes of every attempt, in flight.
+// Each event kept inline is 32 bytes of every attempt, in flight.
 const inlineEvents = 8
 
 // Core feeds one wire attempt's events into its machine. Embed it by
