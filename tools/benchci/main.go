@@ -94,42 +94,58 @@ func main() {
 	}
 }
 
-// writePaired prints, for every replaysafe row beside its peer, the ratio
-// of each round's two samples (the i-th of each, which ran in the same
-// round of an interleaved run, so that drift of a shared machine falls
-// on both) and the median of those ratios with its confidence interval.
-// Ratios are oriented as in write: 1.00 or more is replaysafe at least as
+// writePaired prints, for every row of the compared client (-client,
+// replaysafe by default) beside each sibling, the ratio of each round's
+// two samples (the i-th of each, which ran in the same round of an
+// interleaved run, so that drift of a shared machine falls on both) and
+// the median of those ratios with its confidence interval. Ratios are
+// oriented as in write: 1.00 or more is the compared client at least as
 // good.
 func writePaired(w io.Writer, samples map[key][]float64, names []string) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	defer tw.Flush()
 	fmt.Fprintf(tw, "benchmark\tpeer\tunit\tpaired ratio median [CI]\tper round\tn\t\n")
-	for _, name := range names {
-		base, last := split(name)
-		if last != *client || strings.HasPrefix(name, "Memory/") {
+	for _, pr := range pairsOf(names) {
+		if strings.HasPrefix(pr.row, "Memory/") {
 			continue // a memory reading runs in a process of its own, in no round
 		}
-		for _, peer := range names {
-			pb, pl := split(peer)
-			if pb != base || pl == *client {
+		for _, u := range units {
+			rs, ok1 := samples[key{pr.row, u}]
+			ps, ok2 := samples[key{pr.sibling, u}]
+			if !ok1 || !ok2 || len(rs) != len(ps) {
 				continue
 			}
-			for _, u := range units {
-				rs, ok1 := samples[key{name, u}]
-				ps, ok2 := samples[key{peer, u}]
-				if !ok1 || !ok2 || len(rs) != len(ps) {
-					continue
-				}
-				ratios := pairedRatios(rs, ps, u == "req/s")
-				each := make([]string, len(ratios))
-				for i, r := range ratios {
-					each[i] = fmt.Sprintf("%.2f", r)
-				}
-				s := summary(sample(ratios))
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f [%.2f, %.2f]\t%s\t%d\t\n", base, pl, u, s.Center, s.Lo, s.Hi, strings.Join(each, " "), len(ratios))
+			ratios := pairedRatios(rs, ps, u == "req/s")
+			each := make([]string, len(ratios))
+			for i, r := range ratios {
+				each[i] = fmt.Sprintf("%.2f", r)
+			}
+			s := summary(sample(ratios))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f [%.2f, %.2f]\t%s\t%d\t\n", pr.base, pr.peer, u, s.Center, s.Lo, s.Hi, strings.Join(each, " "), len(ratios))
+		}
+	}
+}
+
+// pair is a row of the compared client (row) and a sibling: a benchmark
+// whose name differs only in its last element, the peer's name.
+type pair struct{ row, sibling, base, peer string }
+
+// pairsOf returns every row of the compared client with each sibling, in
+// the order of names.
+func pairsOf(names []string) []pair {
+	var out []pair
+	for _, name := range names {
+		base, last := split(name)
+		if last != *client {
+			continue
+		}
+		for _, sib := range names {
+			if sb, sl := split(sib); sb == base && sl != *client {
+				out = append(out, pair{row: name, sibling: sib, base: base, peer: sl})
 			}
 		}
 	}
+	return out
 }
 
 // pairedRatios returns peer[i] ÷ rs[i] for each round (rs[i] ÷ peer[i]
@@ -194,33 +210,23 @@ func write(w io.Writer, samples map[key][]float64, names []string) {
 	defer tw.Flush()
 	fmt.Fprintf(tw, "benchmark\tpeer\tunit\treplaysafe median [CI]\tpeer median [CI]\tratio\tratio range\tp\tn\t\n")
 	paired := map[string]bool{}
-	for _, name := range names {
-		base, last := split(name)
-		if last != *client {
-			continue
-		}
-		for _, peer := range names {
-			pb, pl := split(peer)
-			if pb != base || pl == *client {
+	for _, pr := range pairsOf(names) {
+		paired[pr.row], paired[pr.sibling] = true, true
+		for _, u := range units {
+			rs, ok1 := samples[key{pr.row, u}]
+			ps, ok2 := samples[key{pr.sibling, u}]
+			if !ok1 || !ok2 {
 				continue
 			}
-			paired[name], paired[peer] = true, true
-			for _, u := range units {
-				rs, ok1 := samples[key{name, u}]
-				ps, ok2 := samples[key{peer, u}]
-				if !ok1 || !ok2 {
-					continue
-				}
-				a, b := sample(rs), sample(ps)
-				sa, sb := summary(a), summary(b)
-				ratio, lo, hi := sb.Center/sa.Center, sb.Lo/sa.Hi, sb.Hi/sa.Lo
-				if u == "req/s" {
-					ratio, lo, hi = sa.Center/sb.Center, sa.Lo/sb.Hi, sa.Hi/sb.Lo
-				}
-				c := benchmath.AssumeNothing.Compare(a, b)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%.3f\t%d/%d\t\n", base, pl, u,
-					format(sa), format(sb), ratio, ratioRange(lo, hi), c.P, c.N1, c.N2)
+			a, b := sample(rs), sample(ps)
+			sa, sb := summary(a), summary(b)
+			ratio, lo, hi := sb.Center/sa.Center, sb.Lo/sa.Hi, sb.Hi/sa.Lo
+			if u == "req/s" {
+				ratio, lo, hi = sa.Center/sb.Center, sa.Lo/sb.Hi, sa.Hi/sb.Lo
 			}
+			c := benchmath.AssumeNothing.Compare(a, b)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.2f\t%s\t%.3f\t%d/%d\t\n", pr.base, pr.peer, u,
+				format(sa), format(sb), ratio, ratioRange(lo, hi), c.P, c.N1, c.N2)
 		}
 	}
 	for _, name := range names {
