@@ -246,9 +246,7 @@ func (p *muxPool[C]) done(c C, clean bool) {
 	if !closeIt && m.active == 0 && p.idleTimeout > 0 {
 		m.idleSince = time.Now()
 		if m.idleTimer == nil {
-			ref := &idleRef{conn: c}
-			m.idleRef = ref
-			m.idleTimer = time.AfterFunc(p.idleTimeout, func() { p.idleFired(ref) })
+			m.idleRef, m.idleTimer = startIdleTimer(c, p.idleTimeout, p.idleExpired)
 		} else {
 			m.idleTimer.Reset(p.idleTimeout)
 		}
@@ -291,13 +289,6 @@ func (p *muxPool[C]) shut(c C) {
 func (p *muxPool[C]) stopIdleLocked(m *muxState) {
 	if m.idleTimer != nil {
 		m.idleTimer.Stop()
-	}
-}
-
-// idleFired is c's idle timer's function: c, unless it was shut since.
-func (p *muxPool[C]) idleFired(ref *idleRef) {
-	if c, ok := ref.get().(C); ok {
-		p.idleExpired(c)
 	}
 }
 

@@ -128,9 +128,7 @@ func (p *pool) put(pc *persistConn) {
 	pc.idleSince = now
 	if p.timeout > 0 {
 		if pc.idleTimer == nil {
-			ref := &idleRef{conn: pc}
-			pc.idleRef = ref
-			pc.idleTimer = time.AfterFunc(p.timeout, func() { p.idleFired(ref) })
+			pc.idleRef, pc.idleTimer = startIdleTimer(pc, p.timeout, p.expire)
 		} else {
 			pc.idleTimer.Reset(p.timeout)
 		}
@@ -141,13 +139,6 @@ func (p *pool) put(pc *persistConn) {
 	p.idle[pc.key] = append(list, pc)
 }
 
-// idleFired is an idle timer's function: pc, unless it was closed since.
-func (p *pool) idleFired(ref *idleRef) {
-	if pc, ok := ref.get().(*persistConn); ok {
-		p.expire(pc)
-	}
-}
-
 // idleRef is what a connection's idle timer holds of it: the connection
 // until it closes, nothing after (drop). The runtime keeps a stopped
 // timer until it next cleans its timer heap, and one that was not
@@ -156,6 +147,18 @@ func (p *pool) idleFired(ref *idleRef) {
 type idleRef struct {
 	mu   sync.Mutex
 	conn any
+}
+
+// startIdleTimer returns conn's idle timer, which calls expire with
+// conn after d, and the idleRef through which it holds conn: once the ref
+// is dropped, the timer neither holds conn nor calls expire.
+func startIdleTimer[C any](conn C, d time.Duration, expire func(C)) (*idleRef, *time.Timer) {
+	ref := &idleRef{conn: conn}
+	return ref, time.AfterFunc(d, func() {
+		if c, ok := ref.get().(C); ok {
+			expire(c)
+		}
+	})
 }
 
 func (r *idleRef) get() any {
