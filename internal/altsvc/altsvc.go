@@ -66,8 +66,12 @@ func sameHostH3(item, host string) (port uint16, maxAge time.Duration, ok bool) 
 	if err != nil {
 		return 0, 0, false
 	}
+	// Host-less means nothing before the colon: "[]:443" also splits to
+	// an empty host, but names an empty IP literal, which is no host at
+	// all, not this one.
 	h, p, err := net.SplitHostPort(authority)
-	if err != nil || (h != "" && !strings.EqualFold(h, host)) {
+	hostless := strings.HasPrefix(authority, ":")
+	if err != nil || (!hostless && !strings.EqualFold(h, host)) {
 		return 0, 0, false
 	}
 	n, err := strconv.ParseUint(p, 10, 16)

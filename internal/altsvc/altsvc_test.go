@@ -29,6 +29,7 @@ func TestParse(t *testing.T) {
 		{"port zero", []string{`h3=":0"`}, 0, 0, altsvc.Silent},
 		{"unquoted authority", []string{`h3=:443`}, 0, 0, altsvc.Silent},
 		{"no port", []string{`h3="example.com"`}, 0, 0, altsvc.Silent},
+		{"empty IP literal", []string{`h3="[]:443"`}, 0, 0, altsvc.Silent},
 		{"garbage", []string{`;;,,=`}, 0, 0, altsvc.Silent},
 		{"none", nil, 0, 0, altsvc.Silent},
 	}
