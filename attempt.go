@@ -116,9 +116,9 @@ func (c *call) newAttempt(a *attempt, n int, body io.ReadCloser, rec attemptRec,
 	a.c, a.n, a.number, a.rec = c, n, c.cs.cm.Attempts()+1, rec
 	if body != nil && body != http.NoBody {
 		a.body = &a.reqBody
-		a.body.init(body, a.rec.BodyRead, w.mux)
+		a.body.init(body, a.rec, w.mux)
 		if w.mux {
-			a.body.watchStalls(c.t.clock, c.t.opt.BodyReadTimeout, c.t.opt.UploadStallTimeout, a.stalled, w.finish)
+			a.body.watchStalls(c.t.clock, c.t.opt.BodyReadTimeout, c.t.opt.UploadStallTimeout, a, w.finish)
 		}
 	}
 	if c.t.limits.Write > 0 || c.t.limits.Header > 0 || w.mux && a.body != nil {

@@ -21,8 +21,8 @@ var errBodyHandedOn = errors.New("replaysafe: request body passed to the resend"
 // one-shot reader must survive for the resend, and the caller's reader must
 // not be closed while the stack still reads it.
 type reqBody struct {
-	rc          io.ReadCloser
-	onFirstRead func()
+	rc    io.ReadCloser
+	first firstReadee // told of the first Read
 	// guardHandOn makes reads fail once the reader passed to the resend:
 	// x/net may still read an abandoned attempt's body late.
 	guardHandOn bool
@@ -40,9 +40,17 @@ type reqBody struct {
 	closed    bool
 }
 
+// firstReadee is told of a request body's first Read (the attempt's
+// recorder). An interface, not a func: a method value would be one more
+// allocation per attempt with a body.
+type firstReadee interface{ BodyRead() }
+
+// staller is told of a stall that passed its limit (the attempt).
+type staller interface{ stalled(*TimeoutError) }
+
 // init starts b, a zero reqBody, on the caller's reader rc.
-func (b *reqBody) init(rc io.ReadCloser, onFirstRead func(), guardHandOn bool) {
-	b.rc, b.onFirstRead, b.guardHandOn, b.owns = rc, onFirstRead, guardHandOn, true
+func (b *reqBody) init(rc io.ReadCloser, first firstReadee, guardHandOn bool) {
+	b.rc, b.first, b.guardHandOn, b.owns = rc, first, guardHandOn, true
 }
 
 // Read reads from the caller's body, unless it passed to the resend.
@@ -56,7 +64,7 @@ func (b *reqBody) Read(p []byte) (int, error) {
 	b.read = true
 	b.mu.Unlock()
 	if first {
-		b.onFirstRead()
+		b.first.BodyRead()
 	}
 	b.stall.arm(StallProducer)
 	n, err := b.rc.Read(p)
@@ -84,12 +92,12 @@ func (b *reqBody) Read(p []byte) (int, error) {
 // watchStalls bounds each Read of the caller's body by read and the
 // stack's taking of each piece (and, with finish set, of the end of the
 // body, until uploaded is called) by progress; zero means no limit. When
-// one passes, onStall runs on a timer goroutine with the TimeoutError.
-func (b *reqBody) watchStalls(clock recorder.Clock, read, progress time.Duration, onStall func(*TimeoutError), finish bool) {
+// one passes, s is told on a timer goroutine with the TimeoutError.
+func (b *reqBody) watchStalls(clock recorder.Clock, read, progress time.Duration, s staller, finish bool) {
 	if read <= 0 && progress <= 0 {
 		return
 	}
-	b.stall = &stallWatch{clock: clock, read: read, progress: progress, onStall: onStall, finish: finish}
+	b.stall = &stallWatch{clock: clock, read: read, progress: progress, onStall: s, finish: finish}
 }
 
 // uploaded records that the stack finished the body, or gave up on it.
@@ -187,7 +195,7 @@ func (b *respBody) finish(err error) {
 type stallWatch struct {
 	clock          recorder.Clock
 	read, progress time.Duration
-	onStall        func(*TimeoutError)
+	onStall        staller
 	finish         bool // the transport's end of the body is watched too
 
 	mu    sync.Mutex
@@ -237,7 +245,7 @@ func (w *stallWatch) expired(gen uint64, e *TimeoutError) {
 	}
 	w.off = true
 	w.mu.Unlock()
-	w.onStall(e)
+	w.onStall.stalled(e)
 }
 
 // producerFired returns the producer stall that fired, if any.
