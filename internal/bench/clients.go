@@ -41,11 +41,11 @@ type Client struct {
 // Replaysafe is the name of the client every other one is compared with.
 const Replaysafe = "replaysafe"
 
-// EvidenceFloorName and DecisionFloorName name the two HTTP/2 floors
-// (NewEvidenceFloor, NewDecisionFloor) in benchmark names.
+// NetHTTP and XNetHTTP2 name the HTTP/1.1 and HTTP/2 peers, net/http's
+// Transport and x/net's http2.Transport (QuicGoHTTP3 the HTTP/3 one).
 const (
-	EvidenceFloorName = "x-net-http2-evidence"
-	DecisionFloorName = "x-net-http2-decision"
+	NetHTTP   = "net-http"
+	XNetHTTP2 = "x-net-http2"
 )
 
 // Release closes rt's idle connections and, for a client that has a
@@ -88,9 +88,9 @@ type Protocol struct {
 	// Clients are replaysafe and its peers.
 	Clients []Client
 	// Floors are reference clients measured in the round trips only
-	// (BenchmarkRoundTrip), beside replaysafe and its peer: a peer with a
-	// part of replaysafe's work added, which splits the difference
-	// between the two (EvidenceFloor).
+	// (BenchmarkRoundTrip), beside replaysafe and its peer: the peer with
+	// a part of replaysafe's work added, which splits the difference
+	// between the two (Floor).
 	Floors []Client
 }
 
@@ -105,8 +105,9 @@ var Protocols = []Protocol{
 			{Name: Replaysafe, New: func(e Env) RoundTripper {
 				return replaysafe.New(replaysafe.Options{TLSClientConfig: e.TLS, MaxIdleConnsPerHost: e.MaxIdle})
 			}},
-			{Name: "net-http", New: newNetHTTP},
+			{Name: NetHTTP, New: newNetHTTP},
 		},
+		Floors: floorClients(NetHTTP, NewH1Floor),
 	},
 	{
 		Name: "h2",
@@ -122,12 +123,9 @@ var Protocols = []Protocol{
 			{Name: Replaysafe, New: func(e Env) RoundTripper {
 				return replaysafe.New(replaysafe.Options{TLSClientConfig: e.TLS, MaxIdleConnsPerHost: e.MaxIdle, Protocol: replaysafe.ProtocolHTTP2})
 			}},
-			{Name: "x-net-http2", New: newXNetHTTP2},
+			{Name: XNetHTTP2, New: newXNetHTTP2},
 		},
-		Floors: []Client{
-			{Name: EvidenceFloorName, New: func(e Env) RoundTripper { return NewEvidenceFloor(e) }},
-			{Name: DecisionFloorName, New: func(e Env) RoundTripper { return NewDecisionFloor(e) }},
-		},
+		Floors: floorClients(XNetHTTP2, NewH2Floor),
 	},
 	{
 		Name:         "h3",
@@ -140,6 +138,7 @@ var Protocols = []Protocol{
 			{Name: Replaysafe, New: newReplaysafeH3},
 			{Name: QuicGoHTTP3, New: newQuicGoHTTP3},
 		},
+		Floors: floorClients(QuicGoHTTP3, NewH3Floor),
 	},
 }
 

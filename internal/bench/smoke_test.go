@@ -2,6 +2,7 @@ package bench_test
 
 import (
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,52 +79,60 @@ func TestRecoveriesCountCopies(t *testing.T) {
 	}
 }
 
-// TestFloorsGatherWhatTheyPrice checks that the HTTP/2 floors do the work
-// they price: every request either sends, on the dialing connection and
-// on the kept-alive one, from one goroutine and from several, learns its
-// stream ID from the Wire when its headers are written; and every
-// request of the deciding floor has its machine see the whole exchange
-// and decide to deliver it.
+// TestFloorsGatherWhatTheyPrice checks that every protocol's floors do
+// the work they price: every request, sent on the dialing connection and
+// on kept-alive ones, from one goroutine and from several, is tied by its
+// evidence to its place on the wire (its connection's bytes, its stream
+// ID); and every request of a deciding floor has its machine see the
+// whole exchange and decide to deliver it.
 func TestFloorsGatherWhatTheyPrice(t *testing.T) {
-	p, ok := bench.ProtocolNamed("h2")
-	if !ok {
-		t.Fatal("no h2 protocol")
-	}
-	for _, decide := range []bool{false, true} {
-		srv, err := p.Start(0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer srv.Close()
-		f := bench.NewEvidenceFloor(bench.Env{MaxIdle: 4})
-		if decide {
-			f = bench.NewDecisionFloor(bench.Env{MaxIdle: 4})
-		}
-		defer bench.Release(f)
-		u, err := url.Parse(srv.URL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		sent := 0
-		for _, conc := range []int{1, 4} {
-			for _, w := range bench.Workloads {
-				lat := make([]time.Duration, 40)
-				if err := bench.RoundTrips(f, u, w, conc, len(lat), lat); err != nil {
-					t.Fatalf("decide %v, %s c%d: %v", decide, w.Name, conc, err)
+	floors := 0
+	for _, p := range bench.Protocols {
+		for _, c := range p.Floors {
+			floors++
+			t.Run(p.Name+"/"+c.Name, func(t *testing.T) {
+				srv, err := p.Start(0)
+				if err != nil {
+					t.Fatal(err)
 				}
-				sent += len(lat)
-			}
+				defer srv.Close()
+				f, ok := c.New(bench.Env{TLS: srv.ClientTLS(), MaxIdle: 4}).(bench.Floor)
+				if !ok {
+					t.Fatalf("%s is not a bench.Floor", c.Name)
+				}
+				defer bench.Release(f)
+				if f.Decides() != strings.HasSuffix(c.Name, bench.DecisionSuffix) {
+					t.Errorf("Decides() = %v for %s", f.Decides(), c.Name)
+				}
+				u, err := url.Parse(srv.URL())
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent := 0
+				for _, conc := range []int{1, 4} {
+					for _, w := range bench.Workloads {
+						lat := make([]time.Duration, 40)
+						if err := bench.RoundTrips(f, u, w, conc, len(lat), lat); err != nil {
+							t.Fatalf("%s c%d: %v", w.Name, conc, err)
+						}
+						sent += len(lat)
+					}
+				}
+				if got := f.Claimed(); got != int64(sent) {
+					t.Errorf("%d of %d requests claimed their place on the wire", got, sent)
+				}
+				want := 0
+				if f.Decides() {
+					want = sent
+				}
+				if got := f.Completed(); got != int64(want) {
+					t.Errorf("%d machines saw a whole exchange, want %d", got, want)
+				}
+			})
 		}
-		if got := f.Claimed(); got != int64(sent) {
-			t.Errorf("decide %v: %d of %d requests claimed their stream", decide, got, sent)
-		}
-		want := 0
-		if decide {
-			want = sent
-		}
-		if got := f.Completed(); got != int64(want) {
-			t.Errorf("decide %v: %d machines saw a whole exchange, want %d", decide, got, want)
-		}
+	}
+	if floors != 2*len(bench.Protocols) {
+		t.Errorf("%d floors, want an evidence and a decision floor per protocol (%d)", floors, 2*len(bench.Protocols))
 	}
 }
 

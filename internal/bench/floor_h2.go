@@ -1,0 +1,120 @@
+package bench
+
+//lint:file-ignore SA1019 the floor is x/net/http2's own Transport, the HTTP/2 peer; x/net's deprecation points to net/http.
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+
+	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/h2"
+)
+
+// H2Floor is the HTTP/2 Floor: x/net's Transport over connections
+// h2.Observe watches, each request followed by an h2.Attempt whose four
+// httptrace hooks claim its stream, and let go of when its body is
+// closed. The evidence is replaysafe's own; the hooks and the request's
+// context are made per request, as replaysafe makes them.
+type H2Floor struct {
+	*http2.Transport
+	floorCounts
+
+	mu    sync.Mutex
+	wires map[net.Conn]*h2.Wire // by the observed connection x/net holds
+}
+
+// NewH2Floor returns an H2Floor speaking h2c with prior knowledge, or h2
+// over TLS with e.TLS; it decides when decide is set.
+func NewH2Floor(e Env, decide bool) Floor {
+	f := &H2Floor{wires: make(map[net.Conn]*h2.Wire)}
+	f.clock = newClock(decide)
+	f.Transport = &http2.Transport{TLSClientConfig: e.TLS, AllowHTTP: e.TLS == nil}
+	f.DialTLSContext = func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
+		var c net.Conn
+		var err error
+		if e.TLS == nil {
+			var d net.Dialer
+			c, err = d.DialContext(ctx, network, addr)
+		} else {
+			d := tls.Dialer{Config: cfg}
+			c, err = d.DialContext(ctx, network, addr)
+		}
+		if err != nil {
+			return nil, err
+		}
+		oc, w := h2.Observe(c)
+		f.mu.Lock()
+		f.wires[oc] = w
+		f.mu.Unlock()
+		return oc, nil
+	}
+	return f
+}
+
+// h2FloorAttempt is one request of an H2Floor: the h2.Attempt learns its
+// Wire when x/net says which connection the request got (GotConn, before
+// x/net's ClientConn.RoundTrip, so before any other hook).
+type h2FloorAttempt struct {
+	floorMachine
+	f    *H2Floor
+	att  h2.Attempt
+	body floorBody
+}
+
+func (a *h2FloorAttempt) gotConn(info httptrace.GotConnInfo) {
+	a.f.mu.Lock()
+	w := a.f.wires[info.Conn]
+	a.f.mu.Unlock()
+	a.att.Init(w)
+	a.feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: info.Reused, Proto: fsm.ProtoH2})
+}
+
+// RoundTrip sends req through x/net with the evidence hooks installed
+// and, when the floor decides, feeds the attempt's machine what they and
+// the response show.
+func (f *H2Floor) RoundTrip(req *http.Request) (*http.Response, error) {
+	var a *h2FloorAttempt
+	if f.clock == nil {
+		a = &h2FloorAttempt{}
+	} else {
+		d := &deciding[h2FloorAttempt]{}
+		a = &d.req
+		a.start(&d.core, req, f.clock)
+	}
+	a.f = f
+	trace := a.att.Trace(a)
+	trace.GotConn = a.gotConn
+	resp, err := f.Transport.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	if err != nil {
+		a.feed(a.att.Failure(req.Context(), err))
+		a.att.Done()
+		return nil, err
+	}
+	a.headers()
+	a.body.ReadCloser, a.body.r = resp.Body, a
+	resp.Body = &a.body
+	return resp, nil
+}
+
+func (a *h2FloorAttempt) closed() {
+	a.floorMachine.closed()
+	a.f.count(a.att.Claim().Stream != 0, a.rec)
+	a.att.Done()
+}
+
+// CloseIdleConnections closes x/net's idle connections and forgets the
+// Wires of every connection (a benchmark calls it when it is done with
+// the client; until then the map holds one entry per dial, and a
+// benchmark dials its connections once).
+func (f *H2Floor) CloseIdleConnections() {
+	f.Transport.CloseIdleConnections()
+	f.mu.Lock()
+	clear(f.wires)
+	f.mu.Unlock()
+}
