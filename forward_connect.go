@@ -1,6 +1,7 @@
 package replaysafe
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/sha1"
 	"encoding/base64"
@@ -67,6 +68,14 @@ func (h *Forwarder) extendedConnect(w http.ResponseWriter, r *http.Request, resp
 		x.err = err
 		return
 	}
+	// The tunnel lives no longer than the inbound stream: when the client
+	// cancels it or its connection closes, the request's context ends and
+	// the upstream connection closes, which ends both copies. The stream's
+	// clean end (the client's FIN) cannot be passed on as a half-close, as
+	// net/http's upgraded body has no CloseWrite, so the upstream side
+	// stays open until then.
+	stop := context.AfterFunc(r.Context(), func() { up.Close() })
+	defer stop()
 	go func() {
 		// Client to upstream; a failed inbound stream ends the tunnel.
 		if _, err := io.Copy(up, r.Body); err != nil {

@@ -189,6 +189,68 @@ func TestForwardExtendedConnectH3ToUpgrade(t *testing.T) {
 	wantEcho(t, pw, resp.Body)
 }
 
+// TestForwardExtendedConnectEndsWithItsStream: a tunnel whose client
+// finished sending (FIN on its stream) and then went away ends, although
+// the upstream, which never learns of the FIN, keeps its side open: the
+// forwarder's handler returns once the inbound stream is canceled,
+// instead of waiting on the upstream for ever.
+func TestForwardExtendedConnectEndsWithItsStream(t *testing.T) {
+	// The upstream accepts the upgrade and echoes, like echoUpgrade, and
+	// hands its connection to the test, which closes it should the
+	// forwarder hang on it: the test then fails instead of hanging.
+	upConns := make(chan net.Conn, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, brw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer conn.Close()
+		upConns <- conn
+		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+			wsAccept(r.Header.Get("Sec-Websocket-Key")))
+		brw.Flush()
+		io.Copy(conn, brw)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
+	defer fw.Transport().CloseIdleConnections()
+	handled := make(chan struct{})
+	base, client := h3Ingress(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer close(handled)
+		fw.ServeHTTP(w, r)
+	}))
+
+	pr, pw := io.Pipe()
+	req, _ := http.NewRequest(http.MethodConnect, base+"/chat", pr)
+	req.Proto = "websocket"
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("client got %s", resp.Status)
+	}
+	upConn := <-upConns
+	// The last message and the stream's end go out together; its echo
+	// coming back means the forwarder read the end behind it.
+	if _, err := io.WriteString(pw, "last"); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "last" {
+		t.Fatalf("echo %q, %v", buf, err)
+	}
+	resp.Body.Close() // the client goes away; the upstream still waits
+	select {
+	case <-handled:
+	case <-time.After(10 * time.Second):
+		upConn.Close()
+		t.Fatal("the forwarder's tunnel outlived its inbound stream by 10 s")
+	}
+}
+
 // TestForwardUpgradeHandshakeResent: a close crossing the (bodyless, idempotent)
 // WebSocket handshake on a pooled connection is resent once on a new
 // connection with its Upgrade metadata intact, and the tunnel then works.
