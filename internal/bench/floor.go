@@ -54,8 +54,13 @@ type floorCounts struct {
 	complete atomic.Int64
 }
 
-func (c *floorCounts) Decides() bool    { return c.clock != nil }
-func (c *floorCounts) Claimed() int64   { return c.claimed.Load() }
+// Decides implements Floor.
+func (c *floorCounts) Decides() bool { return c.clock != nil }
+
+// Claimed implements Floor.
+func (c *floorCounts) Claimed() int64 { return c.claimed.Load() }
+
+// Completed implements Floor.
 func (c *floorCounts) Completed() int64 { return c.complete.Load() }
 
 // newClock returns the clock a floor's machines read, nil when it does

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/tls"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -13,11 +12,11 @@ import (
 )
 
 // H1Floor is the HTTP/1.1 Floor: net/http's Transport over connections
-// an h1.Conn watches (every read and write, and whether a byte reached
-// the wire beneath TLS), each request attached to its connection when
-// net/http says which one it got (GotConn). When the floor decides, the
-// request's h1.Recorder is what is attached, and its httptrace hooks are
-// installed too, as replaysafe's HTTP/1.1 attempts feed theirs.
+// an h1.Conn watches (every read and write that reached the wire), each
+// request attached to its connection when net/http says which one it got
+// (GotConn). When the floor decides, the request's h1.Recorder is what is
+// attached, and its httptrace hooks are installed too, as replaysafe's
+// HTTP/1.1 attempts feed theirs.
 //
 // net/http picks the connection after the request's context is made, so
 // the floor installs a request's hooks per request, where replaysafe
@@ -31,15 +30,16 @@ type H1Floor struct {
 	floorCounts
 }
 
-// NewH1Floor returns an H1Floor, over TLS with e.TLS or in cleartext,
-// keeping e.MaxIdle idle connections per host; it decides when decide is
-// set.
+// NewH1Floor returns an H1Floor keeping e.MaxIdle idle connections per
+// host; it decides when decide is set. It speaks cleartext HTTP/1.1 only,
+// as the HTTP/1.1 benchmark server does: over TLS, net/http would hand
+// GotConn its own TLS connection, not the observed one beneath it.
 func NewH1Floor(e Env, decide bool) Floor {
 	f := &H1Floor{}
 	f.clock = newClock(decide)
 	var p http.Protocols
 	p.SetHTTP1(true)
-	f.Transport = &http.Transport{TLSClientConfig: e.TLS, MaxIdleConnsPerHost: e.MaxIdle, Protocols: &p}
+	f.Transport = &http.Transport{MaxIdleConnsPerHost: e.MaxIdle, Protocols: &p}
 	f.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, addr)
@@ -47,24 +47,6 @@ func NewH1Floor(e Env, decide bool) Floor {
 			return nil, err
 		}
 		return h1.NewConn(c, nil), nil
-	}
-	f.DialTLSContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, network, addr)
-		if err != nil {
-			return nil, err
-		}
-		host, _, _ := net.SplitHostPort(addr)
-		cfg := e.TLS.Clone()
-		cfg.ServerName = host
-		cfg.NextProtos = []string{"http/1.1"}
-		wire := h1.NewWireCounter(c)
-		tc := tls.Client(wire, cfg)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			c.Close()
-			return nil, err
-		}
-		return h1.NewConn(tc, wire), nil
 	}
 	return f
 }
