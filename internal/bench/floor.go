@@ -1,8 +1,11 @@
 package bench
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"net/http/httptrace"
+	"sync"
 	"sync/atomic"
 
 	"github.com/replaysafe/replaysafe/fsm"
@@ -84,6 +87,35 @@ func (c *floorCounts) count(claimed bool, rec *recorder.Core) {
 	}
 }
 
+// registry maps a floor's connections, or origins, to the evidence of
+// their connection; it is safe for concurrent use.
+type registry[K comparable, V any] struct {
+	mu sync.Mutex
+	m  map[K]V
+}
+
+func (r *registry[K, V]) get(k K) V {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.m[k]
+}
+
+func (r *registry[K, V]) put(k K, v V) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = make(map[K]V)
+	}
+	r.m[k] = v
+}
+
+// forget empties the registry.
+func (r *registry[K, V]) forget() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	clear(r.m)
+}
+
 // floorMachine is the machine of one request on a floor that decides, nil
 // on one that does not, fed as replaysafe's multiplexed attempts feed
 // theirs (through a recorder.Core). Each progress event is fed once: the
@@ -97,6 +129,23 @@ type deciding[R any] struct {
 	req  R
 	core recorder.Core
 }
+
+// newFloorRequest returns a zero request of a floor, its machine started
+// in the same allocation when the floor decides (clock not nil).
+func newFloorRequest[R any, P interface {
+	*R
+	machine() *floorMachine
+}](req *http.Request, clock recorder.Clock) P {
+	if clock == nil {
+		return P(new(R))
+	}
+	d := &deciding[R]{}
+	P(&d.req).machine().start(&d.core, req, clock)
+	return &d.req
+}
+
+// machine returns m: a floor request's own floorMachine.
+func (m *floorMachine) machine() *floorMachine { return m }
 
 // start initialises core for req and makes it m's machine.
 func (m *floorMachine) start(core *recorder.Core, req *http.Request, clock recorder.Clock) {
@@ -176,13 +225,32 @@ func bodyKind(req *http.Request) fsm.BodyKind {
 	return fsm.BodyOneShotUntouched
 }
 
-// floorRequest is one request of a floor, told how its response body
-// ends.
+// floorRequest is one request of a floor, told how its round trip and
+// then its response body end.
 type floorRequest interface {
+	// failed is called when the round trip failed with err.
+	failed(ctx context.Context, err error)
+	// headers is called when the round trip returned a response.
+	headers()
 	// eof is called when the body read io.EOF.
 	eof()
 	// closed is called once, when the body is closed.
 	closed()
+}
+
+// floorRoundTrip sends req through rt with trace installed and tells r
+// how the round trip ended; a response's body, as body, tells r how it
+// ends.
+func floorRoundTrip(rt http.RoundTripper, req *http.Request, trace *httptrace.ClientTrace, r floorRequest, body *floorBody) (*http.Response, error) {
+	resp, err := rt.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+	if err != nil {
+		r.failed(req.Context(), err)
+		return nil, err
+	}
+	r.headers()
+	body.ReadCloser, body.r = resp.Body, r
+	resp.Body = body
+	return resp, nil
 }
 
 // floorBody is a floor's response body: it tells its request when the

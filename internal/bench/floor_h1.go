@@ -107,20 +107,20 @@ func (f *H1Floor) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	a.f = f
 	trace.GotConn = a.gotConn
-	resp, err := f.Transport.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
-	if err != nil {
-		if a.rec != nil {
-			a.rec.Fail(err, req.Context(), nil)
-			a.rec.Stop()
-		}
-		return nil, err
+	return floorRoundTrip(f.Transport, req, trace, a, &a.body)
+}
+
+func (a *h1FloorAttempt) failed(ctx context.Context, err error) {
+	if a.rec != nil {
+		a.rec.Fail(err, ctx, nil)
+		a.rec.Stop()
 	}
+}
+
+func (a *h1FloorAttempt) headers() {
 	if a.rec != nil {
 		a.rec.FinalHeaders()
 	}
-	a.body.ReadCloser, a.body.r = resp.Body, a
-	resp.Body = &a.body
-	return resp, nil
 }
 
 func (a *h1FloorAttempt) eof() {

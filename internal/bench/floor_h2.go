@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"sync"
 
 	"golang.org/x/net/http2"
 
@@ -25,14 +24,13 @@ type H2Floor struct {
 	*http2.Transport
 	floorCounts
 
-	mu    sync.Mutex
-	wires map[net.Conn]*h2.Wire // by the observed connection x/net holds
+	wires registry[net.Conn, *h2.Wire] // by the observed connection x/net holds
 }
 
 // NewH2Floor returns an H2Floor speaking h2c with prior knowledge, or h2
 // over TLS with e.TLS; it decides when decide is set.
 func NewH2Floor(e Env, decide bool) Floor {
-	f := &H2Floor{wires: make(map[net.Conn]*h2.Wire)}
+	f := &H2Floor{}
 	f.clock = newClock(decide)
 	f.Transport = &http2.Transport{TLSClientConfig: e.TLS, AllowHTTP: e.TLS == nil}
 	f.DialTLSContext = func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
@@ -49,9 +47,7 @@ func NewH2Floor(e Env, decide bool) Floor {
 			return nil, err
 		}
 		oc, w := h2.Observe(c)
-		f.mu.Lock()
-		f.wires[oc] = w
-		f.mu.Unlock()
+		f.wires.put(oc, w)
 		return oc, nil
 	}
 	return f
@@ -68,10 +64,7 @@ type h2FloorAttempt struct {
 }
 
 func (a *h2FloorAttempt) gotConn(info httptrace.GotConnInfo) {
-	a.f.mu.Lock()
-	w := a.f.wires[info.Conn]
-	a.f.mu.Unlock()
-	a.att.Init(w)
+	a.att.Init(a.f.wires.get(info.Conn))
 	a.feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: info.Reused, Proto: fsm.ProtoH2})
 }
 
@@ -79,27 +72,16 @@ func (a *h2FloorAttempt) gotConn(info httptrace.GotConnInfo) {
 // and, when the floor decides, feeds the attempt's machine what they and
 // the response show.
 func (f *H2Floor) RoundTrip(req *http.Request) (*http.Response, error) {
-	var a *h2FloorAttempt
-	if f.clock == nil {
-		a = &h2FloorAttempt{}
-	} else {
-		d := &deciding[h2FloorAttempt]{}
-		a = &d.req
-		a.start(&d.core, req, f.clock)
-	}
+	a := newFloorRequest[h2FloorAttempt](req, f.clock)
 	a.f = f
 	trace := a.att.Trace(a)
 	trace.GotConn = a.gotConn
-	resp, err := f.Transport.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
-	if err != nil {
-		a.feed(a.att.Failure(req.Context(), err))
-		a.att.Done()
-		return nil, err
-	}
-	a.headers()
-	a.body.ReadCloser, a.body.r = resp.Body, a
-	resp.Body = &a.body
-	return resp, nil
+	return floorRoundTrip(f.Transport, req, trace, a, &a.body)
+}
+
+func (a *h2FloorAttempt) failed(ctx context.Context, err error) {
+	a.feed(a.att.Failure(ctx, err))
+	a.att.Done()
 }
 
 func (a *h2FloorAttempt) closed() {
@@ -114,7 +96,5 @@ func (a *h2FloorAttempt) closed() {
 // benchmark dials its connections once).
 func (f *H2Floor) CloseIdleConnections() {
 	f.Transport.CloseIdleConnections()
-	f.mu.Lock()
-	clear(f.wires)
-	f.mu.Unlock()
+	f.wires.forget()
 }

@@ -32,16 +32,17 @@ type H3Floor struct {
 	*http3.Transport
 	floorCounts
 
-	mu      sync.Mutex
-	qt      *quic.Transport      // made at the first dial
-	closed  bool                 // Close was called
-	watches map[string]*h3.Watch // by origin (host:port), the latest dial's
+	watches registry[string, *h3.Watch] // by origin (host:port), the latest dial's
+
+	mu     sync.Mutex
+	qt     *quic.Transport // made at the first dial
+	closed bool            // Close was called
 }
 
 // NewH3Floor returns an H3Floor trusting e.TLS; it decides when decide
 // is set.
 func NewH3Floor(e Env, decide bool) Floor {
-	f := &H3Floor{watches: make(map[string]*h3.Watch)}
+	f := &H3Floor{}
 	f.clock = newClock(decide)
 	f.Transport = &http3.Transport{TLSClientConfig: e.TLS, Dial: f.dial}
 	return f
@@ -68,9 +69,7 @@ func (f *H3Floor) dial(ctx context.Context, addr string, tlsCfg *tls.Config, cfg
 	if err != nil {
 		return nil, err
 	}
-	f.mu.Lock()
-	f.watches[addr] = w
-	f.mu.Unlock()
+	f.watches.put(addr, w)
 	return c, nil
 }
 
@@ -105,10 +104,7 @@ type h3FloorAttempt struct {
 }
 
 func (a *h3FloorAttempt) gotConn(info httptrace.GotConnInfo) {
-	a.f.mu.Lock()
-	w := a.f.watches[a.origin]
-	a.f.mu.Unlock()
-	a.att.Init(w)
+	a.att.Init(a.f.watches.get(a.origin))
 	a.bound = true
 	a.feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: info.Reused, Proto: fsm.ProtoH3})
 }
@@ -117,29 +113,20 @@ func (a *h3FloorAttempt) gotConn(info httptrace.GotConnInfo) {
 // and, when the floor decides, feeds the attempt's machine what they and
 // the response show.
 func (f *H3Floor) RoundTrip(req *http.Request) (*http.Response, error) {
-	var a *h3FloorAttempt
-	if f.clock == nil {
-		a = &h3FloorAttempt{}
-	} else {
-		d := &deciding[h3FloorAttempt]{}
-		a = &d.req
-		a.start(&d.core, req, f.clock)
-	}
+	a := newFloorRequest[h3FloorAttempt](req, f.clock)
 	a.f, a.origin = f, req.URL.Host
 	trace := a.att.Trace(a, nil)
 	trace.GotConn = a.gotConn
-	resp, err := f.Transport.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
-	if err != nil {
-		if a.bound {
-			a.feed(a.att.Failure(req.Context(), err))
-			a.att.Done()
-		}
-		return nil, err
+	return floorRoundTrip(f.Transport, req, trace, a, &a.body)
+}
+
+// failed feeds the failure, unless the request never got a connection,
+// so never a Watch.
+func (a *h3FloorAttempt) failed(ctx context.Context, err error) {
+	if a.bound {
+		a.feed(a.att.Failure(ctx, err))
+		a.att.Done()
 	}
-	a.headers()
-	a.body.ReadCloser, a.body.r = resp.Body, a
-	resp.Body = &a.body
-	return resp, nil
 }
 
 func (a *h3FloorAttempt) closed() {
@@ -159,7 +146,7 @@ func (f *H3Floor) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closed = true
-	clear(f.watches)
+	f.watches.forget()
 	if f.qt != nil {
 		err = errors.Join(err, f.qt.Close(), f.qt.Conn.Close())
 		f.qt = nil
