@@ -42,6 +42,7 @@ type Attempt struct {
 	mu           sync.Mutex
 	claim        Claim
 	responseByte bool // x/net reported the first response byte
+	done         bool // Done was called
 
 	info informational.Counter // the 1xx responses, against their bound
 }
@@ -90,7 +91,14 @@ func (a *Attempt) wroteHeaders() {
 	c := a.w.claim()
 	a.mu.Lock()
 	a.claim = c
+	done := a.done
 	a.mu.Unlock()
+	if done && c.Stream != 0 {
+		// A fast server's whole response was read, and the exchange
+		// ended, before x/net's write goroutine got here: Done found no
+		// stream to forget, so its claim does.
+		a.w.Forget(c.Stream)
+	}
 	if c.Wrote {
 		a.send(fsm.EventFirstByteWritten)
 	}
@@ -205,9 +213,14 @@ func (a *Attempt) Failure(ctx context.Context, err error) fsm.Event {
 }
 
 // Done tells the Wire the exchange is over and its stream can be
-// forgotten.
+// forgotten, now or, when x/net has not reported the headers written yet,
+// as soon as it does.
 func (a *Attempt) Done() {
-	if c := a.Claim(); c.Stream != 0 {
+	a.mu.Lock()
+	a.done = true
+	c := a.claim
+	a.mu.Unlock()
+	if c.Stream != 0 {
 		a.w.Forget(c.Stream)
 	}
 }

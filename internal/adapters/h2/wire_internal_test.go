@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // frames builds a byte stream with an http2.Framer.
@@ -192,5 +194,43 @@ func TestResponseBeforeTheWriteReturns(t *testing.T) {
 	// The probe left the real scanner alone.
 	if w.out.inFrame || w.out.hdrN != 0 {
 		t.Fatal("scanner moved by willWrite")
+	}
+}
+
+// TestDoneBeforeTheHeadersHook covers the race where a fast server's whole
+// response is read, and the exchange ended, before x/net's write goroutine
+// reports the HEADERS written: the late claim must still let the Wire
+// forget the stream. Before, one stream in about sixty stayed tracked on
+// a loopback benchmark until maxTracked records filled the Wire, and each
+// new stream then scanned them all.
+func TestDoneBeforeTheHeadersHook(t *testing.T) {
+	w := &Wire{streams: make(map[uint32]*StreamFacts)}
+	var emitted []fsm.EventKind
+	for i := range 3 * maxTracked {
+		id := uint32(2*i + 1)
+		a := w.NewAttempt()
+		trace := a.Trace(EmitFunc(func(e fsm.Event) { emitted = append(emitted, e.Kind) }))
+		w.sawWrite(frames(t, false, func(fr *http2.Framer) error {
+			return fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, EndHeaders: true, EndStream: true})
+		}))
+		if i%2 == 0 {
+			a.Done()
+			trace.WroteHeaders() // the hook, after the exchange ended
+		} else {
+			trace.WroteHeaders()
+			a.Done()
+		}
+		if c := a.Claim(); c != (Claim{Stream: id, Wrote: true}) {
+			t.Fatalf("stream %d: claim %+v", id, c)
+		}
+		if _, ok := w.Stream(id); ok {
+			t.Fatalf("stream %d still tracked after Done and its claim (%d tracked)", id, len(w.streams))
+		}
+	}
+	if len(w.streams) != 0 {
+		t.Errorf("%d streams tracked at the end", len(w.streams))
+	}
+	if len(emitted) != 3*maxTracked {
+		t.Errorf("%d FirstByteWritten events for %d claims", len(emitted), 3*maxTracked)
 	}
 }
