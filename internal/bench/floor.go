@@ -149,7 +149,7 @@ func (m *floorMachine) machine() *floorMachine { return m }
 
 // start initialises core for req and makes it m's machine.
 func (m *floorMachine) start(core *recorder.Core, req *http.Request, clock recorder.Clock) {
-	core.InitUnarmed(fsm.Request{Method: fsm.ParseMethod(req.Method), Body: bodyKind(req)}, fsm.Limits{}, clock, nil)
+	core.InitUnarmed(machineRequest(req), fsm.Limits{}, clock, nil)
 	m.rec = core
 }
 
@@ -212,6 +212,11 @@ func progressFact(k fsm.EventKind) fsm.Facts {
 		return fsm.FactResponseByte
 	}
 	return 0
+}
+
+// machineRequest is what a floor's machine is told of req.
+func machineRequest(req *http.Request) fsm.Request {
+	return fsm.Request{Method: fsm.ParseMethod(req.Method), Body: bodyKind(req)}
 }
 
 // bodyKind is what the machine is told of req's body.

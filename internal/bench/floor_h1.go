@@ -102,7 +102,7 @@ func (f *H1Floor) RoundTrip(req *http.Request) (*http.Response, error) {
 		d := &deciding1{}
 		a = &d.h1FloorAttempt
 		a.rec = &d.r
-		d.r.InitUnarmed(fsm.Request{Method: fsm.ParseMethod(req.Method), Body: bodyKind(req)}, fsm.Limits{}, f.clock, nil)
+		d.r.InitUnarmed(machineRequest(req), fsm.Limits{}, f.clock, nil)
 		trace = d.r.ClientTrace()
 	}
 	a.f = f
