@@ -56,7 +56,7 @@ var units = []string{"ns/op", "p50-ns", "p99-ns", "req/s", "allocs/op", "B/op", 
 
 // client is the name of the rows every sibling (a benchmark whose name
 // differs only in its last element) is compared with: replaysafe's, or
-// another's (the HTTP/2 evidence floor beside its peer).
+// another's (a protocol's floor beside its peer and replaysafe).
 var client = flag.String("client", "replaysafe", "the `client` whose rows the others are compared with (the last element of the benchmark names)")
 
 var procs = regexp.MustCompile(`-\d+$`)
