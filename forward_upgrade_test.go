@@ -33,6 +33,12 @@ func wsAccept(key string) string {
 // echoUpgrade is an upstream that accepts a WebSocket-style Upgrade and
 // then echoes every byte; it reports the handshake's header.
 func echoUpgrade(t *testing.T, got chan<- http.Header) *url.URL {
+	return echoUpgradeConns(t, got, nil)
+}
+
+// echoUpgradeConns is echoUpgrade that also hands each upgraded
+// connection to conns (when not nil), for a test to close.
+func echoUpgradeConns(t *testing.T, got chan<- http.Header, conns chan<- net.Conn) *url.URL {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got <- r.Header.Clone()
@@ -45,6 +51,9 @@ func echoUpgrade(t *testing.T, got chan<- http.Header) *url.URL {
 			return
 		}
 		defer conn.Close()
+		if conns != nil {
+			conns <- conn
+		}
 		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade, X-Up-Hop\r\nX-Up-Hop: 1\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: %s\r\n\r\n",
 			wsAccept(r.Header.Get("Sec-Websocket-Key")))
 		brw.Flush()
@@ -195,24 +204,12 @@ func TestForwardExtendedConnectH3ToUpgrade(t *testing.T) {
 // forwarder's handler returns once the inbound stream is canceled,
 // instead of waiting on the upstream for ever.
 func TestForwardExtendedConnectEndsWithItsStream(t *testing.T) {
-	// The upstream accepts the upgrade and echoes, like echoUpgrade, and
-	// hands its connection to the test, which closes it should the
-	// forwarder hang on it: the test then fails instead of hanging.
+	// The upstream hands its connection to the test, which closes it
+	// should the forwarder hang on it: the test then fails instead of
+	// hanging.
+	got := make(chan http.Header, 1)
 	upConns := make(chan net.Conn, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		upConns <- conn
-		fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: %s\r\n\r\n",
-			wsAccept(r.Header.Get("Sec-Websocket-Key")))
-		brw.Flush()
-		io.Copy(conn, brw)
-	}))
-	defer srv.Close()
-	u, _ := url.Parse(srv.URL)
+	u := echoUpgradeConns(t, got, upConns)
 	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	handled := make(chan struct{})
