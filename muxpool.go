@@ -17,13 +17,16 @@ type muxState struct {
 	retired bool   // takes no new attempt; closes when active reaches 0
 	pooled  bool   // in muxPool.conns
 	shut    bool   // closed, and its room in the connection limit given back
-	// idleTimer, made once and reset, closes the connection after the
-	// pool's idleTimeout without an attempt; idleSince is when the last
-	// one ended. A timer that fires anyway finds the connection busy, or
-	// idle for less than the limit, and does nothing.
+	// idleTimer, made once, closes the connection after the pool's
+	// idleTimeout without an attempt; idleSince is when the last one
+	// ended. It is set only when it is not already (idleArmed), never
+	// per attempt: a timer that fires finds the connection busy, and
+	// leaves the next attempt's end to set it, or idle for less than the
+	// limit, and sets itself for the rest (idleExpired).
 	idleTimer *time.Timer
 	idleRef   *idleRef // what idleTimer's function holds of the connection
 	idleSince time.Time
+	idleArmed bool
 }
 
 // muxConn is what a muxPool holds: an HTTP/2 or HTTP/3 connection.
@@ -173,7 +176,6 @@ func (p *muxPool[C]) take(key connKey, after uint64, same C) (got C, reused, pen
 			got = c
 			m.active++
 			m.started++
-			p.stopIdleLocked(m)
 			kept = append(kept, c)
 		case c.gone():
 			m.retired, m.pooled = true, false
@@ -245,11 +247,13 @@ func (p *muxPool[C]) done(c C, clean bool) {
 	closeIt := m.retired && m.active == 0
 	if !closeIt && m.active == 0 && p.idleTimeout > 0 {
 		m.idleSince = time.Now()
-		if m.idleTimer == nil {
+		switch {
+		case m.idleTimer == nil:
 			m.idleRef, m.idleTimer = startIdleTimer(c, p.idleTimeout, p.idleExpired)
-		} else {
+		case !m.idleArmed:
 			m.idleTimer.Reset(p.idleTimeout)
 		}
+		m.idleArmed = true
 	}
 	p.mu.Unlock()
 	if closeIt {
@@ -290,16 +294,25 @@ func (p *muxPool[C]) stopIdleLocked(m *muxState) {
 	if m.idleTimer != nil {
 		m.idleTimer.Stop()
 	}
+	m.idleArmed = false
 }
 
-// idleExpired closes c when it is still idle, and has been for the
-// whole limit.
+// idleExpired is c's idle timer firing: it closes c when c is still
+// idle, and has been for the whole limit; an idle c that was used since
+// the timer was set gets the rest of its limit.
 func (p *muxPool[C]) idleExpired(c C) {
 	p.mu.Lock()
 	m := c.mux()
-	idle := m.active == 0 && !m.retired && time.Since(m.idleSince) >= p.idleTimeout
-	if idle {
-		p.retireLocked(c)
+	m.idleArmed = false
+	idle := false
+	if m.active == 0 && !m.retired {
+		if rest := p.idleTimeout - time.Since(m.idleSince); rest > 0 {
+			m.idleTimer.Reset(rest)
+			m.idleArmed = true
+		} else {
+			idle = true
+			p.retireLocked(c)
+		}
 	}
 	p.mu.Unlock()
 	if idle {

@@ -91,11 +91,11 @@ func (c *fakeMuxConn) close()         { c.closed.Store(true) }
 func (c *fakeMuxConn) isClosed() bool { return c.closed.Load() }
 
 // TestMuxIdleTimerClosesAfterLastAttempt: the idle timer is made when
-// the connection first goes idle and made again by no later attempt: an
-// attempt that takes the connection stops it, and its end sets it for a
-// whole limit again. The connection closes exactly IdleConnTimeout after
-// its last attempt ended, not after its first idle period began. Fake
-// time (testing/synctest).
+// the connection first goes idle and made again by no later attempt. One
+// that fires while an attempt runs does nothing, and the attempt's end
+// sets it for a whole limit again. The connection closes exactly
+// IdleConnTimeout after its last attempt ended, not after its first idle
+// period began. Fake time (testing/synctest).
 func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = time.Second
@@ -142,10 +142,51 @@ func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 	})
 }
 
-// TestIdleTimerRunsAcrossKeepAlive: over HTTP/1.1 a GET that takes the
-// pooled connection stops its idle timer, and its return sets it for a
-// whole limit again. Four GETs 600 ms apart under a 1 s limit share one
-// connection, which closes 1 s after the last. Fake time
+// TestMuxIdleTimerSetForTheRest: attempts that start and end while the
+// idle timer is set leave it alone (the pool does not reset it per
+// attempt), so it fires when the connection has been idle for less than
+// the limit, and is set for the rest. The connection closes exactly
+// IdleConnTimeout after its last attempt ended. Fake time
+// (testing/synctest).
+func TestMuxIdleTimerSetForTheRest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = time.Second
+		p := newMuxPool[*fakeMuxConn](2, limit, newConnLimit(0))
+		c := &fakeMuxConn{}
+		p.add(c)
+		start := time.Now()
+		p.done(c, true) // idle at 0: the timer is set for 1 s
+		for _, at := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond} {
+			time.Sleep(at - time.Since(start))
+			if got, _, _ := p.take(connKey{}, 0, nil); got != c {
+				t.Fatalf("take at %v: %v", at, got)
+			}
+			time.Sleep(50 * time.Millisecond)
+			p.done(c, true) // idle since 0.35 s, then 0.65 s
+		}
+		for _, step := range []struct {
+			sleep  time.Duration
+			closed bool
+		}{
+			{400 * time.Millisecond, false}, // 1.05 s: the timer fired at 1 s and was set for 1.65 s
+			{550 * time.Millisecond, false}, // 1.6 s
+			{100 * time.Millisecond, true},  // 1.7 s: closed at 1.65 s
+		} {
+			time.Sleep(step.sleep)
+			synctest.Wait()
+			if got := c.isClosed(); got != step.closed {
+				t.Fatalf("%v after the first idle: closed %v, want %v", time.Since(start), got, step.closed)
+			}
+		}
+	})
+}
+
+// TestIdleTimerRunsAcrossKeepAlive: over HTTP/1.1 the idle timer set
+// when the connection was first pooled is left alone by the GETs that
+// take and return it; each time it fires it finds the connection idle
+// for less than the limit and is set for the rest. Four GETs 600 ms apart
+// under a 1 s limit share one connection, which closes 1 s after the
+// last. Fake time
 // (testing/synctest) over net.Pipe; the server counts connections and
 // requests.
 func TestIdleTimerRunsAcrossKeepAlive(t *testing.T) {
