@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptrace"
@@ -15,7 +16,9 @@ import (
 // Floor is a reference client that prices a part of replaysafe's work:
 // a protocol's peer with replaysafe's evidence added and nothing else (an
 // evidence floor), or with each request's events also fed to an
-// fsm.Machine, as replaysafe's attempts do (a decision floor). Beside the
+// fsm.Machine, as replaysafe's attempts do (a decision floor; its
+// requests with a body have the upload a decision needs, floorUpload).
+// Beside the
 // peer a floor prices that work; beside replaysafe, everything else. A
 // floor has no pool, plan, call machine or report of replaysafe's: the
 // peer keeps its own connections.
@@ -33,6 +36,11 @@ type Floor interface {
 	// Completed returns how many requests' machines saw the whole
 	// exchange and decided to deliver it; 0 on an evidence floor.
 	Completed() int64
+	// Uploads returns how many requests with a body had their machine
+	// told of the body's first read and, over a multiplexed stack,
+	// their own context canceled when the exchange ended; 0 on an
+	// evidence floor.
+	Uploads() int64
 }
 
 // Floor names end in one of these, after the peer's name.
@@ -55,6 +63,7 @@ type floorCounts struct {
 	clock    recorder.Clock // nil: an evidence floor
 	claimed  atomic.Int64
 	complete atomic.Int64
+	uploads  atomic.Int64
 }
 
 // Decides implements Floor.
@@ -65,6 +74,9 @@ func (c *floorCounts) Claimed() int64 { return c.claimed.Load() }
 
 // Completed implements Floor.
 func (c *floorCounts) Completed() int64 { return c.complete.Load() }
+
+// Uploads implements Floor.
+func (c *floorCounts) Uploads() int64 { return c.uploads.Load() }
 
 // newClock returns the clock a floor's machines read, nil when it does
 // not decide.
@@ -84,6 +96,19 @@ func (c *floorCounts) count(claimed bool, rec *recorder.Core) {
 	}
 	if rec != nil && rec.Decision().Action == fsm.ActionDeliver && rec.Facts()&fsm.FactComplete != 0 {
 		c.complete.Add(1)
+	}
+}
+
+// ended ends u, the upload of a request whose machine is rec, and counts
+// it when the machine learned of its body's first read and its own
+// context, if it has one, is canceled.
+func (c *floorCounts) ended(u *floorUpload, rec *recorder.Core) {
+	u.end()
+	if u.rc == nil || rec == nil || rec.Facts()&fsm.FactBodyRead == 0 {
+		return
+	}
+	if u.ctx == nil || u.ctx.Err() != nil {
+		c.uploads.Add(1)
 	}
 }
 
@@ -230,6 +255,106 @@ func bodyKind(req *http.Request) fsm.BodyKind {
 	return fsm.BodyOneShotUntouched
 }
 
+// floorUpload is the request side of a request with a body on a floor
+// that decides, as replaysafe's attempts have it. Its body tells the
+// machine of the first Read and keeps the caller's reader's own error: a
+// read one-shot body cannot be sent again (RS11), and a failure of the
+// caller's reader is not the wire's (RS21), so deciding needs both. Over
+// a multiplexed stack the request also runs on a context of its own,
+// canceled when the exchange ends: the stack may still be uploading when
+// the response is over, and an attempt that is over must stop sending.
+type floorUpload struct {
+	rc     io.ReadCloser
+	first  interface{ BodyRead() }
+	ctx    context.Context // its own, nil without one
+	cancel context.CancelCauseFunc
+
+	mu   sync.Mutex
+	read bool
+	err  error // the first error other than io.EOF from rc
+}
+
+// send returns the request the floor sends for req: on a context with
+// trace and, when req has a body and the floor decides (first is the
+// machine), with u as its body and, when own, a context of its own.
+func (u *floorUpload) send(req *http.Request, trace *httptrace.ClientTrace, first interface{ BodyRead() }, own bool) *http.Request {
+	ctx := httptrace.WithClientTrace(req.Context(), trace)
+	if req.Body == nil || req.Body == http.NoBody || first == nil {
+		return req.WithContext(ctx)
+	}
+	u.rc, u.first = req.Body, first
+	if own {
+		ctx, u.cancel = context.WithCancelCause(ctx)
+		u.ctx = ctx
+	}
+	out := req.WithContext(ctx)
+	out.Body = u
+	return out
+}
+
+// Read reads the caller's body.
+func (u *floorUpload) Read(p []byte) (int, error) {
+	u.mu.Lock()
+	first := !u.read
+	u.read = true
+	u.mu.Unlock()
+	if first {
+		u.first.BodyRead()
+	}
+	n, err := u.rc.Read(p)
+	if err != nil && err != io.EOF {
+		u.mu.Lock()
+		if u.err == nil {
+			u.err = err
+		}
+		u.mu.Unlock()
+	}
+	return n, err
+}
+
+// Close closes the caller's body.
+func (u *floorUpload) Close() error { return u.rc.Close() }
+
+// local returns the caller's reader's own error, nil if it had none.
+func (u *floorUpload) local() error {
+	if u.rc == nil {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.err
+}
+
+// end cancels the request's own context, if it has one.
+func (u *floorUpload) end() {
+	if u.cancel != nil {
+		u.cancel(nil)
+	}
+}
+
+// BodyRead feeds the request body's first read.
+func (m *floorMachine) BodyRead() {
+	m.feedOnce(fsm.Event{Kind: fsm.EventBodyRead}, fsm.FactBodyRead)
+}
+
+// readee returns m as what a request's upload tells of its first Read,
+// nil on a floor that does not decide.
+func (m *floorMachine) readee() interface{ BodyRead() } {
+	if m.rec == nil {
+		return nil
+	}
+	return m
+}
+
+// failure returns ev, the adapter's reading of err, unless err is the
+// caller's reader's own failure (RS21).
+func (u *floorUpload) failure(ev fsm.Event, err error) fsm.Event {
+	if local := u.local(); local != nil && errors.Is(err, local) {
+		return fsm.Event{Kind: fsm.EventLocalFailure}
+	}
+	return ev
+}
+
 // floorRequest is one request of a floor, told how its round trip and
 // then its response body end.
 type floorRequest interface {
@@ -243,13 +368,13 @@ type floorRequest interface {
 	closed()
 }
 
-// floorRoundTrip sends req through rt with trace installed and tells r
-// how the round trip ended; a response's body, as body, tells r how it
-// ends.
-func floorRoundTrip(rt http.RoundTripper, req *http.Request, trace *httptrace.ClientTrace, r floorRequest, body *floorBody) (*http.Response, error) {
-	resp, err := rt.RoundTrip(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+// floorRoundTrip sends out, the request floorUpload.send made, through
+// rt and tells r how the round trip ended; a response's body, as body,
+// tells r how it ends.
+func floorRoundTrip(rt http.RoundTripper, out *http.Request, r floorRequest, body *floorBody) (*http.Response, error) {
+	resp, err := rt.RoundTrip(out)
 	if err != nil {
-		r.failed(req.Context(), err)
+		r.failed(out.Context(), err)
 		return nil, err
 	}
 	r.headers()

@@ -57,6 +57,7 @@ type h1FloorAttempt struct {
 	f     *H1Floor
 	rec   *h1.Recorder // nil on an evidence floor
 	wrote atomic.Bool  // a byte reached the wire (evidence floor)
+	up    floorUpload
 	body  floorBody
 }
 
@@ -107,12 +108,17 @@ func (f *H1Floor) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	a.f = f
 	trace.GotConn = a.gotConn
-	return floorRoundTrip(f.Transport, req, trace, a, &a.body)
+	var first interface{ BodyRead() }
+	if a.rec != nil {
+		first = a.rec
+	}
+	// No context of its own: net/http ends the upload with the exchange.
+	return floorRoundTrip(f.Transport, a.up.send(req, trace, first, false), a, &a.body)
 }
 
 func (a *h1FloorAttempt) failed(ctx context.Context, err error) {
 	if a.rec != nil {
-		a.rec.Fail(err, ctx, nil)
+		a.rec.Fail(err, ctx, a.up.local())
 		a.rec.Stop()
 	}
 }
@@ -139,4 +145,5 @@ func (a *h1FloorAttempt) closed() {
 	}
 	a.rec.Stop()
 	a.f.count(a.rec.Facts()&fsm.FactWroteAny != 0, &a.rec.Core)
+	a.f.ended(&a.up, &a.rec.Core)
 }

@@ -60,6 +60,7 @@ type h2FloorAttempt struct {
 	floorMachine
 	f    *H2Floor
 	att  h2.Attempt
+	up   floorUpload
 	body floorBody
 }
 
@@ -76,18 +77,20 @@ func (f *H2Floor) RoundTrip(req *http.Request) (*http.Response, error) {
 	a.f = f
 	trace := a.att.Trace(a)
 	trace.GotConn = a.gotConn
-	return floorRoundTrip(f.Transport, req, trace, a, &a.body)
+	return floorRoundTrip(f.Transport, a.up.send(req, trace, a.readee(), true), a, &a.body)
 }
 
 func (a *h2FloorAttempt) failed(ctx context.Context, err error) {
-	a.feed(a.att.Failure(ctx, err))
+	a.feed(a.up.failure(a.att.Failure(ctx, err), err))
 	a.att.Done()
+	a.up.end()
 }
 
 func (a *h2FloorAttempt) closed() {
 	a.floorMachine.closed()
 	a.f.count(a.att.Claim().Stream != 0, a.rec)
 	a.att.Done()
+	a.f.ended(&a.up, a.rec)
 }
 
 // CloseIdleConnections closes x/net's idle connections and forgets the

@@ -100,6 +100,7 @@ type h3FloorAttempt struct {
 	origin string
 	bound  bool // gotConn gave att its Watch
 	att    h3.Attempt
+	up     floorUpload
 	body   floorBody
 }
 
@@ -117,16 +118,17 @@ func (f *H3Floor) RoundTrip(req *http.Request) (*http.Response, error) {
 	a.f, a.origin = f, req.URL.Host
 	trace := a.att.Trace(a, nil)
 	trace.GotConn = a.gotConn
-	return floorRoundTrip(f.Transport, req, trace, a, &a.body)
+	return floorRoundTrip(f.Transport, a.up.send(req, trace, a.readee(), true), a, &a.body)
 }
 
 // failed feeds the failure, unless the request never got a connection,
 // so never a Watch.
 func (a *h3FloorAttempt) failed(ctx context.Context, err error) {
 	if a.bound {
-		a.feed(a.att.Failure(ctx, err))
+		a.feed(a.up.failure(a.att.Failure(ctx, err), err))
 		a.att.Done()
 	}
+	a.up.end()
 }
 
 func (a *h3FloorAttempt) closed() {
@@ -134,6 +136,7 @@ func (a *h3FloorAttempt) closed() {
 	_, claimed := a.att.Stream()
 	a.f.count(claimed, a.rec)
 	a.att.Done()
+	a.f.ended(&a.up, a.rec)
 }
 
 // CloseIdleConnections closes quic-go's idle connections.

@@ -108,7 +108,7 @@ func TestFloorsGatherWhatTheyPrice(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				sent := 0
+				sent, uploads := 0, 0
 				for _, conc := range []int{1, 4} {
 					for _, w := range bench.Workloads {
 						lat := make([]time.Duration, 40)
@@ -116,7 +116,13 @@ func TestFloorsGatherWhatTheyPrice(t *testing.T) {
 							t.Fatalf("%s c%d: %v", w.Name, conc, err)
 						}
 						sent += len(lat)
+						if w.Body > 0 {
+							uploads += len(lat)
+						}
 					}
+				}
+				if uploads == 0 {
+					t.Fatal("no workload has a request body")
 				}
 				if got := f.Claimed(); got != int64(sent) {
 					t.Errorf("%d of %d requests claimed their place on the wire", got, sent)
@@ -127,6 +133,12 @@ func TestFloorsGatherWhatTheyPrice(t *testing.T) {
 				}
 				if got := f.Completed(); got != int64(want) {
 					t.Errorf("%d machines saw a whole exchange, want %d", got, want)
+				}
+				if !f.Decides() {
+					uploads = 0
+				}
+				if got := f.Uploads(); got != int64(uploads) {
+					t.Errorf("%d uploads seen to their end, want %d", got, uploads)
 				}
 			})
 		}
