@@ -31,15 +31,15 @@ type persistConn struct {
 	conn *h1.Conn
 	tls  *tls.ConnectionState // nil over plain TCP
 
-	// Guarded by pool.mu. idleTimer is made on the first put and set
-	// again by a later put only when it is not set already (idleArmed):
-	// never per exchange. When it fires it finds the connection in use,
-	// and leaves the next put to set it, or idle for less than the
-	// limit, and sets itself for the rest (expire).
+	// Guarded by pool.mu while the connection is idle. idleTimer is
+	// made on the first put and reset on later ones; a stopped one that
+	// fired anyway finds the connection idle for less than the limit
+	// (expire), or not idle at all, and does nothing. (muxPool leaves
+	// its timer set across attempts instead; here that measured slower,
+	// see docs/performance.md.)
 	idleSince time.Time
 	idleTimer *time.Timer
 	idleRef   *idleRef // what idleTimer's function holds of the connection
-	idleArmed bool
 
 	limit       *connLimit // where its room is counted
 	closeOnce   sync.Once
@@ -103,6 +103,9 @@ func (p *pool) get(key connKey) *persistConn {
 	} else {
 		p.idle[key] = list[:len(list)-1]
 	}
+	if pc.idleTimer != nil {
+		pc.idleTimer.Stop()
+	}
 	return pc
 }
 
@@ -126,13 +129,11 @@ func (p *pool) put(pc *persistConn) {
 	defer p.mu.Unlock()
 	pc.idleSince = now
 	if p.timeout > 0 {
-		switch {
-		case pc.idleTimer == nil:
+		if pc.idleTimer == nil {
 			pc.idleRef, pc.idleTimer = startIdleTimer(pc, p.timeout, p.expire)
-		case !pc.idleArmed:
+		} else {
 			pc.idleTimer.Reset(p.timeout)
 		}
-		pc.idleArmed = true
 	}
 	if !ok && p.spare != nil {
 		list, p.spare = p.spare, nil
@@ -177,26 +178,23 @@ func (r *idleRef) drop() {
 	}
 }
 
-// expire is pc's idle timer firing: it closes pc if pc is still idle and
-// has been for the whole limit; an idle pc that was used since the timer
-// was set gets the rest of its limit.
+// expire closes pc if it is still idle and has been for the whole limit:
+// a timer stopped too late for an earlier idle period finds it pooled
+// again more recently, and leaves it.
 func (p *pool) expire(pc *persistConn) {
 	p.mu.Lock()
-	pc.idleArmed = false
+	if time.Since(pc.idleSince) < p.timeout {
+		p.mu.Unlock()
+		return
+	}
 	list := p.idle[pc.key]
 	found := false
 	for i, c := range list {
-		if c != pc {
-			continue
-		}
-		if rest := p.timeout - time.Since(pc.idleSince); rest > 0 {
-			pc.idleTimer.Reset(rest)
-			pc.idleArmed = true
+		if c == pc {
+			list = append(list[:i], list[i+1:]...)
+			found = true
 			break
 		}
-		list = append(list[:i], list[i+1:]...)
-		found = true
-		break
 	}
 	if found {
 		if len(list) == 0 {

@@ -181,12 +181,10 @@ func TestMuxIdleTimerSetForTheRest(t *testing.T) {
 	})
 }
 
-// TestIdleTimerRunsAcrossKeepAlive: over HTTP/1.1 the idle timer set
-// when the connection was first pooled is left alone by the GETs that
-// take and return it; each time it fires it finds the connection idle
-// for less than the limit and is set for the rest. Four GETs 600 ms apart
-// under a 1 s limit share one connection, which closes 1 s after the
-// last. Fake time
+// TestIdleTimerRunsAcrossKeepAlive: over HTTP/1.1 a GET that takes the
+// pooled connection stops its idle timer, and its return sets it for a
+// whole limit again. Four GETs 600 ms apart under a 1 s limit share one
+// connection, which closes 1 s after the last. Fake time
 // (testing/synctest) over net.Pipe; the server counts connections and
 // requests.
 func TestIdleTimerRunsAcrossKeepAlive(t *testing.T) {
