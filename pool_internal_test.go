@@ -98,12 +98,7 @@ func (c *fakeMuxConn) isClosed() bool { return c.closed.Load() }
 // period began. Fake time (testing/synctest).
 func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const limit = time.Second
-		p := newMuxPool[*fakeMuxConn](2, limit, newConnLimit(0))
-		c := &fakeMuxConn{}
-		p.add(c)
-		start := time.Now()
-		p.done(c, true) // idle at 0: the timer is set for 1 s
+		p, c, start := idleMuxConn()
 		timer := c.mux().idleTimer
 
 		time.Sleep(900 * time.Millisecond)
@@ -119,20 +114,11 @@ func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 		if c.mux().idleTimer != timer {
 			t.Fatal("a new timer for a connection that has one")
 		}
-		for _, step := range []struct {
-			sleep  time.Duration
-			closed bool
-		}{
+		expectIdleClose(t, c, start, []idleStep{
 			{850 * time.Millisecond, false}, // 1.95 s
 			{100 * time.Millisecond, false}, // 2.05 s
 			{100 * time.Millisecond, true},  // 2.15 s: closed at 2.1 s
-		} {
-			time.Sleep(step.sleep)
-			synctest.Wait()
-			if got := c.isClosed(); got != step.closed {
-				t.Fatalf("%v after the first idle: closed %v, want %v", time.Since(start), got, step.closed)
-			}
-		}
+		})
 		p.mu.Lock()
 		n := len(p.conns[connKey{}])
 		p.mu.Unlock()
@@ -150,12 +136,7 @@ func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 // (testing/synctest).
 func TestMuxIdleTimerSetForTheRest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		const limit = time.Second
-		p := newMuxPool[*fakeMuxConn](2, limit, newConnLimit(0))
-		c := &fakeMuxConn{}
-		p.add(c)
-		start := time.Now()
-		p.done(c, true) // idle at 0: the timer is set for 1 s
+		p, c, start := idleMuxConn()
 		for _, at := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond} {
 			time.Sleep(at - time.Since(start))
 			if got, _, _ := p.take(connKey{}, 0, nil); got != c {
@@ -164,21 +145,43 @@ func TestMuxIdleTimerSetForTheRest(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 			p.done(c, true) // idle since 0.35 s, then 0.65 s
 		}
-		for _, step := range []struct {
-			sleep  time.Duration
-			closed bool
-		}{
+		expectIdleClose(t, c, start, []idleStep{
 			{400 * time.Millisecond, false}, // 1.05 s: the timer fired at 1 s and was set for 1.65 s
 			{550 * time.Millisecond, false}, // 1.6 s
 			{100 * time.Millisecond, true},  // 1.7 s: closed at 1.65 s
-		} {
-			time.Sleep(step.sleep)
-			synctest.Wait()
-			if got := c.isClosed(); got != step.closed {
-				t.Fatalf("%v after the first idle: closed %v, want %v", time.Since(start), got, step.closed)
-			}
-		}
+		})
 	})
+}
+
+// idleMuxConn returns a pool with a 1 s idle limit holding one
+// connection, whose attempt ended at start (now): its idle timer is set
+// for 1 s.
+func idleMuxConn() (*muxPool[*fakeMuxConn], *fakeMuxConn, time.Time) {
+	p := newMuxPool[*fakeMuxConn](2, time.Second, newConnLimit(0))
+	c := &fakeMuxConn{}
+	p.add(c)
+	start := time.Now()
+	p.done(c, true)
+	return p, c, start
+}
+
+// idleStep is a sleep, and whether the connection is closed after it.
+type idleStep struct {
+	sleep  time.Duration
+	closed bool
+}
+
+// expectIdleClose sleeps each step in turn and checks whether c is
+// closed after it; start is when c first went idle.
+func expectIdleClose(t *testing.T, c *fakeMuxConn, start time.Time, steps []idleStep) {
+	t.Helper()
+	for _, step := range steps {
+		time.Sleep(step.sleep)
+		synctest.Wait()
+		if got := c.isClosed(); got != step.closed {
+			t.Fatalf("%v after the first idle: closed %v, want %v", time.Since(start), got, step.closed)
+		}
+	}
 }
 
 // TestIdleTimerRunsAcrossKeepAlive: over HTTP/1.1 a GET that takes the
