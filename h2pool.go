@@ -18,8 +18,9 @@ import (
 // connection whose Wire shows internal/adapters/h2 the frames. Its pool is a
 // muxPool[*h2Conn]: an attempt takes a stream on the first pooled
 // connection whose ClientConn.ReserveNewRequest succeeds, which respects
-// the server's SETTINGS_MAX_CONCURRENT_STREAMS; x/net closes idle
-// connections itself (its IdleConnTimeout).
+// the server's SETTINGS_MAX_CONCURRENT_STREAMS; the pool's idle timer,
+// not x/net's IdleConnTimeout, closes an idle connection (see
+// newH2Factory).
 type h2Conn struct {
 	cc   *http2.ClientConn
 	wire *h2.Wire

@@ -18,10 +18,9 @@ import (
 // evidence floor), or with each request's events also fed to an
 // fsm.Machine, as replaysafe's attempts do (a decision floor; its
 // requests with a body have the upload a decision needs, floorUpload).
-// Beside the
-// peer a floor prices that work; beside replaysafe, everything else. A
-// floor has no pool, plan, call machine or report of replaysafe's: the
-// peer keeps its own connections.
+// Beside the peer a floor prices that work; beside replaysafe, everything
+// else. A floor has no pool, plan, call machine or report of
+// replaysafe's: the peer keeps its own connections.
 //
 // Floors run in BenchmarkRoundTrip only. Claimed and Completed show that
 // the work was done and not only paid for.
