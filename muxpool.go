@@ -247,13 +247,7 @@ func (p *muxPool[C]) done(c C, clean bool) {
 	closeIt := m.retired && m.active == 0
 	if !closeIt && m.active == 0 && p.idleTimeout > 0 {
 		m.idleSince = time.Now()
-		switch {
-		case m.idleTimer == nil:
-			m.idleRef, m.idleTimer = startIdleTimer(c, p.idleTimeout, p.idleExpired)
-		case !m.idleArmed:
-			m.idleTimer.Reset(p.idleTimeout)
-		}
-		m.idleArmed = true
+		p.armIdleLocked(c, p.idleTimeout)
 	}
 	p.mu.Unlock()
 	if closeIt {
@@ -290,6 +284,19 @@ func (p *muxPool[C]) shut(c C) {
 	}
 }
 
+// armIdleLocked sets c's idle timer to fire after d, unless it is set
+// already; the first call makes it.
+func (p *muxPool[C]) armIdleLocked(c C, d time.Duration) {
+	m := c.mux()
+	switch {
+	case m.idleTimer == nil:
+		m.idleRef, m.idleTimer = startIdleTimer(c, d, p.idleExpired)
+	case !m.idleArmed:
+		m.idleTimer.Reset(d)
+	}
+	m.idleArmed = true
+}
+
 func (p *muxPool[C]) stopIdleLocked(m *muxState) {
 	if m.idleTimer != nil {
 		m.idleTimer.Stop()
@@ -307,8 +314,7 @@ func (p *muxPool[C]) idleExpired(c C) {
 	idle := false
 	if m.active == 0 && !m.retired {
 		if rest := p.idleTimeout - time.Since(m.idleSince); rest > 0 {
-			m.idleTimer.Reset(rest)
-			m.idleArmed = true
+			p.armIdleLocked(c, rest)
 		} else {
 			idle = true
 			p.retireLocked(c)
