@@ -156,7 +156,14 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	s.t, s.hc, s.att, s.a = c.t, hc, &ha.att, a
 	s.att.SetInformationalLimit(c.t.informationalLimit())
 	a.wire = s
+	// A request without a body goes on a stream the attempt opens itself
+	// (h3.Attempt.RoundTrip): its stream ID is known at once, and quic-go
+	// calls no hook per header field.
+	own := a.body == nil && h3.OwnStream(c.req)
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
+		if own {
+			return httptrace.WithClientTrace(ctx, s.att.StreamTrace(&ha.rec, s))
+		}
 		return httptrace.WithClientTrace(ctx, s.att.Trace(&ha.rec, s))
 	})
 	if isExtendedConnect(out) {
@@ -165,7 +172,12 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 		out.Header = out.Header.Clone()
 		delete(out.Header, ":protocol")
 	}
-	resp, err := hc.cc.RoundTrip(out)
+	var resp *http.Response
+	if own {
+		resp, err = s.att.RoundTrip(hc.cc, hc.tls, out)
+	} else {
+		resp, err = hc.cc.RoundTrip(out)
+	}
 	return a.roundTripped(resp, err)
 }
 
@@ -393,7 +405,8 @@ func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
 		return nil, fmt.Errorf("replaysafe: QUIC handshake with %s: %w", addr, err)
 	}
 	context.AfterFunc(qc.Context(), release)
-	return &h3Conn{qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w, pool: muxState{key: key}}, nil
+	state := qc.ConnectionState().TLS
+	return &h3Conn{qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w, tls: &state, pool: muxState{key: key}}, nil
 }
 
 // resolveOne returns the first address of host, or host itself when it

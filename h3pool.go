@@ -1,6 +1,8 @@
 package replaysafe
 
 import (
+	"crypto/tls"
+
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
@@ -17,7 +19,8 @@ type h3Conn struct {
 	qc    *quic.Conn
 	cc    *http3.ClientConn
 	watch *h3.Watch
-	pool  muxState // guarded by the pool's lock
+	tls   *tls.ConnectionState // the handshake's, shared by the responses h3.Attempt.RoundTrip returns
+	pool  muxState             // guarded by the pool's lock
 }
 
 func (c *h3Conn) mux() *muxState { return &c.pool }

@@ -6,6 +6,8 @@ import (
 	"net/textproto"
 	"sync"
 
+	"github.com/quic-go/quic-go/http3"
+
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/internal/adapters/informational"
 )
@@ -22,7 +24,10 @@ import (
 //  2. Install Trace(emit, uploaded) on the request's context with
 //     httptrace.WithClientTrace; emit receives EventFirstByteWritten,
 //     EventRequestWritten, EventFirstResponseByte and EventInformational,
-//     and uploaded (when non-nil) the end of the upload.
+//     and uploaded (when non-nil) the end of the upload. A request for
+//     which OwnStream holds may instead carry StreamTrace(emit, uploaded)
+//     and be sent with the Attempt's own RoundTrip, which reports the
+//     same events.
 //  3. Feed EventFinalHeaders when RoundTrip returns a response, and
 //     EventResponseComplete when its body reads io.EOF.
 //  4. On an error from RoundTrip or from a body read, feed
@@ -36,12 +41,13 @@ type Attempt struct {
 	trace    httptrace.ClientTrace
 
 	mu           sync.Mutex
-	wrote        bool   // header fields were encoded: bytes went to QUIC
-	stream       uint64 // our stream ID, once the HEADERS frame was seen
+	wrote        bool   // header fields were encoded (or RoundTrip sends them): bytes went to QUIC
+	stream       uint64 // our stream ID, once the HEADERS frame was seen or RoundTrip opened it
 	haveStream   bool
-	responseByte bool  // quic-go reported the first response byte
-	uploadErr    error // the error that ended the upload, if any
-	uploadDone   bool  // quic-go finished with the request body
+	responseByte bool        // quic-go reported the first response byte
+	uploadErr    error       // the error that ended the upload, if any
+	uploadDone   bool        // quic-go finished with the request body
+	stop         func() bool // RoundTrip's cancellation of its stream, until Done
 
 	info informational.Counter // the 1xx responses, against their bound
 }
@@ -96,14 +102,20 @@ func (a *Attempt) send(k fsm.EventKind) {
 }
 
 func (a *Attempt) wroteHeaderField(string, []string) {
-	a.mu.Lock()
-	first := !a.wrote
-	a.wrote = true
-	a.mu.Unlock()
-	if first {
+	if a.markWrote() {
 		a.w.expect(a)
 		a.send(fsm.EventFirstByteWritten)
 	}
+}
+
+// markWrote records that bytes of the request go to QUIC, and reports
+// whether that is news.
+func (a *Attempt) markWrote() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	first := !a.wrote
+	a.wrote = true
+	return first
 }
 
 func (a *Attempt) wroteRequest(info httptrace.WroteRequestInfo) {
@@ -170,7 +182,8 @@ func (a *Attempt) setStream(id uint64) {
 }
 
 // Stream returns the request's QUIC stream ID, once its HEADERS frame was
-// created.
+// created or, for a request sent by RoundTrip, once its stream was
+// opened.
 func (a *Attempt) Stream() (id uint64, ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -247,5 +260,17 @@ func (a *Attempt) Failure(ctx context.Context, err error) fsm.Event {
 }
 
 // Done tells the Watch the exchange is over and its stream can be
-// forgotten.
-func (a *Attempt) Done() { a.w.forget(a) }
+// forgotten, and stops RoundTrip's cancellation of the stream.
+func (a *Attempt) Done() {
+	a.mu.Lock()
+	stop := a.stop
+	a.stop = nil
+	a.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	a.w.forget(a)
+}
+
+// own makes the stream RoundTrip opened the Attempt's.
+func (a *Attempt) own(str *http3.RequestStream) { a.w.own(a, str.StreamID()) }

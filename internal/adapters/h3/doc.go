@@ -42,6 +42,21 @@
 // (ClientConn refused to open a stream after a GOAWAY, or the stream
 // could not be opened), and Failure reports EventHandedBack.
 //
+// # A request on a stream of its own
+//
+// A request with no body, no trailers and no CONNECT method (OwnStream)
+// can be sent by Attempt.RoundTrip instead: it opens the request stream
+// itself (ClientConn.OpenRequestStream), so the stream ID is known before
+// a byte is written, and claims it with the Watch, whose next HEADERS
+// frame on that stream then goes to no waiting Attempt. It takes
+// ClientConn.RoundTrip's steps for such a request and calls the same
+// httptrace hooks, but starts no goroutine per request and needs no
+// WroteHeaderField hook, for which quic-go builds a slice per header
+// field: StreamTrace installs the others. quic-go's stream API cannot
+// send a request body with its length (a POST without one is sent with
+// "content-length: 0"), so a request with a body goes through
+// ClientConn.RoundTrip.
+//
 // # Cost of the tracer
 //
 // quic-go's QUIC layer asks the tracer for its own recorder first, when

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 
@@ -66,4 +67,45 @@ func ExampleAttempt_Failure() {
 	// Output:
 	// @0s h3-goaway boundary=0 stream=0
 	// resend evidence-goaway-boundary conn=discard
+}
+
+// A GET on a stream the Attempt opens itself: its stream ID is known
+// before the request is sent, and the events are those ClientConn.RoundTrip
+// reports for it.
+func ExampleAttempt_RoundTrip() {
+	srv, err := h3server.New(h3server.Config{Default: h3server.Every(h3server.OK("hello"))})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+
+	w := h3.NewWatch()
+	qc, err := srv.Dial(context.Background(), &quic.Config{Tracer: w.Tracer})
+	if err != nil {
+		panic(err)
+	}
+	defer qc.CloseWithError(0, "")
+	cc := (&http3.Transport{}).NewClientConn(qc)
+	state := qc.ConnectionState().TLS
+
+	att := w.NewAttempt()
+	defer att.Done()
+	emit := func(e fsm.Event) { fmt.Println(e.Kind) }
+	ctx := httptrace.WithClientTrace(context.Background(), att.StreamTrace(h3.EmitFunc(emit), nil))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL()+"/greeting", nil)
+	fmt.Println(h3.OwnStream(req))
+	res, err := att.RoundTrip(cc, &state, req)
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	id, _ := att.Stream()
+	fmt.Println(res.StatusCode, string(body), "stream", id)
+	// Output:
+	// true
+	// first-byte-written
+	// request-written
+	// first-response-byte
+	// 200 hello stream 0
 }

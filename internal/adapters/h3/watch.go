@@ -95,6 +95,16 @@ func (w *Watch) sawHeaders(id quic.StreamID) {
 	a.setStream(uint64(id))
 }
 
+// own gives a the stream it opened itself (Attempt.RoundTrip), before
+// its HEADERS frame is created: claimed, the frame is not handed to an
+// Attempt waiting for one.
+func (w *Watch) own(a *Attempt, id quic.StreamID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.claimed[id] = a
+	a.setStream(uint64(id))
+}
+
 // expect marks a as the Attempt whose HEADERS frame comes next.
 func (w *Watch) expect(a *Attempt) {
 	w.mu.Lock()
