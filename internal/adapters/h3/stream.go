@@ -26,18 +26,15 @@ func OwnStream(req *http.Request) bool {
 		req.Method != http.MethodConnect && req.Method != http3.MethodGet0RTT && req.Method != http3.MethodHead0RTT
 }
 
-// StreamTrace returns the hooks for a request Attempt.RoundTrip sends:
-// Trace's, without WroteHeaderField (quic-go builds a slice per header
-// field for that hook, and RoundTrip knows the stream without it). emit
-// and uploaded are used as Trace uses them. Call it once per Attempt,
-// instead of Trace.
+// StreamTrace returns the hook a request Attempt.RoundTrip sends needs:
+// the first response byte, which quic-go reports from the stream's
+// reader. RoundTrip reports the rest itself, without a hook (and without
+// WroteHeaderField, for which quic-go builds a slice per header field).
+// emit and uploaded are used as Trace uses them. Call it once per
+// Attempt, instead of Trace.
 func (a *Attempt) StreamTrace(emit Emitter, uploaded Uploader) *httptrace.ClientTrace {
 	a.emit, a.uploaded = emit, uploaded
-	a.trace = httptrace.ClientTrace{
-		WroteRequest:         a.wroteRequest,
-		GotFirstResponseByte: a.gotFirstResponseByte,
-		Got1xxResponse:       a.got1xxResponse,
-	}
+	a.trace = httptrace.ClientTrace{GotFirstResponseByte: a.gotFirstResponseByte}
 	return &a.trace
 }
 
@@ -46,8 +43,9 @@ func (a *Attempt) StreamTrace(emit Emitter, uploaded Uploader) *httptrace.Client
 // the final response with its Request and TLS (state, shared by the
 // connection's responses, as net/http shares its connection's) set.
 //
-// It does what ClientConn.RoundTrip does for such a request, calling the
-// context's httptrace hooks (the caller's too) where it calls them, but
+// It does what ClientConn.RoundTrip does for such a request, reporting
+// what Trace's hooks report and calling the context's other httptrace
+// hooks (the caller's) where ClientConn.RoundTrip calls them, but
 // without its per-request goroutine and channels and without a
 // WroteHeaderField hook: the stream's ID comes from the stream, so the
 // Watch need not hand it over, and the Attempt knows it before a byte is
@@ -86,13 +84,15 @@ func (a *Attempt) roundTrip(cc *http3.ClientConn, state *tls.ConnectionState, re
 	if a.markWrote() {
 		a.send(fsm.EventFirstByteWritten)
 	}
-	trace := httptrace.ContextClientTrace(ctx)
+	trace := httptrace.ContextClientTrace(ctx) // StreamTrace's, with the caller's hooks beneath
 	// As ClientConn.RoundTrip: a request that could not be sent in full
 	// may still have been answered (a server that rejected it resets the
 	// stream), so the response is read whatever the write said.
 	if err := str.SendRequestHeader(req); err != nil {
+		a.wroteRequest(httptrace.WroteRequestInfo{Err: err})
 		wroteRequest(trace, err)
 	} else {
+		a.wroteRequest(httptrace.WroteRequestInfo{})
 		wroteRequest(trace, nil)
 		str.Close() // FIN: the whole request is out
 	}
@@ -109,6 +109,7 @@ func (a *Attempt) roundTrip(cc *http3.ClientConn, state *tls.ConnectionState, re
 			abort(str, http3.ErrCodeExcessiveLoad)
 			return nil, a.InformationalError()
 		}
+		a.got1xxResponse(res.StatusCode, textproto.MIMEHeader(res.Header))
 		if trace != nil && trace.Got1xxResponse != nil {
 			trace.Got1xxResponse(res.StatusCode, textproto.MIMEHeader(res.Header))
 		}
@@ -122,7 +123,8 @@ func (a *Attempt) roundTrip(cc *http3.ClientConn, state *tls.ConnectionState, re
 	}
 }
 
-// wroteRequest calls trace's WroteRequest hook, if any.
+// wroteRequest calls trace's WroteRequest hook, if any (the caller's:
+// StreamTrace has none).
 func wroteRequest(trace *httptrace.ClientTrace, err error) {
 	if trace != nil && trace.WroteRequest != nil {
 		trace.WroteRequest(httptrace.WroteRequestInfo{Err: err})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"reflect"
 	"slices"
 	"strconv"
@@ -39,6 +40,7 @@ type sent struct {
 	Failure    fsm.Event
 	Bound      bool // InformationalError said why
 	Received   []string
+	Caller     map[string]int // the caller's own httptrace hooks, by calls
 }
 
 // sendOne sends GET /path over a new connection to srv, through quic-go's
@@ -55,8 +57,21 @@ func sendOne(t *testing.T, srv *h3server.Server, own bool, path string) sent {
 	}
 	defer qc.CloseWithError(0, "")
 	cc := (&http3.Transport{}).NewClientConn(qc)
-	var s sent
+	s := sent{Caller: map[string]int{}}
 	var mu sync.Mutex
+	called := func(hook string) {
+		mu.Lock()
+		s.Caller[hook]++
+		mu.Unlock()
+	}
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteHeaderField:     func(string, []string) { called("WroteHeaderField") },
+		WroteHeaders:         func() { called("WroteHeaders") },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { called("WroteRequest") },
+		GotFirstResponseByte: func() { called("GotFirstResponseByte") },
+		Got1xxResponse:       func(int, textproto.MIMEHeader) error { called("Got1xxResponse"); return nil },
+		Got100Continue:       func() { called("Got100Continue") },
+	})
 	emit := h3.EmitFunc(func(e fsm.Event) {
 		mu.Lock()
 		s.Events = append(s.Events, e.Kind)
@@ -111,7 +126,8 @@ func sendOne(t *testing.T, srv *h3server.Server, own bool, path string) sent {
 // A request without a body sent on the Attempt's own stream shows what
 // the same request sent by quic-go's ClientConn.RoundTrip shows, in every
 // way a server can end it: the same events, stream, failure event and
-// decision, and the same one request, field for field, at the server.
+// decision, the same calls of the caller's own httptrace hooks, and the
+// same one request, field for field, at the server.
 func TestOwnStreamMatchesClientConn(t *testing.T) {
 	link := http.Header{"Link": {"</a.css>; rel=preload"}}
 	for _, tc := range []struct {
@@ -120,6 +136,7 @@ func TestOwnStreamMatchesClientConn(t *testing.T) {
 	}{
 		{"answered", h3server.OK("hello")},
 		{"103 then answered", h3server.OK("hello").WithInformational(http.StatusEarlyHints, link)},
+		{"100 then answered", h3server.OK("hello").WithInformational(http.StatusContinue, nil)},
 		{"rejected", h3server.Reject()},
 		{"reset", h3server.Reset(http3.ErrCodeInternalError)},
 		{"goaway then rejected", h3server.GoAwayRejecting()},
@@ -143,12 +160,16 @@ func TestOwnStreamMatchesClientConn(t *testing.T) {
 			if n := len(got[1].Received); n != 1 {
 				t.Errorf("server received %d requests, want 1", n)
 			}
+			if got[1].Failure.Kind == fsm.EventInvalid {
+				t.Logf("events %v, caller hooks %v, answered %d", got[1].Events, got[1].Caller, got[1].Status)
+				return
+			}
 			m := fsm.New(fsm.Request{Method: fsm.MethodGET}, fsm.Limits{}, 0)
 			m.Step(fsm.Event{Kind: fsm.EventConnAcquired, Proto: fsm.ProtoH3})
 			for _, k := range got[1].Events {
 				m.Step(fsm.Event{Kind: k})
 			}
-			t.Logf("events %v, failure %v, decision on it %v", got[1].Events, got[1].Failure, m.Step(got[1].Failure))
+			t.Logf("events %v, caller hooks %v, failure %v, decision on it %v", got[1].Events, got[1].Caller, got[1].Failure, m.Step(got[1].Failure))
 		})
 	}
 }
