@@ -2,6 +2,7 @@ package h3_test
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -43,20 +44,45 @@ type sent struct {
 	Caller     map[string]int // the caller's own httptrace hooks, by calls
 }
 
-// sendOne sends GET /path over a new connection to srv, through quic-go's
-// ClientConn.RoundTrip (own false) or Attempt.RoundTrip (own true), and
-// returns what it showed. The connection is closed before it returns.
-func sendOne(t *testing.T, srv *h3server.Server, own bool, path string) sent {
+// watched is one connection to a scripted server, followed by a Watch.
+type watched struct {
+	srv   *h3server.Server
+	ctx   context.Context // ends within 20 s
+	w     *h3.Watch
+	qc    *quic.Conn
+	cc    *http3.ClientConn
+	state *tls.ConnectionState
+}
+
+// dialWatched starts a server that answers every request stream with
+// action and opens one watched connection to it; both close when the
+// test ends.
+func dialWatched(t *testing.T, action h3server.Action) *watched {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
+	srv, err := h3server.New(h3server.Config{Default: h3server.Every(action)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	t.Cleanup(cancel)
 	w := h3.NewWatch()
 	qc, err := srv.Dial(ctx, &quic.Config{Tracer: w.Tracer})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer qc.CloseWithError(0, "")
-	cc := (&http3.Transport{}).NewClientConn(qc)
+	t.Cleanup(func() { qc.CloseWithError(0, "") })
+	state := qc.ConnectionState().TLS
+	return &watched{srv: srv, ctx: ctx, w: w, qc: qc, cc: (&http3.Transport{}).NewClientConn(qc), state: &state}
+}
+
+// sendOne sends GET /path to a new server that answers with action,
+// through quic-go's ClientConn.RoundTrip (own false) or
+// Attempt.RoundTrip (own true), and returns what it showed.
+func sendOne(t *testing.T, action h3server.Action, own bool, path string) sent {
+	t.Helper()
+	c := dialWatched(t, action)
+	srv, ctx, w, cc := c.srv, c.ctx, c.w, c.cc
 	s := sent{Caller: map[string]int{}}
 	var mu sync.Mutex
 	called := func(hook string) {
@@ -79,11 +105,11 @@ func sendOne(t *testing.T, srv *h3server.Server, own bool, path string) sent {
 	})
 	att := w.NewAttempt()
 	var res *http.Response
+	var err error
 	if own {
 		rctx := httptrace.WithClientTrace(ctx, att.StreamTrace(emit, nil))
 		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, srv.URL()+path, nil)
-		state := qc.ConnectionState().TLS
-		res, err = att.RoundTrip(cc, &state, req)
+		res, err = att.RoundTrip(cc, c.state, req)
 	} else {
 		rctx := httptrace.WithClientTrace(ctx, att.Trace(emit, nil))
 		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, srv.URL()+path, nil)
@@ -147,12 +173,7 @@ func TestOwnStreamMatchesClientConn(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got [2]sent
 			for i, own := range []bool{false, true} {
-				srv, err := h3server.New(h3server.Config{Default: h3server.Every(tc.action)})
-				if err != nil {
-					t.Fatal(err)
-				}
-				got[i] = sendOne(t, srv, own, "/order")
-				srv.Close()
+				got[i] = sendOne(t, tc.action, own, "/order")
 			}
 			if !reflect.DeepEqual(got[0], got[1]) {
 				t.Errorf("ClientConn.RoundTrip showed\n%+v\nAttempt.RoundTrip showed\n%+v", got[0], got[1])
@@ -178,25 +199,13 @@ func TestOwnStreamMatchesClientConn(t *testing.T) {
 // is sent, the Attempt knows no stream, and Failure hands the request
 // back. The server received the first request only.
 func TestOwnStreamNoStream(t *testing.T) {
-	srv, err := h3server.New(h3server.Config{Default: h3server.Every(h3server.OK("ok"))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	w := h3.NewWatch()
-	qc, err := srv.Dial(ctx, &quic.Config{Tracer: w.Tracer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc := (&http3.Transport{}).NewClientConn(qc)
-	state := qc.ConnectionState().TLS
+	c := dialWatched(t, h3server.OK("ok"))
+	srv, ctx, w, cc, qc := c.srv, c.ctx, c.w, c.cc, c.qc
 	send := func() (*h3.Attempt, *http.Response, error) {
 		att := w.NewAttempt()
 		rctx := httptrace.WithClientTrace(ctx, att.StreamTrace(nil, nil))
 		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, srv.URL()+"/", nil)
-		res, err := att.RoundTrip(cc, &state, req)
+		res, err := att.RoundTrip(cc, c.state, req)
 		return att, res, err
 	}
 	first, res, err := send()
@@ -228,21 +237,8 @@ func TestOwnStreamNoStream(t *testing.T) {
 // fails at once with the context's error, which Failure reads as a
 // cancellation.
 func TestOwnStreamCanceled(t *testing.T) {
-	srv, err := h3server.New(h3server.Config{Default: h3server.Every(h3server.Hang(5 * time.Second))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	w := h3.NewWatch()
-	qc, err := srv.Dial(ctx, &quic.Config{Tracer: w.Tracer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qc.CloseWithError(0, "")
-	cc := (&http3.Transport{}).NewClientConn(qc)
-	state := qc.ConnectionState().TLS
+	c := dialWatched(t, h3server.Hang(5*time.Second))
+	srv, ctx, w, cc := c.srv, c.ctx, c.w, c.cc
 	rctx, stop := context.WithCancel(ctx)
 	att := w.NewAttempt()
 	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(rctx, att.StreamTrace(nil, nil)), http.MethodGet, srv.URL()+"/", nil)
@@ -251,7 +247,7 @@ func TestOwnStreamCanceled(t *testing.T) {
 		stop()
 	}()
 	start := time.Now()
-	_, err = att.RoundTrip(cc, &state, req)
+	_, err := att.RoundTrip(cc, c.state, req)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
@@ -271,25 +267,12 @@ func TestOwnStreamCanceled(t *testing.T) {
 // ignores the hook's verdict): the second 103 over a limit of one resets
 // the stream and fails the request with the Limit's error.
 func TestOwnStreamInformationalLimit(t *testing.T) {
-	srv, err := h3server.New(h3server.Config{Default: h3server.Every(h3server.Endless1xx(http.StatusEarlyHints))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	w := h3.NewWatch()
-	qc, err := srv.Dial(ctx, &quic.Config{Tracer: w.Tracer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qc.CloseWithError(0, "")
-	cc := (&http3.Transport{}).NewClientConn(qc)
-	state := qc.ConnectionState().TLS
+	c := dialWatched(t, h3server.Endless1xx(http.StatusEarlyHints))
+	srv, ctx, w, cc := c.srv, c.ctx, c.w, c.cc
 	att := w.NewAttempt()
 	att.SetInformationalLimit(informational.Limit{Count: 1})
 	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, att.StreamTrace(nil, nil)), http.MethodGet, srv.URL()+"/", nil)
-	_, err = att.RoundTrip(cc, &state, req)
+	_, err := att.RoundTrip(cc, c.state, req)
 	var le *informational.LimitError
 	if !errors.As(err, &le) || le.Limit.Count != 1 || le.Count != 2 {
 		t.Fatalf("err = %v, want the Limit's error at the second response", err)
@@ -310,21 +293,8 @@ func TestOwnStreamInformationalLimit(t *testing.T) {
 // its path on.
 func TestOwnStreamBesideClientConn(t *testing.T) {
 	const n = 40
-	srv, err := h3server.New(h3server.Config{Default: h3server.Every(h3server.OK("ok"))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	w := h3.NewWatch()
-	qc, err := srv.Dial(ctx, &quic.Config{Tracer: w.Tracer})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qc.CloseWithError(0, "")
-	cc := (&http3.Transport{}).NewClientConn(qc)
-	state := qc.ConnectionState().TLS
+	c := dialWatched(t, h3server.OK("ok"))
+	srv, ctx, w, cc := c.srv, c.ctx, c.w, c.cc
 	streams := make([]uint64, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -339,7 +309,7 @@ func TestOwnStreamBesideClientConn(t *testing.T) {
 				res, err = cc.RoundTrip(req)
 			} else {
 				req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, att.StreamTrace(nil, nil)), http.MethodGet, url, nil)
-				res, err = att.RoundTrip(cc, &state, req)
+				res, err = att.RoundTrip(cc, c.state, req)
 			}
 			if err != nil {
 				t.Errorf("request %d: %v", i, err)
