@@ -49,13 +49,14 @@
 // itself (ClientConn.OpenRequestStream), so the stream ID is known before
 // a byte is written, and claims it with the Watch, whose next HEADERS
 // frame on that stream then goes to no waiting Attempt. It takes
-// ClientConn.RoundTrip's steps for such a request and calls the same
-// httptrace hooks, but starts no goroutine per request and needs no
-// WroteHeaderField hook, for which quic-go builds a slice per header
-// field: StreamTrace installs the others. quic-go's stream API cannot
-// send a request body with its length (a POST without one is sent with
-// "content-length: 0"), so a request with a body goes through
-// ClientConn.RoundTrip.
+// ClientConn.RoundTrip's steps for such a request, reports what Trace's
+// hooks report and calls the caller's httptrace hooks where
+// ClientConn.RoundTrip calls them, but starts no goroutine per request
+// and needs no WroteHeaderField hook, for which quic-go builds a slice
+// per header field: StreamTrace installs the one hook it needs. quic-go's
+// stream API cannot announce a request body (it writes every header
+// section as if there were none, a POST's with "content-length: 0"), so
+// a request with a body goes through ClientConn.RoundTrip.
 //
 // # Cost of the tracer
 //
