@@ -697,3 +697,39 @@ func TestH3ConnectionsShareOneSocket(t *testing.T) {
 		t.Errorf("connections from %s and %s, want one socket", a, b)
 	}
 }
+
+// Over HTTP/3 a request without a body goes on a stream its attempt
+// opens itself, where the informational responses are held to
+// MaxResponseHeaderBytes in total as on every protocol; a request with
+// a body goes through quic-go's ClientConn.RoundTrip, which ignores the
+// hook's verdict and holds them to its own cap of five. Three 103s of
+// 2 KiB against a bound of 4 KiB: the GET fails at the second (RS07,
+// after one attempt), the POST is answered; the server received each
+// once.
+func TestH3InformationalBytesBound(t *testing.T) {
+	a := h3server.OK("done")
+	for range 3 {
+		a = a.WithInformational(http.StatusEarlyHints, http.Header{"Link": {strings.Repeat("x", 2048)}})
+	}
+	s := startH3(t, h3server.Config{Default: h3server.Every(a)})
+	tr, _ := h3Client(t, s, replaysafe.Options{MaxResponseHeaderBytes: 4096})
+
+	_, err := tr.RoundTrip(newRequest(t, t.Context(), "GET", s.URL()+"/get", ""))
+	var e *replaysafe.Error
+	var le *replaysafe.InformationalLimitError
+	if !errors.As(err, &e) || e.Attempts != 1 || e.Rule != fsm.RuleResponseStarted || !errors.As(err, &le) || le.Count != 2 {
+		t.Fatalf("GET: %v, want RS07 after 1 attempt at the second 103", err)
+	}
+	wantH3Copies(t, s, "/get", 0)
+
+	resp, err := tr.RoundTrip(newRequest(t, t.Context(), "POST", s.URL()+"/post", "up"))
+	if err != nil {
+		t.Fatalf("POST: %v", err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusOK || string(b) != "done" {
+		t.Fatalf("POST: %d %q %v", resp.StatusCode, b, err)
+	}
+	wantH3Copies(t, s, "/post", 0)
+}

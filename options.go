@@ -41,7 +41,8 @@ const (
 // options: a response header section by MaxResponseHeaderBytes (10 MiB);
 // the informational (1xx) responses of one attempt to 32 and, in total,
 // MaxResponseHeaderBytes of header bytes (1 MiB when zero; quic-go stops
-// HTTP/3 after 5); a CONNECT reply's header section to 64 KiB, parsed in
+// HTTP/3 after 5, and holds an HTTP/3 request with a body to that
+// alone); a CONNECT reply's header section to 64 KiB, parsed in
 // one pass; text a peer sent (a reason phrase, a Proxy-Authenticate
 // challenge) to 256 bytes in an error message, which says how much it
 // cut; and what the Transport remembers about destinations (ALPN
@@ -149,7 +150,10 @@ type Options struct {
 	// responses of one attempt share a bound too: at most 32 of them and,
 	// in total, MaxResponseHeaderBytes of header bytes (1 MiB when zero);
 	// beyond it the attempt fails as a malformed response (RS07 after the
-	// first 1xx), never resent. Over HTTP/3 quic-go stops after 5 itself.
+	// first 1xx), never resent. Over HTTP/3 quic-go stops after 5 itself,
+	// and a request with a body, which quic-go's own ClientConn.RoundTrip
+	// sends, is held only to that and to this bound per response: quic-go
+	// ignores the verdict on the total.
 	MaxResponseHeaderBytes int64
 
 	// Observer receives every call's request, wire attempts, and final
