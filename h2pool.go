@@ -27,7 +27,10 @@ type h2Conn struct {
 	tls  *tls.ConnectionState // nil for h2c
 	conn net.Conn             // the observed connection, for GotConn
 	pool muxState             // guarded by the pool's lock
-	// settled: the server's SETTINGS arrived (see pending).
+	// waiting: reserve's last refusal was for the server's SETTINGS
+	// (guarded by the pool's lock, see pending).
+	waiting bool
+	// settled: the server's SETTINGS arrived (see unsettled).
 	settled atomic.Bool
 }
 
@@ -39,16 +42,23 @@ func (c *h2Conn) mux() *muxState { return &c.pool }
 // refuses the streams beyond its real one (REFUSED_STREAM), which for a
 // resend would be a refusal no further resend may repair.
 func (c *h2Conn) reserve() bool {
-	if c.pool.active > 0 && c.pending() {
+	c.waiting = c.pool.active > 0 && c.unsettled()
+	if c.waiting {
 		return false
 	}
 	return c.cc.ReserveNewRequest()
 }
 
-// pending reports whether the server's SETTINGS have not arrived yet.
+// pending reports whether reserve's last refusal was for the server's
+// SETTINGS. It does not ask again: SETTINGS arriving in between would
+// make a connection with room look full, and the pool dial for room it
+// has.
+func (c *h2Conn) pending() bool { return c.waiting }
+
+// unsettled reports whether the server's SETTINGS have not arrived yet.
 // Once they have, it reports false without asking x/net again (see gone
 // for the cost of State).
-func (c *h2Conn) pending() bool {
+func (c *h2Conn) unsettled() bool {
 	if c.settled.Load() {
 		return false
 	}

@@ -37,9 +37,10 @@ type muxConn interface {
 	// reserve takes room for one more attempt, or reports that there is
 	// none now.
 	reserve() bool
-	// pending reports, after reserve refused, whether the connection
-	// is still waiting for what decides its room (HTTP/2: the server's
-	// SETTINGS); an attempt then waits for it instead of dialing.
+	// pending reports, after reserve refused, whether it refused
+	// because the connection was still waiting for what decides its
+	// room (HTTP/2: the server's SETTINGS); an attempt then waits for it
+	// instead of dialing.
 	pending() bool
 	// gone reports, after reserve refused, whether the connection will
 	// never take an attempt again (closed, closing, or a GOAWAY came).
