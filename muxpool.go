@@ -426,6 +426,7 @@ func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, sam
 		}
 	}()
 	for {
+		seen := p.mark()
 		c, reused, pending := p.take(key, after, same)
 		if c != zero {
 			return c, reused, nil
@@ -448,8 +449,11 @@ func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, sam
 				return zero, false, err
 			}
 		}
-		wait, lead := p.gate.join(key)
-		if lead == nil {
+		wait, lead := p.dialTurn(key, seen)
+		switch {
+		case wait == nil && lead == nil:
+			continue
+		case lead == nil:
 			select {
 			case <-wait:
 				continue
@@ -468,6 +472,22 @@ func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, sam
 		lead()
 		return c, false, err
 	}
+}
+
+// dialTurn is acquire's next step when take, run after mark returned
+// seen, found no room for key. It returns a channel to wait on while
+// another attempt dials for key, or lead when the caller is to dial (and
+// call lead once done), or neither when a connection joined the pool
+// since seen: that one's dial may have ended, and its gate gone, between
+// take and now, and the caller takes again rather than dialing for room
+// the pool may have.
+func (p *muxPool[C]) dialTurn(key connKey, seen uint64) (<-chan struct{}, func()) {
+	wait, lead := p.gate.join(key)
+	if lead != nil && p.mark() != seen {
+		lead()
+		return nil, nil
+	}
+	return wait, lead
 }
 
 // dialGate lets original attempts that missed the pool for one key
