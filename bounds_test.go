@@ -16,6 +16,7 @@ import (
 
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/adapters/h2"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 )
 
@@ -322,4 +323,74 @@ func TestH2ResendAfterConnectionLossDialsItsOwn(t *testing.T) {
 			t.Errorf("connection %d carried %d streams, want 1", c, n)
 		}
 	}
+}
+
+// TestH2StreamsPerConnBounded: a server that allows 2³¹−1 concurrent
+// streams gets 1,200 GETs at once, and holds every one until all have
+// arrived. replaysafe runs at most h2.MaxConcurrentStreams (1,000) of
+// them on one connection and opens a second for the rest, so that the
+// Wire watching each connection keeps the record of every running
+// stream (it keeps 4,096, and would forget a running stream's evidence
+// beyond that). Every GET is answered after one attempt, the server got
+// one copy of each, and no connection was dialed beyond the two needed.
+func TestH2StreamsPerConnBounded(t *testing.T) {
+	const n, limit = 1200, h2.MaxConcurrentStreams
+	var (
+		mu      sync.Mutex
+		running = map[string]int{} // by connection (remote address)
+		peak    int
+		arrived atomic.Int64
+		seen    sync.Map // path → *atomic.Int64
+	)
+	all := make(chan struct{})
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, _ := seen.LoadOrStore(r.URL.Path, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+		mu.Lock()
+		running[r.RemoteAddr]++
+		peak = max(peak, running[r.RemoteAddr])
+		mu.Unlock()
+		if arrived.Add(1) == n {
+			close(all)
+		}
+		select {
+		case <-all:
+		case <-time.After(10 * time.Second):
+		}
+		mu.Lock()
+		running[r.RemoteAddr]--
+		mu.Unlock()
+		io.WriteString(w, "ok")
+	}))
+	srv.EnableHTTP2 = true
+	srv.Config.HTTP2 = &http.HTTP2Config{MaxConcurrentStreams: 1<<31 - 1}
+	g := &connGauge{}
+	srv.Config.ConnState = func(c net.Conn, st http.ConnState) { g.state(c, st) }
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	obs := &observed{}
+	tr := replaysafe.New(replaysafe.Options{
+		Protocol:        replaysafe.ProtocolHTTP2,
+		TLSClientConfig: &tls.Config{RootCAs: srv.Client().Transport.(*http.Transport).TLSClientConfig.RootCAs},
+		Observer:        obs.observer(),
+	})
+	t.Cleanup(tr.CloseIdleConnections)
+	for i, err := range burst(t, tr, srv.URL, n) {
+		if err != nil {
+			t.Fatalf("/b%d: %v", i, err)
+		}
+		if v, ok := seen.Load(fmt.Sprintf("/b%d", i)); !ok || v.(*atomic.Int64).Load() != 1 {
+			t.Fatalf("/b%d not received exactly once", i)
+		}
+	}
+	if len(obs.attempts) != n {
+		t.Errorf("%d attempts for %d calls", len(obs.attempts), n)
+	}
+	if peak > limit {
+		t.Errorf("%d streams at once on one connection, bound %d", peak, limit)
+	}
+	if got, want := g.total.Load(), int64((n+limit-1)/limit); got != want {
+		t.Errorf("%d connections for %d streams, want %d", got, n, want)
+	}
+	t.Logf("%d GETs: %d connections, at most %d streams at once on one", n, g.total.Load(), peak)
 }

@@ -40,10 +40,13 @@ func (c *h2Conn) mux() *muxState { return &c.pool }
 // not arrived yet takes only its first attempt: before them x/net
 // assumes a concurrency limit the server may not have, and a server
 // refuses the streams beyond its real one (REFUSED_STREAM), which for a
-// resend would be a refusal no further resend may repair.
+// resend would be a refusal no further resend may repair. Nor does a
+// connection take more than h2.MaxConcurrentStreams attempts at once,
+// however many streams its server allows: its Wire keeps the evidence
+// of that many.
 func (c *h2Conn) reserve() bool {
 	c.waiting = c.pool.active > 0 && c.unsettled()
-	if c.waiting {
+	if c.waiting || c.pool.active >= h2.MaxConcurrentStreams {
 		return false
 	}
 	return c.cc.ReserveNewRequest()

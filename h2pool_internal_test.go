@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/internal/adapters/h2"
 )
 
 // TestH2ReserveRefusalReason: a connection whose server has not sent its
@@ -17,7 +19,8 @@ import (
 // between: the pool then waits a moment and takes the room they gave,
 // where a connection that looked full would make it dial another (a
 // burst of 1,200 GETs, at most 1,000 on a connection, sometimes opened a
-// third connection for the last 200 so, under the race detector).
+// third connection for the last 200 so, under the race detector). At
+// h2.MaxConcurrentStreams attempts it refuses as full, not pending.
 func TestH2ReserveRefusalReason(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -70,5 +73,9 @@ func TestH2ReserveRefusalReason(t *testing.T) {
 	}
 	if c.pending() {
 		t.Error("pending after a reservation")
+	}
+	c.pool.active = h2.MaxConcurrentStreams
+	if c.reserve() || c.pending() {
+		t.Errorf("at %d attempts: reserve or pending reports true", h2.MaxConcurrentStreams)
 	}
 }

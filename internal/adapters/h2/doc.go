@@ -75,5 +75,8 @@
 // Request.Cancel channel makes x/net return an unexported "request
 // canceled" error; treat a closed Cancel channel as a canceled context.
 // Check ClientConn.ReserveNewRequest before choosing a pooled connection:
-// false means the connection would refuse the request unwritten.
+// false means the connection would refuse the request unwritten. Run at
+// most MaxConcurrentStreams requests at once on one connection, however
+// many its server allows: beyond them the Wire forgets the oldest
+// stream's evidence.
 package h2

@@ -9,10 +9,17 @@ import (
 	"golang.org/x/net/http2"
 )
 
-// maxTracked bounds the streams a Wire remembers. Far above any server's
-// concurrency limit; reached only when the caller never calls Forget, and
-// then the oldest stream is forgotten first.
+// maxTracked bounds the streams a Wire remembers: beyond it, the oldest
+// stream is forgotten first. A caller that calls Forget and runs at most
+// MaxConcurrentStreams at once on the connection never reaches it.
 const maxTracked = 4096
+
+// MaxConcurrentStreams is how many streams a transport may run at once
+// on one observed connection, whatever the server's
+// SETTINGS_MAX_CONCURRENT_STREAMS allows, for its Wire to keep the
+// record of each (it keeps 4,096, and forgets the oldest beyond). It is
+// x/net's own limit for a server that names none.
+const MaxConcurrentStreams = 1000
 
 // StreamFacts is what a Wire saw of one client stream.
 type StreamFacts struct {
