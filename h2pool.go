@@ -42,8 +42,8 @@ func (c *h2Conn) mux() *muxState { return &c.pool }
 // refuses the streams beyond its real one (REFUSED_STREAM), which for a
 // resend would be a refusal no further resend may repair. Nor does a
 // connection take more than h2.MaxConcurrentStreams attempts at once,
-// however many streams its server allows: its Wire keeps the evidence
-// of that many.
+// however many streams its server allows, so that its Wire keeps the
+// evidence of every one (spec/choices.md, choice 34).
 func (c *h2Conn) reserve() bool {
 	c.waiting = c.pool.active > 0 && c.unsettled()
 	if c.waiting || c.pool.active >= h2.MaxConcurrentStreams {
