@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -402,6 +403,51 @@ func TestForwardEarlyHintsRelayed(t *testing.T) {
 			}
 			if resp.Header.Get("Link") != "" {
 				t.Errorf("the final response carries the 103's Link %q", resp.Header.Get("Link"))
+			}
+		})
+	}
+}
+
+// TestForwardEndlessEarlyHints: an upstream that sends 103 forever meets
+// the Transport's bound although the Forwarder's relay accepts every
+// 1xx: the client gets the 32 hints the bound allows, then a 502 within
+// a second, and the upstream saw the request once.
+func TestForwardEndlessEarlyHints(t *testing.T) {
+	for _, p := range [][2]string{{"h1", "h1"}, {"h1", "h2"}, {"h2", "h1"}, {"h2", "h2"}} {
+		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
+			var copies atomic.Int64
+			o := httpUpstream(t, p[1], func(w http.ResponseWriter, r *http.Request) {
+				copies.Add(1)
+				for range 100_000 {
+					if r.Context().Err() != nil {
+						return
+					}
+					w.Header().Set("Link", "</style.css>; rel=preload")
+					w.WriteHeader(http.StatusEarlyHints)
+				}
+			})
+			fw := replaysafe.NewForwarder(o)
+			defer fw.Transport().CloseIdleConnections()
+			base, client := ingress(t, fw, p[0])
+			var hints atomic.Int64
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+				Got1xxResponse: func(int, textproto.MIMEHeader) error { hints.Add(1); return nil },
+			})
+			req, _ := http.NewRequestWithContext(ctx, "GET", base+"/page", nil)
+			began := time.Now()
+			resp, err := client.Do(req)
+			took := time.Since(began)
+			if err != nil {
+				t.Fatalf("after %d hints, %v: %v", hints.Load(), took, err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadGateway || hints.Load() > 32 || took > time.Second {
+				t.Errorf("client got %d after %d hints in %v, want 502 after at most 32 within 1s", resp.StatusCode, hints.Load(), took)
+			}
+			if n := copies.Load(); n != 1 {
+				t.Errorf("upstream saw %d copies", n)
 			}
 		})
 	}

@@ -51,7 +51,7 @@ func (c *call) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 		if httptrace.ContextClientTrace(ctx) == nil {
 			return httptrace.WithClientTrace(ctx, pc.conn.ClientTrace()) // made once per connection
 		}
-		return httptrace.WithClientTrace(ctx, rec.ClientTrace()) // composed with the caller's
+		return withTrace(ctx, rec.ClientTrace()) // composed with the caller's
 	})
 	resp, err := pc.cc.RoundTrip(out)
 	return a.roundTripped(resp, err)

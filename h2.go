@@ -118,7 +118,7 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	s.att.SetInformationalLimit(c.t.informationalLimit())
 	a.wire = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
-		return httptrace.WithClientTrace(ctx, s.att.Trace(s.rec))
+		return withTrace(ctx, s.att.Trace(s.rec))
 	})
 	resp, err := hc.cc.RoundTrip(out)
 	return a.roundTripped(resp, err)

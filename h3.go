@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/netip"
 	"strconv"
 	"sync"
@@ -162,9 +161,9 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	own := a.body == nil && h3.OwnStream(c.req)
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
 		if own {
-			return httptrace.WithClientTrace(ctx, s.att.StreamTrace(&ha.rec, s))
+			return withTrace(ctx, s.att.StreamTrace(&ha.rec, s))
 		}
-		return httptrace.WithClientTrace(ctx, s.att.Trace(&ha.rec, s))
+		return withTrace(ctx, s.att.Trace(&ha.rec, s))
 	})
 	if isExtendedConnect(out) {
 		// quic-go takes the extended CONNECT's :protocol from Proto.

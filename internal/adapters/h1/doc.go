@@ -21,4 +21,10 @@
 //
 // The Recorder also keeps the machine's clock duty: after every step it
 // arms a timer for Machine.Deadline and feeds EventTick when it fires.
+//
+// Its Got1xxResponse hook bounds the informational responses (net/http
+// counts none once a hook is installed). When the request's context
+// already carries the caller's Got1xxResponse, compose the two yourself,
+// the Recorder's first: httptrace.WithClientTrace would return the
+// caller's verdict alone, and the bound would be gone.
 package h1

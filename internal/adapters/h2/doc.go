@@ -78,5 +78,8 @@
 // false means the connection would refuse the request unwritten. Run at
 // most MaxConcurrentStreams requests at once on one connection, however
 // many its server allows: beyond them the Wire forgets the oldest
-// stream's evidence.
+// stream's evidence. When the request's context already carries the
+// caller's Got1xxResponse hook, compose the two yourself, Trace's first:
+// httptrace.WithClientTrace would return the caller's verdict alone, and
+// the 1xx bound would be gone.
 package h2
