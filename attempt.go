@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/proxy"
 )
 
 // attemptRec is an attempt's recorder: the internal/recorder Core that
@@ -257,7 +258,7 @@ func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, 
 		io.CopyN(io.Discard, body, maxDiscard)
 		body.Close()
 	}
-	_, err = a.c.again(a.call, fmt.Errorf("replaysafe: the server answered %s", status), nil)
+	_, err = a.c.again(a.call, fmt.Errorf("replaysafe: the server answered %s", proxy.CutText(status, proxy.MaxPeerText)), nil)
 	return nil, nil, err
 }
 

@@ -32,14 +32,21 @@ type Error struct {
 	Err error
 }
 
+// maxCauseText bounds the bytes of the cause's message that Error quotes:
+// parts of it come from the server (a reason phrase, an HTTP/2 GOAWAY's
+// debug data, up to a frame's size, that x/net quotes whole).
+const maxCauseText = 1 << 10
+
 // Error names the cause, the rule by ID and slug, and the attempt count.
+// It quotes at most 1 KiB of the cause's message, saying how many bytes
+// it left out; Unwrap gives the whole cause.
 func (e *Error) Error() string {
 	s := "s"
 	if e.Attempts == 1 {
 		s = ""
 	}
 	// One prefix: a cause of this package's own already names it.
-	cause := strings.TrimPrefix(fmt.Sprint(e.Err), "replaysafe: ")
+	cause := proxy.CutText(strings.TrimPrefix(fmt.Sprint(e.Err), "replaysafe: "), maxCauseText)
 	return fmt.Sprintf("replaysafe: %s (%s %s, %d attempt%s)", cause, e.Rule.ID(), e.Rule, e.Attempts, s)
 }
 

@@ -213,3 +213,37 @@ func TestCallerInformationalHookKeepsItsVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestPeerTextInErrorIsCut: text a server controls reaches the caller's
+// error message at most 1 KiB long, with the count of bytes cut. A 503
+// whose reason phrase is 100 KiB, retried under Options.Retry until the
+// caller's deadline ends the wait, names the status in under 2 KiB; an
+// *Error whose cause says 1 MiB (an x/net GOAWAY's debug data can) says
+// 1 KiB of it, and still unwraps to the whole cause.
+func TestPeerTextInErrorIsCut(t *testing.T) {
+	t.Run("reason phrase", func(t *testing.T) {
+		reason := strings.Repeat("x", 100<<10)
+		s := start(t, replaysafetest.Config{Conns: []replaysafetest.ConnScript{replaysafetest.Script(
+			replaysafetest.RawThenClose("HTTP/1.1 503 "+reason+"\r\nRetry-After: 5\r\nContent-Length: 0\r\n\r\n", replaysafetest.CloseFIN))}})
+		tr, _ := client(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 3}})
+		ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+		defer cancel()
+		_, _, err := roundTrip(tr, newRequest(t, ctx, "GET", s.URL()+"/r", ""))
+		if err == nil || !strings.Contains(err.Error(), "503 xxx") || !strings.Contains(err.Error(), "bytes cut") || len(err.Error()) > 2<<10 {
+			t.Fatalf("error of %d bytes: %.300s", len(err.Error()), err)
+		}
+		t.Logf("error of %d bytes: %s", len(err.Error()), err)
+		wantCopies(t, s, "/r", 1)
+	})
+	t.Run("cause", func(t *testing.T) {
+		cause := errors.New("debug=" + strings.Repeat("d", 1<<20))
+		e := &replaysafe.Error{Rule: fsm.RuleAmbiguousNotIdempotent, Attempts: 1, Err: cause}
+		msg := e.Error()
+		if len(msg) > 2<<10 || !strings.Contains(msg, "(1,047,558 bytes cut)") || !strings.HasSuffix(msg, "(RS18 ambiguous-not-idempotent, 1 attempt)") {
+			t.Errorf("message of %d bytes: %.200s … %s", len(msg), msg, msg[max(0, len(msg)-100):])
+		}
+		if !errors.Is(e, cause) {
+			t.Error("the cut message's error does not unwrap to the whole cause")
+		}
+	})
+}

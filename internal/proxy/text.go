@@ -12,11 +12,16 @@ const MaxPeerText = 256
 
 // peerText returns s, or its first MaxPeerText bytes (cut at a UTF-8
 // boundary) followed by how many bytes were left out.
-func peerText(s string) string {
-	if len(s) <= MaxPeerText {
+func peerText(s string) string { return CutText(s, MaxPeerText) }
+
+// CutText returns s, or its first max bytes (cut at a UTF-8 boundary)
+// followed by how many bytes were left out: how an error message quotes
+// text a peer controls.
+func CutText(s string, max int) string {
+	if len(s) <= max {
 		return s
 	}
-	n := MaxPeerText
+	n := max
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
