@@ -4,6 +4,7 @@
 package altsvc
 
 import (
+	"iter"
 	"net"
 	"strconv"
 	"strings"
@@ -42,7 +43,7 @@ const (
 // Malformed items are skipped, never an error.
 func Parse(values []string, host string, now time.Time) (H3, Result) {
 	for _, v := range values {
-		for _, item := range splitOutsideQuotes(v, ',') {
+		for item := range outsideQuotes(v, ',') {
 			item = strings.TrimSpace(item)
 			if item == "clear" {
 				return H3{}, Cleared
@@ -57,8 +58,8 @@ func Parse(values []string, host string, now time.Time) (H3, Result) {
 
 // sameHostH3 reads one alt-value: `h3="[host]:port" *(; param)`.
 func sameHostH3(item, host string) (port uint16, maxAge time.Duration, ok bool) {
-	params := splitOutsideQuotes(item, ';')
-	proto, authority, found := strings.Cut(strings.TrimSpace(params[0]), "=")
+	alt, params, _ := cutOutsideQuotes(item, ';')
+	proto, authority, found := strings.Cut(strings.TrimSpace(alt), "=")
 	if !found || strings.TrimSpace(proto) != "h3" {
 		return 0, 0, false
 	}
@@ -79,7 +80,7 @@ func sameHostH3(item, host string) (port uint16, maxAge time.Duration, ok bool) 
 		return 0, 0, false
 	}
 	maxAge = DefaultMaxAge
-	for _, param := range params[1:] {
+	for param := range outsideQuotes(params, ';') {
 		k, v, _ := strings.Cut(strings.TrimSpace(param), "=")
 		if strings.TrimSpace(k) != "ma" {
 			continue
@@ -91,23 +92,39 @@ func sameHostH3(item, host string) (port uint16, maxAge time.Duration, ok bool) 
 	return uint16(n), maxAge, true
 }
 
-// splitOutsideQuotes splits s at every sep that is not inside a
-// quoted-string.
-func splitOutsideQuotes(s string, sep byte) []string {
-	var out []string
-	quoted, escaped, start := false, false, 0
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case escaped:
-			escaped = false
-		case quoted && c == '\\':
-			escaped = true
-		case c == '"':
-			quoted = !quoted
-		case c == sep && !quoted:
-			out = append(out, s[start:i])
-			start = i + 1
+// cutOutsideQuotes slices s around the first sep that is not inside a
+// quoted-string, as strings.Cut does.
+func cutOutsideQuotes(s string, sep byte) (before, after string, found bool) {
+	for part := range outsideQuotes(s, sep) {
+		if len(part) == len(s) {
+			break
 		}
+		return part, s[len(part)+1:], true
 	}
-	return append(out, s[start:])
+	return s, "", false
+}
+
+// outsideQuotes yields the parts of s between the seps that are not
+// inside a quoted-string, in place: a field of millions of separators
+// costs no allocation per part.
+func outsideQuotes(s string, sep byte) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		quoted, escaped, start := false, false, 0
+		for i := 0; i < len(s); i++ {
+			switch c := s[i]; {
+			case escaped:
+				escaped = false
+			case quoted && c == '\\':
+				escaped = true
+			case c == '"':
+				quoted = !quoted
+			case c == sep && !quoted:
+				if !yield(s[start:i]) {
+					return
+				}
+				start = i + 1
+			}
+		}
+		yield(s[start:])
+	}
 }
