@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // hopByHop are the fields that describe one connection and are never
@@ -26,14 +28,46 @@ var hopByHop = []string{
 }
 
 // removeConnectionFields deletes every field a Connection field names
-// and every hop-by-hop field from h.
+// and every hop-by-hop field from h. Each option is looked up in its
+// canonical form, built in a buffer: a string per option would let the
+// peer make the Forwarder allocate many times the field's size.
 func removeConnectionFields(h http.Header) {
-	for tok := range connectionTokens(h) {
-		h.Del(tok)
+	var buf [64]byte
+	for tok := range connectionOptions(h) {
+		if key, ok := canonicalKey(buf[:0], tok); ok {
+			if _, present := h[string(key)]; present {
+				delete(h, string(key))
+			}
+		} else {
+			h.Del(tok) // long, or no token: Del copies it at most once
+		}
 	}
 	for _, f := range hopByHop {
 		h.Del(f)
 	}
+}
+
+// canonicalKey appends to dst the form textproto.CanonicalMIMEHeaderKey
+// gives name, and reports false, leaving it to that function, when name
+// is longer than dst's capacity or no valid field name (which it leaves
+// as it is).
+func canonicalKey(dst []byte, name string) ([]byte, bool) {
+	if len(name) > cap(dst) || !httpguts.ValidHeaderFieldName(name) {
+		return nil, false
+	}
+	upper := true
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case upper && 'a' <= c && c <= 'z':
+			c -= 'a' - 'A'
+		case !upper && 'A' <= c && c <= 'Z':
+			c += 'a' - 'A'
+		}
+		dst = append(dst, c)
+		upper = c == '-'
+	}
+	return dst, true
 }
 
 // cleanRequestHeader rewrites h, the header of an inbound request, for

@@ -4,6 +4,7 @@ package replaysafe
 
 import (
 	"fmt"
+	"iter"
 	"net/http"
 	"net/url"
 	"strings"
@@ -229,7 +230,6 @@ func PlanForward(req *http.Request, e Egress) ForwardDispatch {
 		return d
 	}
 
-	conn := connectionTokens(req.Header)
 	if req.ProtoMajor >= 2 {
 		// RFC 9113 §8.2.2, RFC 9114 §4.2: connection-specific fields make
 		// the request malformed; TE may carry "trailers" alone.
@@ -250,7 +250,7 @@ func PlanForward(req *http.Request, e Egress) ForwardDispatch {
 	// server ignores it in an HTTP/1.0 request.
 	// "h2c" asks this hop to switch (RFC 7540 §3.2), never the upstream.
 	if up := upgradeTokens(req.Header); up != "" &&
-		conn["upgrade"] && req.ProtoMajor == 1 && req.ProtoMinor >= 1 {
+		connectionNames(req.Header, "upgrade") && req.ProtoMajor == 1 && req.ProtoMinor >= 1 {
 		d.Mode, d.Upgrade = ForwardUpgrade, up
 		if d.Version != ForwardVersionHTTP11 && !strings.EqualFold(up, "websocket") {
 			// RFC 8441 §5 and RFC 9220 carry a WebSocket over an HTTP/2 or
@@ -265,24 +265,31 @@ func PlanForward(req *http.Request, e Egress) ForwardDispatch {
 	return d
 }
 
-// connectionTokens returns the lower-cased options every Connection field
-// line names (RFC 9110 §7.6.1: a comma-separated list, any case, optional
-// whitespace, over any number of lines).
-func connectionTokens(h http.Header) map[string]bool {
-	var m map[string]bool
-	for _, v := range h.Values("Connection") {
-		for _, tok := range strings.Split(v, ",") {
-			tok = strings.ToLower(strings.TrimSpace(tok))
-			if tok == "" {
-				continue
+// connectionOptions yields, in place, the options every Connection
+// field line of h names (RFC 9110 §7.6.1: a comma-separated list, any
+// case, optional whitespace, over any number of lines). A peer chooses
+// how many: up to the header limit.
+func connectionOptions(h http.Header) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		for _, v := range h.Values("Connection") {
+			for tok := range strings.SplitSeq(v, ",") {
+				if tok = strings.TrimSpace(tok); tok != "" && !yield(tok) {
+					return
+				}
 			}
-			if m == nil {
-				m = map[string]bool{}
-			}
-			m[tok] = true
 		}
 	}
-	return m
+}
+
+// connectionNames reports whether a Connection field of h names option,
+// in any case.
+func connectionNames(h http.Header, option string) bool {
+	for tok := range connectionOptions(h) {
+		if strings.EqualFold(tok, option) {
+			return true
+		}
+	}
+	return false
 }
 
 // teTrailers reports whether a TE field lists "trailers" (RFC 9110
