@@ -398,9 +398,16 @@ func (p *muxPool[C]) idleCount() int {
 // for later attempts.
 const ownConn = ^uint64(0)
 
-// settleWait is how often an attempt waiting for a new connection's
-// SETTINGS looks again.
-const settleWait = time.Millisecond
+// settleWait is how soon an attempt waiting for a new connection's room
+// (HTTP/2: its SETTINGS) looks again; each later look waits twice as
+// long, up to maxSettleWait. SETTINGS come within a round trip, but a
+// server may never send them, or say 0 streams, and every look at an
+// HTTP/2 connection that has not settled takes x/net's write lock under
+// the pool's.
+const (
+	settleWait    = time.Millisecond
+	maxSettleWait = 16 * time.Millisecond
+)
 
 // acquire is how an attempt gets a multiplexed connection (HTTP/2,
 // HTTP/3): room on a pooled one that take finds for (after, same), else
@@ -420,6 +427,7 @@ func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, sam
 		return p.dialOwn(ctx, key, dial)
 	}
 	var settle *time.Timer
+	every := settleWait
 	defer func() {
 		if settle != nil {
 			settle.Stop()
@@ -434,11 +442,12 @@ func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, sam
 		if pending {
 			// A new connection will know its room within a round trip.
 			if settle == nil {
-				settle = time.NewTimer(settleWait)
+				settle = time.NewTimer(every)
 			}
 			select {
 			case <-settle.C:
-				settle.Reset(settleWait)
+				every = min(2*every, maxSettleWait)
+				settle.Reset(every)
 				continue
 			case <-ctx.Done():
 				return zero, false, context.Cause(ctx)

@@ -3,6 +3,7 @@ package replaysafe
 import (
 	"bufio"
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -293,4 +294,53 @@ func TestDialTurnAfterAnotherDialEnded(t *testing.T) {
 	default:
 		t.Fatal("the dial's end does not wake the waiting attempt")
 	}
+}
+
+// waitingMuxConn is a connection still waiting for what decides its
+// room (an HTTP/2 server's SETTINGS that never come, or that say 0
+// streams): it refuses every attempt but the first, as pending.
+type waitingMuxConn struct {
+	fakeMuxConn
+	asked atomic.Int64 // reserve calls
+}
+
+func (c *waitingMuxConn) reserve() bool { c.asked.Add(1); return false }
+func (c *waitingMuxConn) pending() bool { return true }
+
+// TestPendingWaitBacksOff: an attempt waiting for a new connection's
+// room looks again after 1 ms, then ever less often, up to every
+// maxSettleWait: 4 times in its first 10 ms (a server's SETTINGS come
+// within a round trip), but over a 2 s acquisition deadline about 130
+// times, not 2,000 (each look at an HTTP/2 connection that has not
+// settled takes x/net's write lock under the pool's). It never dials.
+// Fake time (testing/synctest).
+func TestPendingWaitBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newMuxPool[*waitingMuxConn](2, 0, newConnLimit(0))
+		key := connKey{addr: "a:1"}
+		c := &waitingMuxConn{fakeMuxConn: fakeMuxConn{state: muxState{key: key}}}
+		p.add(c) // its first attempt runs
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		done := make(chan error)
+		go func() {
+			_, _, err := p.acquire(ctx, key, 0, nil, nil, func() (*waitingMuxConn, error) {
+				t.Error("dialed while a connection was settling")
+				return nil, errors.New("no dial")
+			})
+			done <- err
+		}()
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if n := c.asked.Load(); n != 4 {
+			t.Errorf("asked %d times in the first 10 ms, want 4 (at 0, 1, 3 and 7 ms)", n)
+		}
+		if err := <-done; !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("acquire ended with %v, want the 2 s deadline", err)
+		}
+		atCap := int64(2 * time.Second / maxSettleWait)
+		if n := c.asked.Load(); n < atCap || n > atCap+8 {
+			t.Errorf("asked %d times in 2 s, want %d to %d", n, atCap, atCap+8)
+		}
+	})
 }
