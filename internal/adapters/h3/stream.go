@@ -110,12 +110,14 @@ func (a *Attempt) roundTrip(cc *http3.ClientConn, state *tls.ConnectionState, re
 			return nil, a.InformationalError()
 		}
 		a.got1xxResponse(res.StatusCode, textproto.MIMEHeader(res.Header))
-		if trace != nil && trace.Got1xxResponse != nil {
-			trace.Got1xxResponse(res.StatusCode, textproto.MIMEHeader(res.Header))
-		}
 		if err := a.info.Err(); err != nil {
+			// Over the bound: the caller's hook does not see it, as over
+			// HTTP/1.1 and HTTP/2.
 			abort(str, http3.ErrCodeExcessiveLoad)
 			return nil, err
+		}
+		if trace != nil && trace.Got1xxResponse != nil {
+			trace.Got1xxResponse(res.StatusCode, textproto.MIMEHeader(res.Header))
 		}
 		if res.StatusCode == http.StatusContinue && trace != nil && trace.Got100Continue != nil {
 			trace.Got100Continue()

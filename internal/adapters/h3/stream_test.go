@@ -265,17 +265,25 @@ func TestOwnStreamCanceled(t *testing.T) {
 
 // A Limit below quic-go's cap holds a request on its own stream (quic-go
 // ignores the hook's verdict): the second 103 over a limit of one resets
-// the stream and fails the request with the Limit's error.
+// the stream and fails the request with the Limit's error. The caller's
+// own hook sees the first 103 only.
 func TestOwnStreamInformationalLimit(t *testing.T) {
 	c := dialWatched(t, h3server.Endless1xx(http.StatusEarlyHints))
 	srv, ctx, w, cc := c.srv, c.ctx, c.w, c.cc
 	att := w.NewAttempt()
 	att.SetInformationalLimit(informational.Limit{Count: 1})
-	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, att.StreamTrace(nil, nil)), http.MethodGet, srv.URL()+"/", nil)
+	var seen int
+	caller := httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		Got1xxResponse: func(int, textproto.MIMEHeader) error { seen++; return nil },
+	})
+	req, _ := http.NewRequestWithContext(httptrace.WithClientTrace(caller, att.StreamTrace(nil, nil)), http.MethodGet, srv.URL()+"/", nil)
 	_, err := att.RoundTrip(cc, c.state, req)
 	var le *informational.LimitError
 	if !errors.As(err, &le) || le.Limit.Count != 1 || le.Count != 2 {
 		t.Fatalf("err = %v, want the Limit's error at the second response", err)
+	}
+	if seen != 1 {
+		t.Errorf("the caller's hook saw %d responses, want the 1 within the bound", seen)
 	}
 	if ev := att.Failure(ctx, err); ev.Kind != fsm.EventMalformed {
 		t.Errorf("Failure = %v, want malformed", ev)
