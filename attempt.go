@@ -446,6 +446,10 @@ func (a *attempt) finishBody(err error) {
 	a.report(err)
 }
 
+// abandon ends the attempt's context when the caller closed the
+// response body before its end (respBody.Close).
+func (a *attempt) abandon() { a.cancel(nil) }
+
 // report tells the Observer how the attempt ended.
 func (a *attempt) report(err error) {
 	a.c.report(a.number, a.reused, err, a.rec, a.call)

@@ -157,6 +157,9 @@ var errAbandoned = errors.New("replaysafe: response body closed before its end")
 // bodyFinisher is the attempt a response body reports its end to.
 type bodyFinisher interface {
 	finishBody(err error)
+	// abandon ends the attempt's context: the caller closed the body
+	// before its end.
+	abandon()
 }
 
 // respBody is the response body the caller reads. Its end decides the
@@ -180,9 +183,19 @@ func (b *respBody) Read(p []byte) (int, error) {
 }
 
 // Close closes the response body; before EOF it abandons the exchange.
+// It ends the attempt's context before the stack's Close: x/net's waits
+// for the request's writer, which may be blocked reading the caller's
+// body, until that context ends.
 func (b *respBody) Close() error {
+	abandoned := false
+	b.once.Do(func() {
+		abandoned = true
+		b.a.abandon()
+	})
 	err := b.rc.Close()
-	b.finish(errAbandoned)
+	if abandoned {
+		b.a.finishBody(errAbandoned)
+	}
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http/httptrace"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -708,4 +709,52 @@ func TestH2IdleConnTimeout(t *testing.T) {
 	}
 	wantH2Copies(t, s, "/a", 0)
 	wantH2Copies(t, s, "/b", 1)
+}
+
+// TestH2EarlyCloseWhileUploading: the caller closes a response body
+// before its end while its own request body, an io.Pipe, has given 5
+// bytes and then nothing. Close returns at once: x/net's Close waits for
+// the request's writer, blocked in the caller's Read, until the request's
+// context ends, and the attempt now ends that context first (before,
+// Close hung until the producer wrote again). The server saw one request.
+func TestH2EarlyCloseWhileUploading(t *testing.T) {
+	var got atomic.Int64
+	o := httpUpstream(t, "h2", func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		b := make([]byte, 5)
+		io.ReadFull(r.Body, b)
+		io.WriteString(w, "hello")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	tr := replaysafe.New(replaysafe.Options{Protocol: replaysafe.ProtocolHTTP2})
+	t.Cleanup(tr.CloseIdleConnections)
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	go pw.Write([]byte("hello"))
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", o.Upstream.String()+"/up", pr)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil || string(buf) != "hello" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	done := make(chan error, 1)
+	began := time.Now()
+	go func() { done <- resp.Body.Close() }()
+	select {
+	case <-done:
+		if took := time.Since(began); took > time.Second {
+			t.Errorf("Close took %v", took)
+		}
+	case <-time.After(3 * time.Second):
+		pw.Close() // lets Close return, so that the test ends
+		<-done
+		t.Fatal("Close still blocked after 3 s with the request body's producer idle")
+	}
+	if n := got.Load(); n != 1 {
+		t.Errorf("server saw %d requests", n)
+	}
 }
