@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/internal/adapters/h2"
@@ -393,4 +395,156 @@ func TestH2StreamsPerConnBounded(t *testing.T) {
 		t.Errorf("%d connections for %d streams, want %d", got, n, want)
 	}
 	t.Logf("%d GETs: %d connections, at most %d streams at once on one", n, g.total.Load(), peak)
+}
+
+// stalledH2 is an h2c server whose first connection grants one stream
+// and windows of 2 GiB, reads the first request's HEADERS, closes saw,
+// and then reads nothing more until the test ends: the client's upload
+// fills the socket and x/net's write blocks, holding its connection
+// write lock. Later connections to it are accepted and never answered.
+func stalledH2(t *testing.T) (url string, saw <-chan struct{}, release func()) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	headers := make(chan struct{})
+	var wg sync.WaitGroup
+	var once sync.Once
+	release = func() { once.Do(func() { close(stop); ln.Close(); wg.Wait() }) }
+	t.Cleanup(release)
+	wg.Go(func() {
+		for first := true; ; first = false {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				go func() { <-stop; c.Close() }()
+				if !first {
+					<-stop
+					return
+				}
+				if _, err := io.ReadFull(c, make([]byte, len(http2.ClientPreface))); err != nil {
+					return
+				}
+				fr := http2.NewFramer(c, c)
+				fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 1},
+					http2.Setting{ID: http2.SettingInitialWindowSize, Val: 1<<31 - 1})
+				fr.WriteWindowUpdate(0, 1<<31-1-65535)
+				for range 100 {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					switch f := f.(type) {
+					case *http2.SettingsFrame:
+						if !f.IsAck() {
+							fr.WriteSettingsAck()
+						}
+					case *http2.HeadersFrame:
+						close(headers)
+						<-stop
+						return
+					}
+				}
+			})
+		}
+	})
+	return "http://" + ln.Addr().String(), headers, release
+}
+
+// countingZeros is an endless body of zeros that counts what was read.
+type countingZeros struct{ n atomic.Int64 }
+
+func (z *countingZeros) Read(p []byte) (int, error) {
+	clear(p)
+	z.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+// TestH2StalledUploadFreezesNothing: a server that stops reading while a
+// POST uploads blocks x/net's socket write, which holds that
+// connection's write lock. Nothing else of the Transport waits for it:
+// a GET to the stalled host ends at its 1 s deadline, a GET to a healthy
+// host made meanwhile answers at once, and CloseIdleConnections returns.
+// Before, the pool asked the stalled connection for its state (x/net's
+// State takes the write lock) while holding the pool's lock, and every
+// HTTP/2 call to any host, and CloseIdleConnections, waited behind the
+// stalled write until the server closed.
+func TestH2StalledUploadFreezesNothing(t *testing.T) {
+	stalled, saw, release := stalledH2(t)
+	healthy := httpUpstream(t, "h2", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }).Upstream.String()
+	tr := replaysafe.New(replaysafe.Options{Protocol: replaysafe.ProtocolHTTP2})
+	t.Cleanup(tr.CloseIdleConnections)
+	if code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", healthy+"/warm", "")); err != nil || code != 200 {
+		t.Fatalf("warm-up: %d %v", code, err) // a pooled connection to the healthy host
+	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer release() // unblocks whatever still waits, before wg.Wait
+	upload := &countingZeros{}
+	wg.Go(func() {
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", stalled+"/big", io.LimitReader(upload, 1<<30))
+		req.ContentLength = 1 << 30
+		if resp, err := tr.RoundTrip(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+	<-saw
+	for last, still := int64(-1), 0; still < 5; { // the upload stopped moving for 5 × 20 ms
+		time.Sleep(20 * time.Millisecond)
+		n := upload.n.Load()
+		if n >= 1<<30 {
+			t.Fatal("the whole upload went through a server that reads nothing")
+		}
+		if n == last {
+			still++
+		} else {
+			last, still = n, 0
+		}
+	}
+
+	// within runs f and reports whether it returned within limit; when
+	// it did not, release at the end of the test lets it return.
+	within := func(what string, limit time.Duration, f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		began := time.Now()
+		wg.Go(func() { defer close(done); f() })
+		select {
+		case <-done:
+			t.Logf("%s: %v", what, time.Since(began))
+		case <-time.After(limit):
+			t.Errorf("%s still waiting after %v", what, limit)
+		}
+	}
+	stalledGET := make(chan struct{})
+	wg.Go(func() {
+		defer close(stalledGET)
+		ctx, stop := context.WithTimeout(t.Context(), time.Second)
+		defer stop()
+		began := time.Now()
+		_, _, err := roundTrip(tr, newRequest(t, ctx, "GET", stalled+"/second", ""))
+		if took := time.Since(began); err == nil || took > 1500*time.Millisecond {
+			t.Errorf("GET to the stalled host: %v after %v, want its deadline's error after 1 s", err, took)
+		}
+	})
+	time.Sleep(100 * time.Millisecond) // the GET to the stalled host waits for room
+	within("GET to the healthy host", time.Second, func() {
+		ctx, stop := context.WithTimeout(t.Context(), time.Second)
+		defer stop()
+		if code, body, err := roundTrip(tr, newRequest(t, ctx, "GET", healthy+"/ok", "")); err != nil || code != 200 || body != "ok" {
+			t.Errorf("healthy host: %d %q %v", code, body, err)
+		}
+	})
+	within("CloseIdleConnections", time.Second, tr.CloseIdleConnections)
+	select {
+	case <-stalledGET:
+	case <-time.After(2 * time.Second):
+		t.Error("GET to the stalled host still waiting after 2 s")
+	}
 }

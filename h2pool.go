@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -30,8 +29,6 @@ type h2Conn struct {
 	// waiting: reserve's last refusal was for the server's SETTINGS
 	// (guarded by the pool's lock, see pending).
 	waiting bool
-	// settled: the server's SETTINGS arrived (see unsettled).
-	settled atomic.Bool
 }
 
 func (c *h2Conn) mux() *muxState { return &c.pool }
@@ -44,8 +41,14 @@ func (c *h2Conn) mux() *muxState { return &c.pool }
 // connection take more than h2.MaxConcurrentStreams attempts at once,
 // however many streams its server allows, so that its Wire keeps the
 // evidence of every one (spec/choices.md, choice 34).
+//
+// The pool calls reserve, pending and gone under its lock, for every
+// route: none of them asks x/net's ClientConn.State, which takes x/net's
+// write lock, held across each socket write. A server that stopped
+// reading would hold it for as long as it stops, and the whole pool with
+// it. The Wire answers instead.
 func (c *h2Conn) reserve() bool {
-	c.waiting = c.pool.active > 0 && c.unsettled()
+	c.waiting = c.pool.active > 0 && !c.wire.Settled() && !c.wire.Closed()
 	if c.waiting || c.pool.active >= h2.MaxConcurrentStreams {
 		return false
 	}
@@ -58,45 +61,30 @@ func (c *h2Conn) reserve() bool {
 // has.
 func (c *h2Conn) pending() bool { return c.waiting }
 
-// unsettled reports whether the server's SETTINGS have not arrived yet.
-// Once they have, it reports false without asking x/net again (see gone
-// for the cost of State).
-func (c *h2Conn) unsettled() bool {
-	if c.settled.Load() {
-		return false
-	}
-	if st := c.cc.State(); st.MaxConcurrentStreams == 0 && !st.Closed && !st.Closing {
-		return true
-	}
-	c.settled.Store(true)
-	return false
-}
-
-// gone reports whether the connection closed or is closing (a GOAWAY
-// arrived, x/net gave up on it). It is asked only after reserve refused:
-// State takes x/net's write lock (v0.62 under Go 1.26), which a stream
-// writing its frames holds across the system call, while the pool holds
-// its own lock, so asking every time serialised every call of the pool
-// behind the socket writes of the busiest connection.
+// gone reports whether the connection closed or the server sent a
+// GOAWAY. A connection x/net stopped using for another reason (an error
+// that left it unfit for reuse) looks full instead: attempts dial
+// around it, and it closes once idle.
 func (c *h2Conn) gone() bool {
-	st := c.cc.State()
-	return st.Closed || st.Closing
+	_, goAway := c.wire.GoAway()
+	return goAway || c.wire.Closed()
 }
 
-// close closes the connection gracefully: at once when x/net runs no
-// stream on it, else after a GOAWAY once its streams are done, or after
-// h2DrainTimeout. The pool's count of attempts can reach zero while
-// x/net still finishes a stream (a canceled or abandoned one being
-// reset, an upload after its response), and ClientConn.Close would fail
-// such a stream with "client connection force closed".
+// close closes the connection gracefully, in the background: a GOAWAY,
+// then the close once x/net's streams are done, or after h2DrainTimeout.
+// The pool's count of attempts can reach zero while x/net still finishes
+// a stream (a canceled or abandoned one being reset, an upload after its
+// response), and ClientConn.Close would fail such a stream with "client
+// connection force closed". Nothing waits here for x/net's write lock,
+// which a write to a server that stopped reading holds: the GOAWAY waits
+// for it in the background, and the timeout's ClientConn.Close, which
+// does not take it, ends that write.
 func (c *h2Conn) close() {
-	if st := c.cc.State(); st.Closed || st.StreamsActive == 0 && st.StreamsPending == 0 {
-		c.cc.Close()
-		return
-	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), h2DrainTimeout)
 		defer cancel()
+		stop := context.AfterFunc(ctx, func() { c.cc.Close() })
+		defer stop()
 		if c.cc.Shutdown(ctx) != nil {
 			c.cc.Close()
 		}

@@ -46,24 +46,28 @@ func TestH2ReserveRefusalReason(t *testing.T) {
 		t.Fatal("accept failed")
 	}
 	defer srv.Close()
-	cc, err := (&http2.Transport{}).NewClientConn(cl)
+	oc, wire := h2.Observe(cl)
+	cc, err := (&http2.Transport{}).NewClientConn(oc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
 
-	c := &h2Conn{cc: cc, pool: muxState{active: 1}} // the dialing attempt runs
+	c := &h2Conn{cc: cc, wire: wire, pool: muxState{active: 1}} // the dialing attempt runs
 	if c.reserve() {
 		t.Fatal("a second attempt took a stream before the server's SETTINGS")
 	}
 	if err := http2.NewFramer(srv, nil).WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 100}); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; cc.State().MaxConcurrentStreams == 0; i++ {
+	for i := 0; !wire.Settled(); i++ {
 		if i == 500 {
-			t.Fatal("x/net did not read the SETTINGS within 5 s")
+			t.Fatal("the Wire did not see x/net settle within 5 s")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+	if st := cc.State(); st.MaxConcurrentStreams != 100 {
+		t.Fatalf("settled, but x/net's State says %d streams, not the server's 100", st.MaxConcurrentStreams)
 	}
 	if !c.pending() {
 		t.Error("after a refusal for the SETTINGS, pending reports false once they arrived")

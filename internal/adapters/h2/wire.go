@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/net/http2"
 )
@@ -95,6 +96,11 @@ type Wire struct {
 	haveGoAway bool
 
 	written, read int64
+
+	// Read without mu, at the start of every Read (see Settled).
+	settingsRead atomic.Bool // the server's first SETTINGS frame was read
+	settled      atomic.Bool // and a Read started after the one that ended it
+	closed       atomic.Bool // a Read failed
 }
 
 // Observe wraps c, the connection to hand to http2.Transport.NewClientConn,
@@ -125,9 +131,15 @@ type observedConn struct {
 
 // Read reads from the connection and shows the Wire the bytes read.
 func (c *observedConn) Read(p []byte) (int, error) {
+	if !c.w.settled.Load() && c.w.settingsRead.Load() {
+		c.w.settled.Store(true)
+	}
 	n, err := c.Conn.Read(p)
 	if n > 0 {
 		c.w.sawRead(p[:n])
+	}
+	if err != nil {
+		c.w.closed.Store(true)
 	}
 	return n, err
 }
@@ -169,6 +181,19 @@ func (w *Wire) Stream(id uint32) (StreamFacts, bool) {
 	}
 	return StreamFacts{}, false
 }
+
+// Settled reports that x/net has applied the server's first SETTINGS
+// frame, so that ClientConn.ReserveNewRequest answers by the server's
+// limits: the frame was read, and a Read started after the one that
+// ended it. x/net's read loop, one goroutine, handles every frame of the
+// bytes a Read returned before it reads again. (ClientConn.State says the
+// same, but takes x/net's write lock, which a write to a server that
+// stopped reading holds for as long as it stops.)
+func (w *Wire) Settled() bool { return w.settled.Load() }
+
+// Closed reports that a Read of the connection failed: x/net's read loop
+// ends with it, and the ClientConn takes no new request.
+func (w *Wire) Closed() bool { return w.closed.Load() }
 
 // GoAway returns the last GOAWAY the server sent, and false when none
 // arrived.
@@ -335,6 +360,10 @@ func (w *Wire) inEnd(h frameHead, payload []byte) {
 		if s := w.streams[h.stream]; s != nil && len(payload) >= 4 {
 			s.ResetByPeer = true
 			s.ResetCode = http2.ErrCode(binary.BigEndian.Uint32(payload))
+		}
+	case http2.FrameSettings:
+		if !h.flags.Has(http2.FlagSettingsAck) {
+			w.settingsRead.Store(true)
 		}
 	case http2.FrameGoAway:
 		if h.stream == 0 && len(payload) >= 8 {

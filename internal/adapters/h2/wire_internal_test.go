@@ -2,6 +2,9 @@ package h2
 
 import (
 	"bytes"
+	"io"
+	"net"
+	"slices"
 	"testing"
 
 	"golang.org/x/net/http2"
@@ -232,5 +235,56 @@ func TestDoneBeforeTheHeadersHook(t *testing.T) {
 	}
 	if len(emitted) != 3*maxTracked {
 		t.Errorf("%d FirstByteWritten events for %d claims", len(emitted), 3*maxTracked)
+	}
+}
+
+// scriptedConn returns one chunk per Read, then io.EOF; seen records
+// what the Wire said of settlement as each Read began.
+type scriptedConn struct {
+	net.Conn
+	chunks [][]byte
+	w      *Wire
+	seen   []bool
+}
+
+func (c *scriptedConn) Read(p []byte) (int, error) {
+	c.seen = append(c.seen, c.w.Settled())
+	if len(c.chunks) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, c.chunks[0])
+	c.chunks = c.chunks[1:]
+	return n, nil
+}
+
+// TestWireSettlesOnTheReadAfterSettings: the Wire says x/net settled
+// only once a Read starts after the one that ended the server's first
+// SETTINGS frame (x/net handles every frame of a Read's bytes before it
+// reads again), not for a SETTINGS acknowledgement, and says closed once
+// a Read fails.
+func TestWireSettlesOnTheReadAfterSettings(t *testing.T) {
+	ack := frames(t, false, func(fr *http2.Framer) error { return fr.WriteSettingsAck() })
+	settings := frames(t, false, func(fr *http2.Framer) error {
+		return fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 1})
+	})
+	sc := &scriptedConn{chunks: [][]byte{ack, settings[:5], settings[5:], ack}}
+	oc, w := Observe(sc)
+	sc.w = w
+	buf := make([]byte, 64)
+	for i := 0; ; i++ {
+		if _, err := oc.Read(buf); err != nil {
+			break
+		}
+		if w.Closed() {
+			t.Fatalf("closed after read %d", i+1)
+		}
+	}
+	// Reads 1–3 began before the SETTINGS frame ended; read 4 and the
+	// failing read 5 began after.
+	if want := []bool{false, false, false, true, true}; !slices.Equal(sc.seen, want) {
+		t.Errorf("settled as each read began: %v, want %v", sc.seen, want)
+	}
+	if !w.Closed() {
+		t.Error("not closed after a failed Read")
 	}
 }
