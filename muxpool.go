@@ -401,9 +401,7 @@ const ownConn = ^uint64(0)
 // settleWait is how soon an attempt waiting for a new connection's room
 // (HTTP/2: its SETTINGS) looks again; each later look waits twice as
 // long, up to maxSettleWait. SETTINGS come within a round trip, but a
-// server may never send them, or say 0 streams, and every look at an
-// HTTP/2 connection that has not settled takes x/net's write lock under
-// the pool's.
+// server may never send them, and every look takes the pool's lock.
 const (
 	settleWait    = time.Millisecond
 	maxSettleWait = 16 * time.Millisecond

@@ -311,8 +311,7 @@ func (c *waitingMuxConn) pending() bool { return true }
 // room looks again after 1 ms, then ever less often, up to every
 // maxSettleWait: 4 times in its first 10 ms (a server's SETTINGS come
 // within a round trip), but over a 2 s acquisition deadline about 130
-// times, not 2,000 (each look at an HTTP/2 connection that has not
-// settled takes x/net's write lock under the pool's). It never dials.
+// times, not 2,000 (each look takes the pool's lock). It never dials.
 // Fake time (testing/synctest).
 func TestPendingWaitBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
