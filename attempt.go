@@ -54,9 +54,11 @@ type attemptWire interface {
 	// the caller now owns the connection (HTTP/1.1 101 Switching
 	// Protocols): the attempt then ends at once.
 	delivered(resp *http.Response) (owned bool)
-	// bodyDoneOnError reports whether, when RoundTrip failed, the stack
-	// is done with a request body it read from (HTTP/1.1: always; x/net
-	// and quic-go may still be reading one they started on).
+	// bodyDoneOnError reports whether, when RoundTrip failed, the
+	// request body it read from is to be closed now: HTTP/1.1, because
+	// net/http is done with it; HTTP/3, because quic-go closes it only
+	// once a Read returns, which a producer that went quiet may never
+	// let happen (x/net closes it itself, as the request ends).
 	bodyDoneOnError() bool
 	// informational returns the error of informational (1xx) responses
 	// beyond their bound, or nil: the stack's own error does not say so.

@@ -207,7 +207,10 @@ func (s *h3Stream) fail(a *attempt, err error) fsm.Decision {
 
 func (s *h3Stream) delivered(*http.Response) bool { return false }
 
-func (s *h3Stream) bodyDoneOnError() bool { return false }
+// bodyDoneOnError reports true: the failed request's body is closed
+// under quic-go's Read, as x/net closes one, so that quic-go's goroutine
+// and the caller's producer are let go.
+func (s *h3Stream) bodyDoneOnError() bool { return true }
 
 func (s *h3Stream) informational() error { return s.att.InformationalError() }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
 
@@ -732,4 +734,63 @@ func TestH3InformationalBytesBound(t *testing.T) {
 		t.Fatalf("POST: %d %q %v", resp.StatusCode, b, err)
 	}
 	wantH3Copies(t, s, "/post", 0)
+}
+
+// closeRecorder is a request body that records its Close.
+type closeRecorder struct {
+	io.Reader
+	closed atomic.Bool
+}
+
+func (c *closeRecorder) Close() error { c.closed.Store(true); return nil }
+
+// TestCanceledUploadClosesTheBody: a PUT whose body, an io.Pipe, gave 5
+// bytes and then nothing is canceled once the server has its headers.
+// Within a second of RoundTrip's return the caller's body is closed, so
+// that the stack's goroutine reading it, and the caller's producer, are
+// let go, over HTTP/2 (x/net closes it) and HTTP/3 (before, quic-go closed
+// it only after a Read returned, which the idle producer never let
+// happen). The server saw one copy.
+func TestCanceledUploadClosesTheBody(t *testing.T) {
+	for _, proto := range []string{"h2", "h3"} {
+		t.Run(proto, func(t *testing.T) {
+			var tr *replaysafe.Transport
+			var url string
+			var count func() int
+			if proto == "h2" {
+				s := startH2(t, h2Script([]h2server.Action{h2server.OK("never")}))
+				tr, _ = h2Client(t, s, replaysafe.Options{})
+				url, count = s.URL(), s.Count
+			} else {
+				s := startH3(t, h3Script([]h3server.Action{h3server.OK("never")}))
+				tr, _ = h3Client(t, s, replaysafe.Options{})
+				url, count = s.URL(), s.Count
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			pr, pw := io.Pipe()
+			defer pw.Close()
+			body := &closeRecorder{Reader: pr}
+			go func() {
+				pw.Write([]byte("start"))
+				for i := 0; i < 500 && count() == 0; i++ {
+					time.Sleep(5 * time.Millisecond)
+				}
+				cancel()
+			}()
+			req, _ := http.NewRequestWithContext(ctx, "PUT", url+"/cancel", body)
+			if _, err := tr.RoundTrip(req); !errors.Is(err, context.Canceled) {
+				t.Fatalf("err %v, want the cancellation", err)
+			}
+			for i := 0; i < 50 && !body.closed.Load(); i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if !body.closed.Load() {
+				t.Error("the request body is still open 1 s after the canceled RoundTrip returned")
+			}
+			if n := count(); n != 1 {
+				t.Errorf("server saw %d copies", n)
+			}
+		})
+	}
 }
