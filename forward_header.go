@@ -35,9 +35,7 @@ func removeConnectionFields(h http.Header) {
 	var buf [64]byte
 	for tok := range connectionOptions(h) {
 		if key, ok := canonicalKey(buf[:0], tok); ok {
-			if _, present := h[string(key)]; present {
-				delete(h, string(key))
-			}
+			delete(h, string(key)) // the compiler makes no string of key here
 		} else {
 			h.Del(tok) // long, or no token: Del copies it at most once
 		}
