@@ -330,7 +330,8 @@ func (t *Transport) headStart() time.Duration {
 // startH3Dial returns key's background QUIC dial, starting one when none
 // runs, or nil when the route is at MaxConnsPerHost. The dial runs under
 // AcquireTimeout (DefaultAcquireTimeout when unlimited); its connection
-// joins the pool idle, and its failure marks the route broken.
+// joins the pool idle, unless CloseIdleConnections ran meanwhile (it is
+// closed then), and its failure marks the route broken.
 func (t *Transport) startH3Dial(key connKey) *h3Dial {
 	t.h3mu.Lock()
 	defer t.h3mu.Unlock()
@@ -349,14 +350,22 @@ func (t *Transport) startH3Dial(key connKey) *h3Dial {
 	if budget <= 0 {
 		budget = DefaultAcquireTimeout
 	}
+	closes := t.closes.Load()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
 		hc, err := t.dialH3(ctx, key)
-		if err != nil {
+		switch {
+		case err != nil:
 			t.limit.closed(key)
 			t.markH3Broken(key)
-		} else {
+		case t.closes.Load() != closes:
+			// CloseIdleConnections ran meanwhile: the caller is done
+			// with what the Transport started, as net/http closes a
+			// connection that becomes idle after that call.
+			hc.close()
+			t.limit.closed(key)
+		default:
 			t.h3pool.addIdle(hc)
 		}
 		d.err = err

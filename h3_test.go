@@ -5,9 +5,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -792,5 +794,101 @@ func TestCanceledUploadClosesTheBody(t *testing.T) {
 				t.Errorf("server saw %d copies", n)
 			}
 		})
+	}
+}
+
+// heldUDP relays datagrams between one client and target, dropping every
+// one until release is called: a QUIC handshake through it waits, and
+// completes at the client's next retransmission after release. It stops
+// with the test.
+func heldUDP(t *testing.T, target string) (port string, release func()) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raddr, err := net.ResolveUDPAddr("udp", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := net.DialUDP("udp", nil, raddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var open atomic.Bool
+	var client atomic.Pointer[net.Addr]
+	var wg sync.WaitGroup
+	t.Cleanup(func() { pc.Close(); up.Close(); wg.Wait() })
+	wg.Go(func() { // client → server
+		buf := make([]byte, 64<<10)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			client.Store(&from)
+			if open.Load() {
+				up.Write(buf[:n])
+			}
+		}
+	})
+	wg.Go(func() { // server → client
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := up.Read(buf)
+			if err != nil {
+				return
+			}
+			if to := client.Load(); to != nil {
+				pc.WriteTo(buf[:n], *to)
+			}
+		}
+	})
+	_, port, _ = strings.Cut(pc.LocalAddr().String(), ":")
+	return port, func() { open.Store(true) }
+}
+
+// TestBackgroundQUICDialAfterCloseIdle: a call that gave up waiting for a
+// new QUIC connection (its head start of 50 ms passed) went over TCP; the
+// QUIC handshake goes on in the background and completes after the
+// caller's CloseIdleConnections. That connection is closed, not kept
+// idle: as net/http closes connections that become idle after the call,
+// nothing the Transport had started stays open past it.
+func TestBackgroundQUICDialAfterCloseIdle(t *testing.T) {
+	h3s := startH3(t, h3server.Config{})
+	port, release := heldUDP(t, h3s.Addr())
+	advertise := replaysafetest.Respond(200, "ok")
+	advertise.Header = http.Header{"Alt-Svc": {`h3=":` + port + `"; ma=60`}}
+	tcp := start(t, replaysafetest.Config{TLS: true, Conns: []replaysafetest.ConnScript{
+		replaysafetest.Script(advertise, replaysafetest.OK())}})
+	tlsConf := tcp.ClientTLSConfig()
+	tlsConf.RootCAs.AddCert(h3s.Certificate())
+	tr := replaysafe.New(replaysafe.Options{
+		Protocol:        replaysafe.ProtocolDiscoverHTTP3,
+		TLSClientConfig: tlsConf,
+		HTTP3HeadStart:  50 * time.Millisecond,
+	})
+	t.Cleanup(tr.CloseIdleConnections)
+	for _, path := range []string{"/first", "/second"} {
+		if code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", tcp.URL()+path, "")); err != nil || code != 200 || body != "ok" {
+			t.Fatalf("%s: %d %q %v", path, code, body, err)
+		}
+	}
+	wantCopies(t, tcp, "/second", 1) // over TCP: the QUIC handshake is held
+	tr.CloseIdleConnections()
+	release()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if err := h3s.WaitConns(ctx, 1); err != nil {
+		t.Fatalf("the background QUIC handshake did not complete: %v", err)
+	}
+	if err := h3s.WaitConnClosed(ctx, 0); err != nil {
+		t.Errorf("the connection the background dial made after CloseIdleConnections is still open: %v (%d idle)", err, tr.IdleConns())
+	}
+	if n := tr.IdleConns(); n != 0 {
+		t.Errorf("%d idle connections after CloseIdleConnections", n)
+	}
+	if n := h3s.Count(); n != 0 {
+		t.Errorf("the QUIC server received %d requests", n)
 	}
 }

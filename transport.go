@@ -74,6 +74,9 @@ type Transport struct {
 	h3Broken  memo[string, time.Time] // destination → when its QUIC handshake failed
 	h3mu      sync.Mutex
 	h3dials   map[connKey]*h3Dial // background QUIC dials (raceH3)
+	// closes counts CloseIdleConnections calls: a background dial that
+	// ends after one closes its connection instead of keeping it idle.
+	closes atomic.Uint64
 	altSvc    *altSvcCache        // ProtocolDiscoverHTTP3: origin → HTTP/3 port
 	udp       udpSockets          // the QUIC connections' shared UDP sockets
 
@@ -115,6 +118,7 @@ func New(o Options) *Transport {
 // CloseIdleConnections closes the connections sitting idle in the pool.
 // Connections in use close when their exchange ends.
 func (t *Transport) CloseIdleConnections() {
+	t.closes.Add(1)
 	t.pool.closeIdle()
 	t.h2pool.closeIdle()
 	t.h3pool.closeIdle()
