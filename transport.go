@@ -77,8 +77,8 @@ type Transport struct {
 	// closes counts CloseIdleConnections calls: a background dial that
 	// ends after one closes its connection instead of keeping it idle.
 	closes atomic.Uint64
-	altSvc    *altSvcCache        // ProtocolDiscoverHTTP3: origin → HTTP/3 port
-	udp       udpSockets          // the QUIC connections' shared UDP sockets
+	altSvc *altSvcCache // ProtocolDiscoverHTTP3: origin → HTTP/3 port
+	udp    udpSockets   // the QUIC connections' shared UDP sockets
 
 	// Direct routes built once (route.go): directRoute → cachedSnapshot.
 	directRoutes     sync.Map
