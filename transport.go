@@ -74,11 +74,12 @@ type Transport struct {
 	h3Broken  memo[string, time.Time] // destination → when its QUIC handshake failed
 	h3mu      sync.Mutex
 	h3dials   map[connKey]*h3Dial // background QUIC dials (raceH3)
-	// closes counts CloseIdleConnections calls: a background dial that
-	// ends after one closes its connection instead of keeping it idle.
+	altSvc    *altSvcCache        // ProtocolDiscoverHTTP3: origin → HTTP/3 port
+	udp       udpSockets          // the QUIC connections' shared UDP sockets
+
+	// closes counts CloseIdleConnections calls: a background QUIC dial
+	// that ends after one closes its connection instead of keeping it.
 	closes atomic.Uint64
-	altSvc *altSvcCache // ProtocolDiscoverHTTP3: origin → HTTP/3 port
-	udp    udpSockets   // the QUIC connections' shared UDP sockets
 
 	// Direct routes built once (route.go): directRoute → cachedSnapshot.
 	directRoutes     sync.Map
