@@ -445,8 +445,9 @@ func (r *retryNext) Error() string { return "replaysafe: retry after " + r.decis
 // concurrent calls never overdraw it.
 func (c *call) step(o fsm.Outcome) fsm.CallDecision {
 	cs := c.cs
-	now := time.Now()
+	var now time.Time // read for the budget alone: most calls read no clock here
 	if cs.budget.Window > 0 && (o.Decision.Action != fsm.ActionDeliver || cs.statuses.Has(o.Status)) {
+		now = time.Now()
 		o.Budget = c.t.budgets.reserve(c.key.addr, cs.budget, now)
 		o.Jitter = c.t.jitter()
 	}
