@@ -252,9 +252,10 @@ func FuzzLoud(f *testing.F) {
 	var out bytes.Buffer
 	cfg := Config{FuzzTime: time.Second, Parallel: 2, Target: regexp.MustCompile(""), Dir: dir}
 	// A hang guard, not a deadline the campaign should meet: go test
-	// builds the instrumented binary first, which on a loaded two-core
-	// machine with a cold cache took about a minute before either target
-	// fuzzed, and the guard then stopped FuzzQuiet before its one second.
+	// builds and starts the instrumented binary first, which on a
+	// two-core machine running the race-detector suite beside it once
+	// took about a minute before either target fuzzed, and a one-minute
+	// guard then stopped FuzzQuiet before its one second.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	code := Run(ctx, cfg, []string{"FuzzQuiet", "FuzzLoud"}, goCmd, &out, &out)
