@@ -8,14 +8,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/replaysafe/replaysafe/internal/conformance"
-	"github.com/replaysafe/replaysafe/internal/interop"
-	"github.com/replaysafe/replaysafe/internal/retrycmp"
+	"github.com/replaysafe/replaysafe/internal/harness/conformance"
+	"github.com/replaysafe/replaysafe/internal/harness/interop"
+	"github.com/replaysafe/replaysafe/internal/harness/retrycmp"
 )
 
 // The conformance command runs the scenario files of
-// internal/conformance/testdata and, with -real, the rows against real
-// servers of internal/interop (nginx, haproxy, caddy, started on loopback;
+// internal/harness/conformance/testdata and, with -real, the rows against real
+// servers of internal/harness/interop (nginx, haproxy, caddy, started on loopback;
 // the rows of a server that is not installed are skipped, named).
 func init() {
 	extraCommands = append(extraCommands, command{"conformance",
@@ -62,7 +62,7 @@ func runConformance(args []string, stdout, stderr io.Writer) int {
 	return max(code, interop.Main(realArgs, stdout, stderr))
 }
 
-// retryRows runs the retry comparison (internal/retrycmp): every scenario
+// retryRows runs the retry comparison (internal/harness/retrycmp): every scenario
 // with replaysafe, with and without Options.Retry, beside net/http,
 // go-retryablehttp and resty. It fails when replaysafe sent a second copy
 // of a POST the server may have processed.

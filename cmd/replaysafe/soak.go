@@ -1,6 +1,6 @@
 package main
 
-import "github.com/replaysafe/replaysafe/internal/soak"
+import "github.com/replaysafe/replaysafe/internal/harness/soak"
 
 func init() {
 	extraCommands = append(extraCommands, command{"soak", "run many concurrent requests against an in-process faulty server and check the bounds", soak.Main})

@@ -1,7 +1,7 @@
 // Package bench measures replaysafe beside the clients it replaces, in one
 // run, and reports the ratios (issue 8).
 //
-// The benchmarks live in this package's tests (go test -bench . ./internal/bench/);
+// The benchmarks live in this package's tests (go test -bench . ./internal/harness/bench/);
 // the harness they share with the `replaysafe bench` command is ordinary
 // code here:
 //

@@ -9,7 +9,7 @@
 // expected outcome and copies per network and client. One runner serves
 // every protocol: each run gets a fresh server, proxy and client, so runs
 // never share state. Adding a case is adding a file;
-// `go test ./internal/conformance -rewrite` writes what the runs did back
+// `go test ./internal/harness/conformance -rewrite` writes what the runs did back
 // into the files' expectations.
 //
 // Every replaysafe attempt of every run goes through a tracecheck.Checker

@@ -16,7 +16,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
-	"github.com/replaysafe/replaysafe/internal/tracecheck"
+	"github.com/replaysafe/replaysafe/internal/harness/tracecheck"
 )
 
 // FullRuns is the number of runs of every row in a full run.

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe"
-	"github.com/replaysafe/replaysafe/internal/tracecheck"
+	"github.com/replaysafe/replaysafe/internal/harness/tracecheck"
 )
 
 // The clients of the rows.

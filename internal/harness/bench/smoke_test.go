@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaysafe/replaysafe/internal/bench"
+	"github.com/replaysafe/replaysafe/internal/harness/bench"
 )
 
 // TestEveryClientAgainstItsServer checks the harness the benchmarks run:

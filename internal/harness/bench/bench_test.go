@@ -8,7 +8,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/replaysafe/replaysafe/internal/bench"
+	"github.com/replaysafe/replaysafe/internal/harness/bench"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -21,7 +21,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe"
-	"github.com/replaysafe/replaysafe/internal/tracecheck"
+	"github.com/replaysafe/replaysafe/internal/harness/tracecheck"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/connectproxy"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"

@@ -28,7 +28,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe"
-	"github.com/replaysafe/replaysafe/internal/tracecheck"
+	"github.com/replaysafe/replaysafe/internal/harness/tracecheck"
 )
 
 // client is the Transport under soak with its counters.

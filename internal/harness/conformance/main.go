@@ -42,7 +42,7 @@ const usage = `usage: replaysafe conformance [-quick] [-json] [-runs N] [-case R
 
 Runs fault scenarios over loopback against replaysafe and its peers (net/http, x/net/http2,
 quic-go/http3), each with a fresh scripted server that counts the copies of the request it
-receives. The scenarios are the files of internal/conformance/testdata.
+receives. The scenarios are the files of internal/harness/conformance/testdata.
 
 flags:
 `

@@ -21,7 +21,7 @@ import (
 // HTTP/1.1, HTTP/2 and HTTP/3.
 //
 // A file is a list of directives, one per line, then a line "----" and
-// the expectations, which `go test ./internal/conformance -rewrite`
+// the expectations, which `go test ./internal/harness/conformance -rewrite`
 // regenerates from what the runs did:
 //
 //	title   GET, close crosses the request

@@ -15,7 +15,7 @@ import (
 )
 
 // Packages are the packages whose benchmarks `replaysafe bench` runs.
-var Packages = []string{"./fsm/", "./internal/bench/"}
+var Packages = []string{"./fsm/", "./internal/harness/bench/"}
 
 // Main is the `replaysafe bench` command: it runs the benchmarks with go
 // test (or reads a saved run), prints each replaysafe row beside its peer
@@ -36,7 +36,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, `usage: replaysafe bench [flags]
 
 A development command: run it from the repository root, where it runs
-  go test -run '^$' -bench FILTER -skip '^BenchmarkMemory$' -benchmem -count 1 -benchtime T ./fsm/ ./internal/bench/
+  go test -run '^$' -bench FILTER -skip '^BenchmarkMemory$' -benchmem -count 1 -benchtime T ./fsm/ ./internal/harness/bench/
 N times (-count N; with -interleave=false once with -count N instead), then
 each memory benchmark FILTER selects N times in a process of its own,
 streams that output to stderr, and prints every replaysafe benchmark beside
@@ -151,7 +151,7 @@ run instead.`)
 // bench runs one process per reading (MemoryLeaves).
 const (
 	memoryBenchmark = "BenchmarkMemory"
-	memoryPackage   = "./internal/bench/"
+	memoryPackage   = "./internal/harness/bench/"
 )
 
 // MemoryStates are the states BenchmarkMemory reads for each protocol.

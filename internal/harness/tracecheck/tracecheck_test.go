@@ -8,7 +8,7 @@ import (
 
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/tracecheck"
+	"github.com/replaysafe/replaysafe/internal/harness/tracecheck"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/replaysafe/replaysafe/internal/bench"
+	"github.com/replaysafe/replaysafe/internal/harness/bench"
 )
 
 func parseSample(t *testing.T) *bench.Output {
@@ -42,7 +42,7 @@ func TestParseCapturedOutput(t *testing.T) {
 		t.Fatalf("results\n%s\nwant\n%s", got, want)
 	}
 	rs := out.Results[2]
-	if rs.Runs != 3 || rs.Metrics["ns/op"] != 75945 || rs.Metrics["allocs/op"] != 67 || rs.Package != "github.com/replaysafe/replaysafe/internal/bench" {
+	if rs.Runs != 3 || rs.Metrics["ns/op"] != 75945 || rs.Metrics["allocs/op"] != 67 || rs.Package != "github.com/replaysafe/replaysafe/internal/harness/bench" {
 		t.Errorf("median of three runs: %+v", rs)
 	}
 	if out.Results[1].Metrics["ns/event"] != 18.36 || out.Results[1].Package != "github.com/replaysafe/replaysafe/fsm" {

@@ -7,7 +7,7 @@ import (
 	"os"
 
 	"github.com/replaysafe/replaysafe"
-	"github.com/replaysafe/replaysafe/internal/retrycmp"
+	"github.com/replaysafe/replaysafe/internal/harness/retrycmp"
 )
 
 // A configuration of replaysafe joins the comparison as one more Client;
