@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/proxy"
+	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
-// attemptRec is an attempt's recorder: the internal/recorder Core that
+// attemptRec is an attempt's recorder: the adapters/recorder Core that
 // feeds its machine, with the final headers its stack reports. The
-// HTTP/1.1 recorder (internal/adapters/h1) and the HTTP/2 and HTTP/3 one
+// HTTP/1.1 recorder (adapters/h1) and the HTTP/2 and HTTP/3 one
 // (streamRec) both are.
 type attemptRec interface {
 	Feed(e fsm.Event) fsm.Decision

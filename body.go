@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/recorder"
+	"github.com/replaysafe/replaysafe/adapters/recorder"
 )
 
 // errBodyHandedOn is what a read of an HTTP/2 attempt's request body

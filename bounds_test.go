@@ -18,7 +18,7 @@ import (
 
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/h2"
+	"github.com/replaysafe/replaysafe/adapters/h2"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/h1"
+	"github.com/replaysafe/replaysafe/adapters/h1"
 )
 
 // preDialedKey is the context key under which dial hands its connection
@@ -86,7 +86,7 @@ type connectOpts struct {
 	start fsm.Instant
 	// countWire puts an h1.WireCounter beneath TLS with the origin
 	// (established.wire): the HTTP/1.1 path needs it, the HTTP/2 path
-	// observes the plaintext side instead (internal/adapters/h2.Observe).
+	// observes the plaintext side instead (adapters/h2.Observe).
 	countWire bool
 }
 

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/informational"
-	"github.com/replaysafe/replaysafe/internal/proxy"
+	"github.com/replaysafe/replaysafe/adapters/informational"
+	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
 // Error is the error a call returns when replaysafe gives up on it: the

@@ -6,7 +6,7 @@ import (
 	"net/http/httptrace"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/h1"
+	"github.com/replaysafe/replaysafe/adapters/h1"
 )
 
 // attemptH1 runs wire attempt n over HTTP/1.1 from its start (the

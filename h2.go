@@ -15,7 +15,7 @@ import (
 
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/plan"
-	"github.com/replaysafe/replaysafe/internal/adapters/h2"
+	"github.com/replaysafe/replaysafe/adapters/h2"
 )
 
 // errFallbackH1 means ALPN selected HTTP/1.1 under ProtocolNegotiate: the
@@ -207,7 +207,7 @@ func (t *Transport) acquireH2(ctx context.Context, key connKey, snap *routeSnaps
 // HTTP/1.1 path does (direct, or through the route's proxies under one
 // acquisition deadline), with the leg's ALPN list for TLS with an https
 // origin (h2c with prior knowledge for a direct http route; the plan
-// refuses h2c through a proxy), the ALPN check, the internal/adapters/h2
+// refuses h2c through a proxy), the ALPN check, the adapters/h2
 // observer over the plaintext side, and x/net's ClientConn over that.
 func (t *Transport) dialH2(ctx context.Context, key connKey, snap *routeSnapshot, leg plan.Leg, start fsm.Instant) (*h2Conn, error) {
 	c, err := t.connect(ctx, key, snap, connectOpts{alpn: leg.ALPN, start: start})

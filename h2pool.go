@@ -10,11 +10,11 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/replaysafe/replaysafe/internal/adapters/h2"
+	"github.com/replaysafe/replaysafe/adapters/h2"
 )
 
 // h2Conn is one HTTP/2 connection: x/net's ClientConn over the observed
-// connection whose Wire shows internal/adapters/h2 the frames. Its pool is a
+// connection whose Wire shows adapters/h2 the frames. Its pool is a
 // muxPool[*h2Conn]: an attempt takes a stream on the first pooled
 // connection whose ClientConn.ReserveNewRequest succeeds, which respects
 // the server's SETTINGS_MAX_CONCURRENT_STREAMS; the pool's idle timer,

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/replaysafe/replaysafe/internal/adapters/h2"
+	"github.com/replaysafe/replaysafe/adapters/h2"
 )
 
 // TestH2ReserveRefusalReason: a connection whose server has not sent its

@@ -17,7 +17,7 @@ import (
 
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/plan"
-	"github.com/replaysafe/replaysafe/internal/adapters/h3"
+	"github.com/replaysafe/replaysafe/adapters/h3"
 )
 
 // H3RetryAfter is how long, under ProtocolPreferHTTP3, a route whose QUIC
@@ -381,7 +381,7 @@ func (t *Transport) startH3Dial(key connKey) *h3Dial {
 // direct route: the plan allows no other): it resolves the host and
 // dials QUIC, from the Transport's shared UDP socket of the address's
 // family, with TLS offering ALPN "h3" under the attempt's acquisition
-// deadline, observed by an internal/adapters/h3 Watch; quic-go's ClientConn runs
+// deadline, observed by an adapters/h3 Watch; quic-go's ClientConn runs
 // over that.
 func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
 	addr, err := t.h3Addr(key)

@@ -6,11 +6,11 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/replaysafe/replaysafe/internal/adapters/h3"
+	"github.com/replaysafe/replaysafe/adapters/h3"
 )
 
 // h3Conn is one HTTP/3 connection: quic-go's ClientConn over a QUIC
-// connection that an internal/adapters/h3 Watch observes. Its pool is a
+// connection that an adapters/h3 Watch observes. Its pool is a
 // muxPool[*h3Conn]: QUIC multiplexes requests, and quic-go makes a request
 // wait for stream credit when the server's MAX_STREAMS is reached, so one
 // open connection per route takes every attempt, and the pool closes it

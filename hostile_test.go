@@ -18,7 +18,7 @@ import (
 
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/informational"
+	"github.com/replaysafe/replaysafe/adapters/informational"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"

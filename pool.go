@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm/route"
-	"github.com/replaysafe/replaysafe/internal/adapters/h1"
+	"github.com/replaysafe/replaysafe/adapters/h1"
 )
 
 // connKey is a route's identity: connections never cross keys. Without

@@ -8,8 +8,8 @@ import (
 
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/route"
-	"github.com/replaysafe/replaysafe/internal/proxy"
-	"github.com/replaysafe/replaysafe/internal/recorder"
+	"github.com/replaysafe/replaysafe/transports/proxy"
+	"github.com/replaysafe/replaysafe/adapters/recorder"
 )
 
 // budgetClock reads the Transport's clock, the one fsm deadlines are on,

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/net/idna"
 
 	"github.com/replaysafe/replaysafe/fsm/route"
-	"github.com/replaysafe/replaysafe/internal/proxy"
+	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
 // ProxyCredentials are the credentials presented at one proxy hop: Basic

@@ -5,12 +5,12 @@ import (
 	"errors"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/recorder"
+	"github.com/replaysafe/replaysafe/adapters/recorder"
 )
 
 // streamRec feeds one HTTP/2 or HTTP/3 wire attempt's events into an
 // fsm.Machine and keeps them as a trace. The adapter's Attempt
-// (internal/adapters/h2, internal/adapters/h3) produces the progress events (from the
+// (adapters/h2, adapters/h3) produces the progress events (from the
 // stack's httptrace hooks, on the stack's goroutines) and the failure
 // event (from the error and what the adapter watched); streamRec stamps,
 // deduplicates and orders nothing else. It is safe for concurrent use.
@@ -18,7 +18,7 @@ type streamRec struct {
 	recorder.Core
 }
 
-// Emit is the internal/adapters/h2 and h3 Attempt's event sink
+// Emit is the adapters/h2 and h3 Attempt's event sink
 // (h2.Emitter): progress events, fed at most once each.
 func (r *streamRec) Emit(e fsm.Event) {
 	r.Mu.Lock()

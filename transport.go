@@ -23,15 +23,15 @@ import (
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/plan"
 	"github.com/replaysafe/replaysafe/fsm/route"
-	"github.com/replaysafe/replaysafe/internal/adapters/h1"
-	"github.com/replaysafe/replaysafe/internal/adapters/informational"
-	"github.com/replaysafe/replaysafe/internal/recorder"
+	"github.com/replaysafe/replaysafe/adapters/h1"
+	"github.com/replaysafe/replaysafe/adapters/informational"
+	"github.com/replaysafe/replaysafe/adapters/recorder"
 )
 
 // Transport is an http.RoundTripper for HTTP/1.1, HTTP/2 and HTTP/3
 // (Options.Protocol) whose replay behaviour is decided by fsm: each wire
 // attempt's observations go through its protocol's adapter
-// (internal/adapters) into an fsm.Machine, and the Transport delivers,
+// (adapters) into an fsm.Machine, and the Transport delivers,
 // fails naming the rule, or resends once, at once.
 //
 // Each call first resolves its route (proxies and credentials, once) and

@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/net/http/httpproxy"
 
-	"github.com/replaysafe/replaysafe/internal/proxy"
+	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
 // FuzzParseConnectResponse checks that the CONNECT response parser never

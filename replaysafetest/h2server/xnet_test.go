@@ -139,7 +139,7 @@ func TestClientConnSeesEachAction(t *testing.T) {
 
 // TestClientConnGoAwayBelowItsStream shows what x/net returns for a stream
 // above a GOAWAY's last stream ID: an unexported error value, not a
-// GoAwayError (see internal/adapters/h2 for why that matters).
+// GoAwayError (see adapters/h2 for why that matters).
 func TestClientConnGoAwayBelowItsStream(t *testing.T) {
 	s := start(t, one(h2server.OK("first"), h2server.GoAwayBelow()))
 	cc := clientConn(t, s)
@@ -157,7 +157,7 @@ func TestClientConnGoAwayBelowItsStream(t *testing.T) {
 	var ge http2.GoAwayError
 	var se http2.StreamError
 	if errors.As(err, &ge) || errors.As(err, &se) {
-		t.Errorf("error %T %v: x/net now types it; revisit internal/adapters/h2", err, err)
+		t.Errorf("error %T %v: x/net now types it; revisit adapters/h2", err, err)
 	}
 	t.Logf("x/net error for a stream above the GOAWAY: %T %q", err, err)
 	rs := waitRequests(t, s, 2)

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/recorder"
+	"github.com/replaysafe/replaysafe/adapters/recorder"
 )
 
 // Floor is a reference client that prices a part of replaysafe's work:

@@ -12,7 +12,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/h3"
+	"github.com/replaysafe/replaysafe/adapters/h3"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
 

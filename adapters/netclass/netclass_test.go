@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/netclass"
+	"github.com/replaysafe/replaysafe/adapters/netclass"
 )
 
 type timeoutErr struct{}

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/h2"
+	"github.com/replaysafe/replaysafe/adapters/h2"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 )
 

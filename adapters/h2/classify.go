@@ -9,7 +9,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/netclass"
+	"github.com/replaysafe/replaysafe/adapters/netclass"
 )
 
 // source says which row of the classification table decided, so that

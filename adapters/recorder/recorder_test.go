@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/recorder"
+	"github.com/replaysafe/replaysafe/adapters/recorder"
 )
 
 // manualClock is a Clock the test advances; its timers fire in Advance.

@@ -2,7 +2,7 @@
 // its fsm.Machine, for every protocol: Core stamps and feeds the events,
 // keeps them as the attempt's trace, and arms the deadline timer the
 // machine asks for, calling back when a phase limit decided. The HTTP/1.1
-// recorder (internal/adapters/h1) and the HTTP/2 and HTTP/3 one (the
+// recorder (adapters/h1) and the HTTP/2 and HTTP/3 one (the
 // root package's streamRec) embed it and add what their stack can
 // observe; neither keeps a machine, an event list or a timer of its own.
 package recorder

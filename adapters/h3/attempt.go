@@ -9,7 +9,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/informational"
+	"github.com/replaysafe/replaysafe/adapters/informational"
 )
 
 // Attempt follows one request on a watched connection: it learns the

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/informational"
+	"github.com/replaysafe/replaysafe/adapters/informational"
 )
 
 // Attempt follows one request on a connection a Wire observes: it learns

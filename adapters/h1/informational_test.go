@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/h1"
-	"github.com/replaysafe/replaysafe/internal/adapters/informational"
-	"github.com/replaysafe/replaysafe/internal/recorder"
+	"github.com/replaysafe/replaysafe/adapters/h1"
+	"github.com/replaysafe/replaysafe/adapters/informational"
+	"github.com/replaysafe/replaysafe/adapters/recorder"
 )
 
 // endless1xx is a raw HTTP/1.1 server that answers the first request on

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/replaysafe/replaysafe/internal/adapters/h2"
+	"github.com/replaysafe/replaysafe/adapters/h2"
 )
 
 func ExampleClassify() {

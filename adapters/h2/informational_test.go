@@ -21,8 +21,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/h2"
-	"github.com/replaysafe/replaysafe/internal/adapters/informational"
+	"github.com/replaysafe/replaysafe/adapters/h2"
+	"github.com/replaysafe/replaysafe/adapters/informational"
 )
 
 // raw1xxServer is a raw HTTP/2 (prior knowledge) server written with

@@ -7,9 +7,9 @@ import (
 	"net/textproto"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/informational"
-	"github.com/replaysafe/replaysafe/internal/adapters/netclass"
-	"github.com/replaysafe/replaysafe/internal/recorder"
+	"github.com/replaysafe/replaysafe/adapters/informational"
+	"github.com/replaysafe/replaysafe/adapters/netclass"
+	"github.com/replaysafe/replaysafe/adapters/recorder"
 )
 
 // Recorder feeds the observations of one HTTP/1.1 wire attempt into an

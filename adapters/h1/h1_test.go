@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/adapters/h1"
+	"github.com/replaysafe/replaysafe/adapters/h1"
 	"github.com/replaysafe/replaysafe/spec"
 	"go.uber.org/goleak"
 )
