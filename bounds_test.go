@@ -17,8 +17,8 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe"
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/h2"
+	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 )
 
@@ -476,7 +476,7 @@ func (z *countingZeros) Read(p []byte) (int, error) {
 // stalled write until the server closed.
 func TestH2StalledUploadFreezesNothing(t *testing.T) {
 	stalled, saw, release := stalledH2(t)
-	healthy := httpUpstream(t, "h2", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }).Upstream.String()
+	healthy := h2cServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	tr := replaysafe.New(replaysafe.Options{Protocol: replaysafe.ProtocolHTTP2})
 	t.Cleanup(tr.CloseIdleConnections)
 	if code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", healthy+"/warm", "")); err != nil || code != 200 {

@@ -32,21 +32,8 @@
 //
 // # Forwarding
 //
-// Forwarder is a streaming reverse proxy on a Transport: an http.Handler
-// that forwards each inbound request to one upstream (NewForwarder,
-// ForwardOptions), with these rules deciding every resend. It never
-// collects a request body to enable a retry, so a forwarded body is
-// resent only on evidence that the upstream did not process it, and a
-// request without a body also when the failure was ambiguous but the
-// method is idempotent. Each request is planned before it goes out
-// (PlanForward: target form, egress version, mode: ordinary, HTTP/1.1
-// Upgrade or extended CONNECT), its hop-by-hop fields are removed (RFC
-// 9110 §7.6.1) and Via, Forwarded and X-Forwarded-For added as
-// configured. A failure the rules do not resend reaches the client as 502
-// Bad Gateway with a Replaysafe-Rule header (ForwardRuleHeader) naming
-// the rule; a phase deadline as 504 Gateway Timeout. docs/forwarding.md
-// has the translation matrix and the fault comparison beside
-// httputil.ReverseProxy.
+// Package forward is a streaming reverse proxy (an http.Handler) on a
+// Transport, with these rules deciding every resend.
 //
 // Package replaysafetest has the receipt-counting scripted servers the
 // tests use, for testing any client's replay behaviour.

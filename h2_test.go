@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"net/url"
 	"strings"
@@ -719,7 +720,7 @@ func TestH2IdleConnTimeout(t *testing.T) {
 // Close hung until the producer wrote again). The server saw one request.
 func TestH2EarlyCloseWhileUploading(t *testing.T) {
 	var got atomic.Int64
-	o := httpUpstream(t, "h2", func(w http.ResponseWriter, r *http.Request) {
+	base := h2cServer(t, func(w http.ResponseWriter, r *http.Request) {
 		got.Add(1)
 		b := make([]byte, 5)
 		io.ReadFull(r.Body, b)
@@ -732,7 +733,7 @@ func TestH2EarlyCloseWhileUploading(t *testing.T) {
 	pr, pw := io.Pipe()
 	defer pw.Close()
 	go pw.Write([]byte("hello"))
-	req, _ := http.NewRequestWithContext(t.Context(), "POST", o.Upstream.String()+"/up", pr)
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", base+"/up", pr)
 	resp, err := tr.RoundTrip(req)
 	if err != nil {
 		t.Fatal(err)
@@ -757,4 +758,17 @@ func TestH2EarlyCloseWhileUploading(t *testing.T) {
 	if n := got.Load(); n != 1 {
 		t.Errorf("server saw %d requests", n)
 	}
+}
+
+// h2cServer starts net/http's server speaking h2c with prior knowledge
+// on 127.0.0.1 with handler h, closed when the test ends, and returns
+// its URL.
+func h2cServer(t *testing.T, h http.HandlerFunc) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.Protocols = new(http.Protocols)
+	srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	srv.Start()
+	t.Cleanup(srv.Close)
+	return srv.URL
 }

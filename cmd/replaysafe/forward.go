@@ -19,6 +19,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/forward"
 )
 
 func init() {
@@ -71,11 +72,11 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	if *to == "" || err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
 		return fail("-to needs an http or https URL with a host, got %q", *to)
 	}
-	egress, err := replaysafe.ParseEgress(*egressName)
+	egress, err := forward.ParseEgress(*egressName)
 	if err != nil {
 		return fail("%v", err)
 	}
-	if egress == replaysafe.EgressHTTP3 && up.Scheme != "https" {
+	if egress == forward.EgressHTTP3 && up.Scheme != "https" {
 		return fail("-egress h3 needs an https upstream")
 	}
 	if (*cert == "") != (*key == "") {
@@ -86,7 +87,7 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	}
 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
-	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{
+	fw := forward.New(forward.Options{
 		Upstream:         up,
 		Egress:           egress,
 		TransportOptions: replaysafe.Options{AcquireTimeout: *acquire},

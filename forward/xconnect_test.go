@@ -1,4 +1,4 @@
-package replaysafe_test
+package forward_test
 
 //lint:file-ignore SA1019 the test drives x/net/http2's Transport, whose client sends extended CONNECT
 
@@ -23,6 +23,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/forward"
 )
 
 // echoStream answers an extended CONNECT 200 and echoes the stream's
@@ -93,7 +94,7 @@ func TestForwardExtendedConnectPassThrough(t *testing.T) {
 			got := make(chan http.Header, 4)
 			var connects atomic.Int64
 			u := echoConnect(t, got, &connects)
-			fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP2})
+			fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP2})
 			defer fw.Transport().CloseIdleConnections()
 
 			var base string
@@ -142,7 +143,7 @@ func testUpgradeToExtendedConnect(t *testing.T) {
 	got := make(chan http.Header, 4)
 	var connects atomic.Int64
 	u := echoConnect(t, got, &connects)
-	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP2})
+	fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP2})
 	defer fw.Transport().CloseIdleConnections()
 	base, _ := ingress(t, fw, "h1")
 	addr := strings.TrimPrefix(base, "http://")
@@ -188,7 +189,7 @@ func testExtendedConnectToH3(t *testing.T) {
 	}))
 	u, _ := url.Parse(upBase)
 	roots := upClient.Transport.(*http3.Transport).TLSClientConfig.RootCAs
-	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP3,
+	fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP3,
 		TransportOptions: replaysafe.Options{TLSClientConfig: &tls.Config{RootCAs: roots}}})
 	defer fw.Transport().CloseIdleConnections()
 	base, _ := ingress(t, fw, "h2")
@@ -224,14 +225,14 @@ func testWebSocketOverH2Hop(t *testing.T) {
 	var handshakes atomic.Int64
 	upURL := wsEchoServer(t, &handshakes)
 	hop := make(chan string, 2)
-	second := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: upURL, Egress: replaysafe.EgressHTTP1, OnRequest: func(r *http.Request) error {
+	second := forward.New(forward.Options{Upstream: upURL, Egress: forward.EgressHTTP1, OnRequest: func(r *http.Request) error {
 		hop <- fmt.Sprintf("%s HTTP/%d %s", r.Method, r.ProtoMajor, r.Header.Get(":protocol"))
 		return nil
 	}})
 	defer second.Transport().CloseIdleConnections()
 	secondBase, _ := ingress(t, second, "h2")
 	secondURL, _ := url.Parse(secondBase)
-	first := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: secondURL, Egress: replaysafe.EgressHTTP2})
+	first := forward.New(forward.Options{Upstream: secondURL, Egress: forward.EgressHTTP2})
 	defer first.Transport().CloseIdleConnections()
 	firstBase, _ := ingress(t, first, "h1")
 

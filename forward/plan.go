@@ -1,6 +1,6 @@
-package replaysafe
+package forward
 
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -linecomment -type Egress,ForwardVersion,ForwardMode,TargetForm -output forward_enum_string.go
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -linecomment -type Egress,Version,Mode,TargetForm -output enum_string.go
 
 import (
 	"fmt"
@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm/plan"
 )
 
@@ -46,52 +47,52 @@ func ParseEgress(s string) (Egress, error) {
 }
 
 // Protocol returns the replaysafe protocol policy that speaks e.
-func (e Egress) Protocol() Protocol {
+func (e Egress) Protocol() replaysafe.Protocol {
 	switch e {
 	case EgressHTTP2:
-		return ProtocolHTTP2
+		return replaysafe.ProtocolHTTP2
 	case EgressHTTP3:
-		return ProtocolHTTP3
+		return replaysafe.ProtocolHTTP3
 	case EgressNegotiate:
-		return ProtocolNegotiate
+		return replaysafe.ProtocolNegotiate
 	}
-	return ProtocolHTTP1
+	return replaysafe.ProtocolHTTP1
 }
 
-// ForwardVersion is the HTTP version a forwarded request goes out with.
-type ForwardVersion uint8
+// Version is the HTTP version a forwarded request goes out with.
+type Version uint8
 
 // Forward versions.
 const (
-	// ForwardVersionNone: the request is refused and goes nowhere. The zero
+	// VersionNone: the request is refused and goes nowhere. The zero
 	// value.
-	ForwardVersionNone ForwardVersion = iota // none
-	// ForwardVersionHTTP11 is HTTP/1.1.
-	ForwardVersionHTTP11 // HTTP/1.1
-	// ForwardVersionHTTP2 is HTTP/2.
-	ForwardVersionHTTP2 // HTTP/2
-	// ForwardVersionHTTP3 is HTTP/3.
-	ForwardVersionHTTP3 // HTTP/3
-	// ForwardVersionALPN is HTTP/2 or HTTP/1.1, whichever ALPN selects.
-	ForwardVersionALPN // ALPN(h2,http/1.1)
+	VersionNone Version = iota // none
+	// VersionHTTP11 is HTTP/1.1.
+	VersionHTTP11 // HTTP/1.1
+	// VersionHTTP2 is HTTP/2.
+	VersionHTTP2 // HTTP/2
+	// VersionHTTP3 is HTTP/3.
+	VersionHTTP3 // HTTP/3
+	// VersionALPN is HTTP/2 or HTTP/1.1, whichever ALPN selects.
+	VersionALPN // ALPN(h2,http/1.1)
 )
 
-// ForwardMode is what kind of exchange a forwarded request is.
-type ForwardMode uint8
+// Mode is what kind of exchange a forwarded request is.
+type Mode uint8
 
 // Forward modes.
 const (
-	// ForwardOrdinary is a request and its response. The zero value.
-	ForwardOrdinary ForwardMode = iota // ordinary
-	// ForwardUpgrade is an HTTP/1.1 Upgrade (RFC 9110 §7.8), such as a
+	// ModeOrdinary is a request and its response. The zero value.
+	ModeOrdinary Mode = iota // ordinary
+	// ModeUpgrade is an HTTP/1.1 Upgrade (RFC 9110 §7.8), such as a
 	// WebSocket handshake: after a 101 response both directions are
 	// tunnelled.
-	ForwardUpgrade // upgrade
-	// ForwardExtendedConnect is an HTTP/2 or HTTP/3 extended CONNECT
+	ModeUpgrade // upgrade
+	// ModeExtendedConnect is an HTTP/2 or HTTP/3 extended CONNECT
 	// (RFC 8441, RFC 9220) carrying a :protocol.
-	ForwardExtendedConnect // extended-connect
-	// ForwardConnect is a classic CONNECT tunnel request (RFC 9110 §9.3.6).
-	ForwardConnect // connect
+	ModeExtendedConnect // extended-connect
+	// ModeConnect is a classic CONNECT tunnel request (RFC 9110 §9.3.6).
+	ModeConnect // connect
 )
 
 // TargetForm is a request target form (RFC 9112 §3.2).
@@ -109,11 +110,11 @@ const (
 	TargetAsterisk // asterisk
 )
 
-// ForwardDispatch is the plan for one forwarded request: how it goes out, or
+// Dispatch is the plan for one forwarded request: how it goes out, or
 // why it does not.
-type ForwardDispatch struct {
+type Dispatch struct {
 	// Mode is the kind of exchange.
-	Mode ForwardMode
+	Mode Mode
 	// InboundForm is the target form the request arrived in.
 	InboundForm TargetForm
 	// Form is the target form it goes out in: origin-form (or asterisk
@@ -121,18 +122,18 @@ type ForwardDispatch struct {
 	// proxy of its own.
 	Form TargetForm
 	// Version is the HTTP version of the egress.
-	Version ForwardVersion
+	Version Version
 	// Exact reports whether Version is the only one the egress may speak
 	// (false when ALPN chooses).
 	Exact bool
 	// Protocol is the replaysafe protocol policy of the egress; it is
 	// part of the Transport's pool identity, with the upstream's scheme
 	// and authority.
-	Protocol Protocol
+	Protocol replaysafe.Protocol
 	// Legs is the Transport's dispatch plan for the upstream: the
 	// protocols it may speak, in order (fsm/plan).
 	Legs []plan.Leg
-	// Upgrade is the Upgrade field value to forward in ForwardUpgrade.
+	// Upgrade is the Upgrade field value to forward in ModeUpgrade.
 	Upgrade string
 	// Trailers reports whether the egress asks for trailers (TE:
 	// trailers): the client asked and can receive them.
@@ -145,22 +146,22 @@ type ForwardDispatch struct {
 }
 
 // Refused reports whether the plan refuses the request.
-func (d ForwardDispatch) Refused() bool { return d.Status != 0 }
+func (d Dispatch) Refused() bool { return d.Status != 0 }
 
-func refuse(d ForwardDispatch, status int, format string, args ...any) ForwardDispatch {
+func refuse(d Dispatch, status int, format string, args ...any) Dispatch {
 	d.Status, d.Reason = status, fmt.Sprintf(format, args...)
-	d.Version = ForwardVersionNone
+	d.Version = VersionNone
 	return d
 }
 
-// PlanForward returns the dispatch plan of req, an inbound request whose URL was
+// Plan returns the dispatch plan of req, an inbound request whose URL was
 // already rewritten to the upstream (scheme and host set), under egress
 // policy e. It reads req only: no I/O, no clock. req.Proto* is the
 // ingress version, req.RequestURI the inbound target, and an HTTP/2 or
 // HTTP/3 extended CONNECT carries its :protocol as net/http's server
 // does, in req.Header[":protocol"], or as quic-go's does, in req.Proto.
-func PlanForward(req *http.Request, e Egress) ForwardDispatch {
-	d := ForwardDispatch{Protocol: e.Protocol()}
+func Plan(req *http.Request, e Egress) Dispatch {
+	d := Dispatch{Protocol: e.Protocol()}
 	switch {
 	case req.RequestURI == "*":
 		d.InboundForm, d.Form = TargetAsterisk, TargetAsterisk
@@ -178,11 +179,11 @@ func PlanForward(req *http.Request, e Egress) ForwardDispatch {
 		}
 		if protocol != "" {
 			d.InboundForm = TargetOrigin // :path carries the target (RFC 8441 §4)
-			d.Mode, d.Upgrade = ForwardExtendedConnect, protocol
+			d.Mode, d.Upgrade = ModeExtendedConnect, protocol
 		}
 	}
 	if req.Method == http.MethodConnect && protocol == "" {
-		d.Mode = ForwardConnect
+		d.Mode = ModeConnect
 		return refuse(d, http.StatusNotImplemented, "CONNECT tunnels are not forwarded")
 	}
 	if e >= egressCount {
@@ -205,17 +206,17 @@ func PlanForward(req *http.Request, e Egress) ForwardDispatch {
 	d.Legs = tp.Legs
 	switch first := tp.First(); {
 	case first.Next == plan.FallbackALPN:
-		d.Version = ForwardVersionALPN
+		d.Version = VersionALPN
 	case first.Proto == plan.ProtoH2:
-		d.Version, d.Exact = ForwardVersionHTTP2, true
+		d.Version, d.Exact = VersionHTTP2, true
 	case first.Proto == plan.ProtoH3:
-		d.Version, d.Exact = ForwardVersionHTTP3, true
+		d.Version, d.Exact = VersionHTTP3, true
 	default:
-		d.Version, d.Exact = ForwardVersionHTTP11, true
+		d.Version, d.Exact = VersionHTTP11, true
 	}
 
-	if d.Mode == ForwardExtendedConnect {
-		if d.Version != ForwardVersionHTTP11 {
+	if d.Mode == ModeExtendedConnect {
+		if d.Version != VersionHTTP11 {
 			// HTTP/2, HTTP/3 or ALPN egress (the Transport's plan keeps an
 			// extended CONNECT off HTTP/1.1): it goes on as it came, any
 			// protocol, with its :protocol (RFC 8441 §4, RFC 9220 §3).
@@ -251,14 +252,14 @@ func PlanForward(req *http.Request, e Egress) ForwardDispatch {
 	// "h2c" asks this hop to switch (RFC 7540 §3.2), never the upstream.
 	if up := upgradeTokens(req.Header); up != "" &&
 		connectionNames(req.Header, "upgrade") && req.ProtoMajor == 1 && req.ProtoMinor >= 1 {
-		d.Mode, d.Upgrade = ForwardUpgrade, up
-		if d.Version != ForwardVersionHTTP11 && !strings.EqualFold(up, "websocket") {
+		d.Mode, d.Upgrade = ModeUpgrade, up
+		if d.Version != VersionHTTP11 && !strings.EqualFold(up, "websocket") {
 			// RFC 8441 §5 and RFC 9220 carry a WebSocket over an HTTP/2 or
 			// HTTP/3 extended CONNECT; other upgrades have no such form.
 			return refuse(d, http.StatusNotImplemented,
 				"Upgrade %q needs HTTP/1.1 egress, not %v (only a WebSocket becomes an extended CONNECT)", up, d.Version)
 		}
-		if d.Version != ForwardVersionHTTP11 {
+		if d.Version != VersionHTTP11 {
 			d.Upgrade = "websocket"
 		}
 	}

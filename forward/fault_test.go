@@ -1,4 +1,4 @@
-package replaysafe_test
+package forward_test
 
 import (
 	"bytes"
@@ -21,6 +21,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/forward"
 	"github.com/replaysafe/replaysafe/internal/selfsigned"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
@@ -140,7 +141,7 @@ func h3Ingress(t *testing.T, h http.Handler) (string, *http.Client) {
 // connection, then the request the fault crosses.
 type fault struct {
 	name    string
-	egress  replaysafe.Egress
+	egress  forward.Egress
 	method  string
 	body    string
 	start   func(t *testing.T) upstream
@@ -153,53 +154,53 @@ type fault struct {
 }
 
 var faults = []fault{
-	{"close crossing idempotent GET", replaysafe.EgressHTTP1, "GET", "", func(t *testing.T) upstream {
+	{"close crossing idempotent GET", forward.EgressHTTP1, "GET", "", func(t *testing.T) upstream {
 		return h1Upstream(t, replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN))
 	}, 2, 200, false, false},
-	{"close crossing POST", replaysafe.EgressHTTP1, "POST", "hello", func(t *testing.T) upstream {
+	{"close crossing POST", forward.EgressHTTP1, "POST", "hello", func(t *testing.T) upstream {
 		return h1Upstream(t, replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN))
 	}, 1, 502, true, false},
-	{"close crossing PUT", replaysafe.EgressHTTP1, "PUT", "hello", func(t *testing.T) upstream {
+	{"close crossing PUT", forward.EgressHTTP1, "PUT", "hello", func(t *testing.T) upstream {
 		return h1Upstream(t, replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN))
 	}, 1, 502, true, false},
-	{"1xx then close, GET", replaysafe.EgressHTTP1, "GET", "", func(t *testing.T) upstream {
+	{"1xx then close, GET", forward.EgressHTTP1, "GET", "", func(t *testing.T) upstream {
 		return h1Upstream(t, replaysafetest.OK(), replaysafetest.Interim100(replaysafetest.CloseFIN))
 	}, 1, 502, true, false},
-	{"h2 GOAWAY below the stream, GET", replaysafe.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
+	{"h2 GOAWAY below the stream, GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.GoAwayBelow())
 	}, 2, 200, false, true},
-	{"h2 REFUSED_STREAM, GET", replaysafe.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
+	{"h2 REFUSED_STREAM, GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.Refuse())
 	}, 2, 200, false, true},
-	{"h2 REFUSED_STREAM, POST", replaysafe.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
+	{"h2 REFUSED_STREAM, POST", forward.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.Refuse())
 	}, 1, 502, true, true}, // the stack sent the one-shot body (RS11): the forwarder kept none to resend
-	{"h2 GOAWAY below the stream, POST", replaysafe.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
+	{"h2 GOAWAY below the stream, POST", forward.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.GoAwayBelow())
 	}, 1, 502, true, true}, // as above (RS11)
-	{"h3 H3_REQUEST_REJECTED, GET", replaysafe.EgressHTTP3, "GET", "", func(t *testing.T) upstream {
+	{"h3 H3_REQUEST_REJECTED, GET", forward.EgressHTTP3, "GET", "", func(t *testing.T) upstream {
 		return h3Upstream(t, h3server.OK("first"), h3server.Reject())
 	}, 2, 200, false, true},
-	{"h3 GOAWAY rejecting the stream, GET", replaysafe.EgressHTTP3, "GET", "", func(t *testing.T) upstream {
+	{"h3 GOAWAY rejecting the stream, GET", forward.EgressHTTP3, "GET", "", func(t *testing.T) upstream {
 		return h3Upstream(t, h3server.OK("first"), h3server.GoAwayRejecting().WithClose())
 	}, 2, 200, false, true},
 	// replaysafe starts a one-shot body on a new HTTP/3 connection (quic-go
 	// cannot hand it back unsent), so the close on the pooled one never
 	// meets it.
-	{"h3 close on the pooled connection, POST", replaysafe.EgressHTTP3, "POST", "hello", func(t *testing.T) upstream {
+	{"h3 close on the pooled connection, POST", forward.EgressHTTP3, "POST", "hello", func(t *testing.T) upstream {
 		return h3Upstream(t, h3server.OK("first"), h3server.CloseConnAfterBody())
 	}, 1, 200, false, false},
-	{"h2 close crossing idempotent GET", replaysafe.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
+	{"h2 close crossing idempotent GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.CloseConn())
 	}, 2, 200, false, false},
-	{"h2 close crossing POST", replaysafe.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
+	{"h2 close crossing POST", forward.EgressHTTP2, "POST", "hello", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.CloseConnAfterBody())
 	}, 1, 502, true, false},
 	// After a 1xx nothing is resent (RS07): the server read the request.
-	{"h2 1xx then close, GET", replaysafe.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
+	{"h2 1xx then close, GET", forward.EgressHTTP2, "GET", "", func(t *testing.T) upstream {
 		return h2Upstream(t, h2server.OK("first"), h2server.CloseConn().WithInformational(103, nil))
 	}, 1, 502, true, false},
-	{"h3 1xx then close, GET", replaysafe.EgressHTTP3, "GET", "", func(t *testing.T) upstream {
+	{"h3 1xx then close, GET", forward.EgressHTTP3, "GET", "", func(t *testing.T) upstream {
 		// The close comes 50 ms after the 103, so that it cannot overtake
 		// it: a CONNECTION_CLOSE discards stream data the client has not
 		// read, and a 103 the client never saw is no evidence.
@@ -258,18 +259,18 @@ func run(t *testing.T, f fault, up upstream, h http.Handler, ingressProto string
 			t.Errorf("copy %d has body %q, copy 0 %q: not identical", i, c, copies[0])
 		}
 	}
-	return outcome{copies: len(copies), status: resp.StatusCode, rule: resp.Header.Get(replaysafe.ForwardRuleHeader)}
+	return outcome{copies: len(copies), status: resp.StatusCode, rule: resp.Header.Get(forward.RuleHeader)}
 }
 
 // netHTTPTransport is net/http's Transport speaking egress e (quic-go's
 // http3.Transport for HTTP/3), for httputil.ReverseProxy, and its close.
-func netHTTPTransport(e replaysafe.Egress, tlsConf *tls.Config) (http.RoundTripper, func()) {
-	if e == replaysafe.EgressHTTP3 {
+func netHTTPTransport(e forward.Egress, tlsConf *tls.Config) (http.RoundTripper, func()) {
+	if e == forward.EgressHTTP3 {
 		tr := &http3.Transport{TLSClientConfig: tlsConf}
 		return tr, func() { tr.Close() }
 	}
 	tr := &http.Transport{TLSClientConfig: tlsConf}
-	if e == replaysafe.EgressHTTP2 {
+	if e == forward.EgressHTTP2 {
 		tr.Protocols = new(http.Protocols)
 		tr.Protocols.SetUnencryptedHTTP2(true)
 	}
@@ -294,7 +295,7 @@ func TestForwardFaultsReceiptCounted(t *testing.T) {
 				defer up.close()
 				u, _ := url.Parse(up.url)
 				logs := &lineWriter{lines: make(chan string, 4)}
-				fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: f.egress,
+				fw := forward.New(forward.Options{Upstream: u, Egress: f.egress,
 					TransportOptions: replaysafe.Options{AcquireTimeout: 5 * time.Second, TLSClientConfig: up.tls},
 					Logger:           slog.New(slog.NewTextHandler(logs, nil))})
 				defer fw.Transport().CloseIdleConnections()
@@ -303,7 +304,7 @@ func TestForwardFaultsReceiptCounted(t *testing.T) {
 					t.Errorf("replaysafe forward: %v, want %d copies and %d", got, f.copies, f.status)
 				}
 				if f.ruleHdr != (got.rule != "") {
-					t.Errorf("%s header %q, want one: %v", replaysafe.ForwardRuleHeader, got.rule, f.ruleHdr)
+					t.Errorf("%s header %q, want one: %v", forward.RuleHeader, got.rule, f.ruleHdr)
 				}
 				// The access log line of the faulted request counts the
 				// wire attempts: one per copy the upstream received.

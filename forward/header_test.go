@@ -1,4 +1,4 @@
-package replaysafe
+package forward
 
 import (
 	"fmt"
@@ -26,12 +26,12 @@ func header(kv ...string) http.Header {
 // Transfer-Encoding, Upgrade). Then TE per egress (RFC 9110 §10.1.4, RFC
 // 9113 §8.2.2) and Upgrade (§7.8).
 func TestForwardCleanRequestHeader(t *testing.T) {
-	h1 := ForwardDispatch{Version: ForwardVersionHTTP11}
-	h2 := ForwardDispatch{Version: ForwardVersionHTTP2}
+	h1 := Dispatch{Version: VersionHTTP11}
+	h2 := Dispatch{Version: VersionHTTP2}
 	tests := []struct {
 		name string
 		in   http.Header
-		d    ForwardDispatch
+		d    Dispatch
 		want http.Header
 	}{
 		{"connection-named field", header("Connection", "X-Foo", "X-Foo", "1", "X-Bar", "2"), h1,
@@ -45,17 +45,17 @@ func TestForwardCleanRequestHeader(t *testing.T) {
 		{"Connection naming an end-to-end field removes it (the client said so)", header("Connection", "Cache-Control", "Cache-Control", "no-cache"),
 			h1, header()},
 		{"trailers to HTTP/1.1: canonical Connection: TE and TE: trailers", header("Te", "trailers, deflate", "Connection", "te"),
-			ForwardDispatch{Version: ForwardVersionHTTP11, Trailers: true}, header("Connection", "TE", "Te", "trailers")},
+			Dispatch{Version: VersionHTTP11, Trailers: true}, header("Connection", "TE", "Te", "trailers")},
 		{"trailers to HTTP/2: TE: trailers alone", header("Te", "trailers", "Connection", "TE"),
-			ForwardDispatch{Version: ForwardVersionHTTP2, Trailers: true}, header("Te", "trailers")},
+			Dispatch{Version: VersionHTTP2, Trailers: true}, header("Te", "trailers")},
 		{"trailers to HTTP/3: TE: trailers alone", header("Te", "trailers"),
-			ForwardDispatch{Version: ForwardVersionHTTP3, Trailers: true}, header("Te", "trailers")},
+			Dispatch{Version: VersionHTTP3, Trailers: true}, header("Te", "trailers")},
 		{"trailers to ALPN: no TE (either encoder may take it)", header("Te", "trailers"),
-			ForwardDispatch{Version: ForwardVersionALPN, Trailers: true}, header()},
+			Dispatch{Version: VersionALPN, Trailers: true}, header()},
 		{"no trailers: TE stripped", header("Te", "gzip"), h2, header()},
 		{"upgrade keeps only its connection fields", header("Connection", "Upgrade, X-Hop", "Upgrade", "websocket", "X-Hop", "1",
 			"Keep-Alive", "timeout=1", "Sec-Websocket-Key", "k"),
-			ForwardDispatch{Version: ForwardVersionHTTP11, Mode: ForwardUpgrade, Upgrade: "websocket"},
+			Dispatch{Version: VersionHTTP11, Mode: ModeUpgrade, Upgrade: "websocket"},
 			header("Connection", "Upgrade", "Upgrade", "websocket", "Sec-Websocket-Key", "k")},
 	}
 	for _, tc := range tests {
@@ -69,21 +69,21 @@ func TestForwardCleanRequestHeader(t *testing.T) {
 }
 
 func TestForwardCleanResponseHeader(t *testing.T) {
-	up := ForwardDispatch{Version: ForwardVersionHTTP11, Mode: ForwardUpgrade, Upgrade: "websocket"}
+	up := Dispatch{Version: VersionHTTP11, Mode: ModeUpgrade, Upgrade: "websocket"}
 	tests := []struct {
 		name   string
 		in     http.Header
 		status int
-		d      ForwardDispatch
+		d      Dispatch
 		want   http.Header
 	}{
 		{"hop-by-hop and named fields", header("Connection", "close, X-Hop", "X-Hop", "1", "Keep-Alive", "timeout=5",
-			"Transfer-Encoding", "chunked", "Trailer", "X-T", "Content-Type", "text/plain"), 200, ForwardDispatch{},
+			"Transfer-Encoding", "chunked", "Trailer", "X-T", "Content-Type", "text/plain"), 200, Dispatch{},
 			header("Content-Type", "text/plain")},
 		{"101 to an upgrade keeps Connection: Upgrade", header("Connection", "upgrade", "Upgrade", "websocket", "Sec-Websocket-Accept", "a"),
 			101, up, header("Connection", "Upgrade", "Upgrade", "websocket", "Sec-Websocket-Accept", "a")},
 		{"200 to an upgrade drops Upgrade", header("Connection", "upgrade", "Upgrade", "websocket"), 200, up, header()},
-		{"Proxy-Authenticate is for this hop", header("Proxy-Authenticate", "Basic"), 407, ForwardDispatch{}, header()},
+		{"Proxy-Authenticate is for this hop", header("Proxy-Authenticate", "Basic"), 407, Dispatch{}, header()},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,4 +1,4 @@
-package replaysafe
+package forward
 
 import (
 	"net/http"
@@ -34,8 +34,8 @@ func TestForwardCleanRequestHeaderProperty(t *testing.T) {
 			}
 			h.Add("Connection", strings.Join(parts, ","))
 		}
-		d := ForwardDispatch{
-			Version:  rapid.SampledFrom([]ForwardVersion{ForwardVersionHTTP11, ForwardVersionHTTP2, ForwardVersionHTTP3, ForwardVersionALPN}).Draw(t, "version"),
+		d := Dispatch{
+			Version:  rapid.SampledFrom([]Version{VersionHTTP11, VersionHTTP2, VersionHTTP3, VersionALPN}).Draw(t, "version"),
 			Trailers: rapid.Bool().Draw(t, "trailers"),
 		}
 		before := h.Clone()
@@ -60,11 +60,11 @@ func TestForwardCleanRequestHeaderProperty(t *testing.T) {
 				}
 			}
 		}
-		wantTE := d.Trailers && d.Version != ForwardVersionALPN
+		wantTE := d.Trailers && d.Version != VersionALPN
 		if got := h.Get("Te"); (got == "trailers") != wantTE || len(h["Te"]) > 1 {
 			t.Fatalf("TE %q for %v trailers=%v", h["Te"], d.Version, d.Trailers)
 		}
-		wantConn := d.Trailers && d.Version == ForwardVersionHTTP11
+		wantConn := d.Trailers && d.Version == VersionHTTP11
 		if got := h["Connection"]; wantConn != (len(got) == 1 && got[0] == "TE") || !wantConn && len(got) > 0 {
 			t.Fatalf("Connection %q for %v trailers=%v", got, d.Version, d.Trailers)
 		}

@@ -1,7 +1,6 @@
-package replaysafe_test
+package forward_test
 
 import (
-	"github.com/replaysafe/replaysafe"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -9,6 +8,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/replaysafe/replaysafe/forward"
 )
 
 // BenchmarkForward measures forwarding over HTTP/1.1 on both sides
@@ -22,7 +23,7 @@ func BenchmarkForward(b *testing.B) {
 		h    func(u *url.URL) (http.Handler, func())
 	}{
 		{"replaysafe", func(u *url.URL) (http.Handler, func()) {
-			fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
+			fw := forward.New(forward.Options{Upstream: u})
 			return fw, fw.Transport().CloseIdleConnections
 		}},
 		{"httputil", func(u *url.URL) (http.Handler, func()) {

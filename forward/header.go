@@ -1,4 +1,4 @@
-package replaysafe
+package forward
 
 import (
 	"net"
@@ -72,8 +72,8 @@ func canonicalKey(dst []byte, name string) ([]byte, bool) {
 // the egress that d plans: it removes the fields Connection names and the
 // hop-by-hop fields, then regenerates what the egress needs.
 //
-//   - ForwardUpgrade keeps exactly "Connection: Upgrade" and the Upgrade
-//     value (RFC 9110 §7.8); ForwardExtendedConnect to HTTP/1.1 egress, which
+//   - ModeUpgrade keeps exactly "Connection: Upgrade" and the Upgrade
+//     value (RFC 9110 §7.8); ModeExtendedConnect to HTTP/1.1 egress, which
 //     goes out as an HTTP/1.1 Upgrade, gets them (and the pseudo-header
 //     field ":protocol" goes); to HTTP/2 or HTTP/3 egress it keeps its
 //     ":protocol" (d.Upgrade) alone.
@@ -83,18 +83,18 @@ func canonicalKey(dst []byte, name string) ([]byte, bool) {
 //     alone (RFC 9113 §8.2.2); an ALPN egress, which may turn out to be
 //     either, gets no TE.
 //   - Without d.Trailers no TE goes out.
-func cleanRequestHeader(h http.Header, d ForwardDispatch) {
+func cleanRequestHeader(h http.Header, d Dispatch) {
 	removeConnectionFields(h)
 	for k := range h {
 		if strings.HasPrefix(k, ":") {
 			delete(h, k) // a pseudo-header net/http's server left in (":protocol")
 		}
 	}
-	if d.Mode == ForwardExtendedConnect && d.Version != ForwardVersionHTTP11 {
+	if d.Mode == ModeExtendedConnect && d.Version != VersionHTTP11 {
 		h[":protocol"] = []string{d.Upgrade}
 		return
 	}
-	if d.Mode == ForwardUpgrade && d.Version != ForwardVersionHTTP11 {
+	if d.Mode == ModeUpgrade && d.Version != VersionHTTP11 {
 		// A WebSocket handshake sent on as an extended CONNECT (RFC 8441
 		// §5): no Sec-WebSocket-Key there; the forwarder answers the
 		// client's with its own Sec-WebSocket-Accept.
@@ -102,7 +102,7 @@ func cleanRequestHeader(h http.Header, d ForwardDispatch) {
 		delete(h, "Sec-Websocket-Key")
 		return
 	}
-	if d.Mode == ForwardUpgrade || d.Mode == ForwardExtendedConnect {
+	if d.Mode == ModeUpgrade || d.Mode == ModeExtendedConnect {
 		h["Connection"] = []string{"Upgrade"}
 		h["Upgrade"] = []string{d.Upgrade}
 		return
@@ -111,10 +111,10 @@ func cleanRequestHeader(h http.Header, d ForwardDispatch) {
 		return
 	}
 	switch d.Version {
-	case ForwardVersionHTTP11:
+	case VersionHTTP11:
 		h["Connection"] = []string{"TE"}
 		h["Te"] = []string{"trailers"}
-	case ForwardVersionHTTP2, ForwardVersionHTTP3:
+	case VersionHTTP2, VersionHTTP3:
 		h["Te"] = []string{"trailers"}
 	}
 }
@@ -122,11 +122,11 @@ func cleanRequestHeader(h http.Header, d ForwardDispatch) {
 // cleanResponseHeader rewrites h, the header of an upstream response
 // with status code status, for the client: it removes the fields
 // Connection names and the hop-by-hop fields; a 101 response to
-// ForwardUpgrade keeps "Connection: Upgrade" and its Upgrade value.
-func cleanResponseHeader(h http.Header, status int, d ForwardDispatch) {
+// ModeUpgrade keeps "Connection: Upgrade" and its Upgrade value.
+func cleanResponseHeader(h http.Header, status int, d Dispatch) {
 	upgrade := h.Get("Upgrade")
 	removeConnectionFields(h)
-	if status == http.StatusSwitchingProtocols && d.Mode == ForwardUpgrade && upgrade != "" {
+	if status == http.StatusSwitchingProtocols && d.Mode == ModeUpgrade && upgrade != "" {
 		h["Connection"] = []string{"Upgrade"}
 		h["Upgrade"] = []string{upgrade}
 	}
@@ -226,5 +226,5 @@ func isTokenRune(r rune) bool {
 }
 
 // forwardedFields are the inbound fields about earlier hops, removed
-// unless ForwardOptions.TrustForwarded.
+// unless Options.TrustForwarded.
 var forwardedFields = []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto"}

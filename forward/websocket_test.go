@@ -1,8 +1,7 @@
-package replaysafe_test
+package forward_test
 
 import (
 	"context"
-	"github.com/replaysafe/replaysafe"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/replaysafe/replaysafe/forward"
 )
 
 // wsEchoServer starts a WebSocket server (coder/websocket) that counts
@@ -48,7 +49,7 @@ func wsEchoServer(t *testing.T, n *atomic.Int64) *url.URL {
 func TestForwardWebSocketEcho(t *testing.T) {
 	var handshakes atomic.Int64
 	u := wsEchoServer(t, &handshakes)
-	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
+	fw := forward.New(forward.Options{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	base, _ := ingress(t, fw, "h1")
 

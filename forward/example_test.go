@@ -1,12 +1,13 @@
-package replaysafe_test
+package forward_test
 
 import (
 	"fmt"
-	"github.com/replaysafe/replaysafe"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+
+	"github.com/replaysafe/replaysafe/forward"
 )
 
 // A forwarder in front of an upstream: the upstream sees the Via the
@@ -18,7 +19,7 @@ func ExampleForwarder() {
 	defer upstream.Close()
 	u, _ := url.Parse(upstream.URL)
 
-	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP1})
+	fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP1})
 	defer fw.Transport().CloseIdleConnections()
 	front := httptest.NewServer(fw)
 	defer front.Close()

@@ -1,4 +1,4 @@
-package replaysafe_test
+package forward_test
 
 //lint:file-ignore SA1019 the test drives x/net/http2's Transport, whose client sends extended CONNECT
 
@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"encoding/base64"
 	"fmt"
-	"github.com/replaysafe/replaysafe"
 	"io"
 	"net"
 	"net/http"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/forward"
 )
 
 // wsAccept is Sec-WebSocket-Accept for key (RFC 6455 §4.2.2).
@@ -94,7 +95,7 @@ func h2cExtendedClient(t *testing.T) *http.Client {
 func TestForwardUpgradeTunnel(t *testing.T) {
 	got := make(chan http.Header, 1)
 	u := echoUpgrade(t, got)
-	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
+	fw := forward.New(forward.Options{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	front := httptest.NewServer(fw)
 	defer front.Close()
@@ -142,7 +143,7 @@ func TestForwardExtendedConnectToUpgrade(t *testing.T) {
 	}
 	got := make(chan http.Header, 1)
 	u := echoUpgrade(t, got)
-	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
+	fw := forward.New(forward.Options{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	base, _ := ingress(t, fw, "h2")
 	client := h2cExtendedClient(t)
@@ -174,7 +175,7 @@ func TestForwardExtendedConnectToUpgrade(t *testing.T) {
 func TestForwardExtendedConnectH3ToUpgrade(t *testing.T) {
 	got := make(chan http.Header, 1)
 	u := echoUpgrade(t, got)
-	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
+	fw := forward.New(forward.Options{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	base, client := h3Ingress(t, fw)
 
@@ -210,7 +211,7 @@ func TestForwardExtendedConnectEndsWithItsStream(t *testing.T) {
 	got := make(chan http.Header, 1)
 	upConns := make(chan net.Conn, 1)
 	u := echoUpgradeConns(t, got, upConns)
-	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
+	fw := forward.New(forward.Options{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	handled := make(chan struct{})
 	base, client := h3Ingress(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -291,7 +292,7 @@ func TestForwardUpgradeHandshakeResent(t *testing.T) {
 		}
 	}()
 	u, _ := url.Parse("http://" + ln.Addr().String())
-	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
+	fw := forward.New(forward.Options{Upstream: u})
 	defer fw.Transport().CloseIdleConnections()
 	front := httptest.NewServer(fw)
 	defer front.Close()

@@ -1,4 +1,4 @@
-package replaysafe_test
+package forward_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,31 +25,32 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/forward"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 )
 
 // httpUpstream starts an upstream serving h, HTTP/1.1, h2c (prior
 // knowledge) or HTTP/3 (quic-go's server) by proto, and returns the
 // forwarder options that reach it.
-func httpUpstream(t *testing.T, proto string, h http.HandlerFunc) replaysafe.ForwardOptions {
+func httpUpstream(t *testing.T, proto string, h http.HandlerFunc) forward.Options {
 	t.Helper()
 	if proto == "h3" {
 		base, client := h3Ingress(t, h)
 		u, _ := url.Parse(base)
 		tlsConf := client.Transport.(*http3.Transport).TLSClientConfig
-		return replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP3, TransportOptions: replaysafe.Options{TLSClientConfig: tlsConf}}
+		return forward.Options{Upstream: u, Egress: forward.EgressHTTP3, TransportOptions: replaysafe.Options{TLSClientConfig: tlsConf}}
 	}
 	srv := httptest.NewUnstartedServer(h)
-	egress := replaysafe.EgressHTTP1
+	egress := forward.EgressHTTP1
 	if proto == "h2" {
 		srv.Config.Protocols = new(http.Protocols)
 		srv.Config.Protocols.SetUnencryptedHTTP2(true)
-		egress = replaysafe.EgressHTTP2
+		egress = forward.EgressHTTP2
 	}
 	srv.Start()
 	t.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL)
-	return replaysafe.ForwardOptions{Upstream: u, Egress: egress}
+	return forward.Options{Upstream: u, Egress: egress}
 }
 
 var pairs = [][2]string{{"h1", "h1"}, {"h1", "h2"}, {"h1", "h3"}, {"h2", "h1"}, {"h2", "h2"}, {"h2", "h3"}, {"h3", "h1"}, {"h3", "h2"}, {"h3", "h3"}}
@@ -71,7 +73,7 @@ func TestForwardTrailers(t *testing.T) {
 				io.WriteString(w, "response")
 				w.Header().Set("X-Resp-Sum", "42")
 			})
-			fw := replaysafe.NewForwarder(o)
+			fw := forward.New(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 
@@ -121,7 +123,7 @@ func TestForwardStreaming(t *testing.T) {
 				<-release
 				io.WriteString(w, ":tail")
 			})
-			fw := replaysafe.NewForwarder(o)
+			fw := forward.New(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 
@@ -171,7 +173,7 @@ func TestForwardClientDisconnectCancelsUpstream(t *testing.T) {
 				case <-time.After(10 * time.Second):
 				}
 			})
-			fw := replaysafe.NewForwarder(o)
+			fw := forward.New(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 			ctx, cancel := context.WithCancel(context.Background())
@@ -203,7 +205,7 @@ func TestForwardClientDisconnectCancelsUpstream(t *testing.T) {
 func TestForwardErrors(t *testing.T) {
 	t.Run("acquisition deadline is 504", func(t *testing.T) {
 		u, _ := url.Parse("http://upstream.invalid:80")
-		fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, TransportOptions: replaysafe.Options{
+		fw := forward.New(forward.Options{Upstream: u, TransportOptions: replaysafe.Options{
 			AcquireTimeout: 50 * time.Millisecond,
 			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 				<-ctx.Done() // a dial that never completes
@@ -211,10 +213,10 @@ func TestForwardErrors(t *testing.T) {
 			},
 		}})
 		resp := do(t, fw, "GET", "/", nil)
-		if resp.Code != http.StatusGatewayTimeout || resp.Header().Get(replaysafe.ForwardRuleHeader) == "" {
-			t.Errorf("got %d %s=%q, want 504 with the rule", resp.Code, replaysafe.ForwardRuleHeader, resp.Header().Get(replaysafe.ForwardRuleHeader))
+		if resp.Code != http.StatusGatewayTimeout || resp.Header().Get(forward.RuleHeader) == "" {
+			t.Errorf("got %d %s=%q, want 504 with the rule", resp.Code, forward.RuleHeader, resp.Header().Get(forward.RuleHeader))
 		}
-		if !strings.Contains(resp.Body.String(), resp.Header().Get(replaysafe.ForwardRuleHeader)) {
+		if !strings.Contains(resp.Body.String(), resp.Header().Get(forward.RuleHeader)) {
 			t.Errorf("body %q does not name the rule", resp.Body.String())
 		}
 	})
@@ -223,11 +225,11 @@ func TestForwardErrors(t *testing.T) {
 		addr := ln.Addr().String()
 		ln.Close()
 		u, _ := url.Parse("http://" + addr)
-		fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u})
+		fw := forward.New(forward.Options{Upstream: u})
 		resp := do(t, fw, "GET", "/", nil)
-		if resp.Code != http.StatusBadGateway || resp.Header().Get(replaysafe.ForwardRuleHeader) != "RS04" ||
+		if resp.Code != http.StatusBadGateway || resp.Header().Get(forward.RuleHeader) != "RS04" ||
 			!strings.Contains(resp.Body.String(), "RS04") {
-			t.Errorf("got %d %s=%q body %q, want 502 RS04", resp.Code, replaysafe.ForwardRuleHeader, resp.Header().Get(replaysafe.ForwardRuleHeader), resp.Body)
+			t.Errorf("got %d %s=%q body %q, want 502 RS04", resp.Code, forward.RuleHeader, resp.Header().Get(forward.RuleHeader), resp.Body)
 		}
 	})
 	t.Run("OnRequest refusal", func(t *testing.T) {
@@ -237,9 +239,9 @@ func TestForwardErrors(t *testing.T) {
 		}
 		defer s.Close()
 		u, _ := url.Parse(s.URL())
-		fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, OnRequest: func(r *http.Request) error {
+		fw := forward.New(forward.Options{Upstream: u, OnRequest: func(r *http.Request) error {
 			if r.URL.Path == "/teapot" {
-				return &replaysafe.ForwardStatusError{Status: http.StatusTeapot, Reason: "no"}
+				return &forward.StatusError{Status: http.StatusTeapot, Reason: "no"}
 			}
 			if r.Header.Get("X-Deny") != "" {
 				return errors.New("denied")
@@ -269,7 +271,7 @@ func TestForwardErrors(t *testing.T) {
 		}
 		defer s.Close()
 		u, _ := url.Parse(s.URL())
-		fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressHTTP2})
+		fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressHTTP2})
 		resp := do(t, fw, "GET", "/ws", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"foo/1"}})
 		if resp.Code != http.StatusNotImplemented || s.Count() != 0 {
 			t.Errorf("got %d, upstream received %d", resp.Code, s.Count())
@@ -301,7 +303,7 @@ func TestForwardHeadersOnTheWire(t *testing.T) {
 	defer s.Close()
 	u, _ := url.Parse(s.URL())
 	logs := &lineWriter{lines: make(chan string, 4)}
-	fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Forwarded: true, XForwardedFor: true,
+	fw := forward.New(forward.Options{Upstream: u, Forwarded: true, XForwardedFor: true,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	defer fw.Transport().CloseIdleConnections()
 	base, client := ingress(t, fw, "h1")
@@ -376,7 +378,7 @@ func TestForwardEarlyHintsRelayed(t *testing.T) {
 				w.Header().Del("Link")
 				io.WriteString(w, "final")
 			})
-			fw := replaysafe.NewForwarder(o)
+			fw := forward.New(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 			var mu sync.Mutex
@@ -426,7 +428,7 @@ func TestForwardEndlessEarlyHints(t *testing.T) {
 					w.WriteHeader(http.StatusEarlyHints)
 				}
 			})
-			fw := replaysafe.NewForwarder(o)
+			fw := forward.New(o)
 			defer fw.Transport().CloseIdleConnections()
 			base, client := ingress(t, fw, p[0])
 			var hints atomic.Int64
@@ -471,22 +473,25 @@ func TestForwardHugeConnectionList(t *testing.T) {
 		w.Header().Set("X-Kept", "end-to-end")
 		io.WriteString(w, "ok")
 	})
-	fw := replaysafe.NewForwarder(o)
+	fw := forward.New(o)
 	defer fw.Transport().CloseIdleConnections()
 	base, client := ingress(t, fw, "h1")
 	var resp *http.Response
 	var body []byte
 	var err error
 	var took time.Duration
-	n := allocated(func() {
-		began := time.Now()
-		resp, err = client.Get(base + "/page")
-		if err == nil {
-			body, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}
-		took = time.Since(began)
-	})
+	var before, after runtime.MemStats // the process's, the upstream's included
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	began := time.Now()
+	resp, err = client.Get(base + "/page")
+	if err == nil {
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	took = time.Since(began)
+	runtime.ReadMemStats(&after)
+	n := after.TotalAlloc - before.TotalAlloc
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -511,7 +516,7 @@ func TestForwardNegotiateEgress(t *testing.T) {
 	roots.AddCert(tlsUp.Certificate())
 	for _, tc := range []struct{ url, want string }{{tlsUp.URL, "HTTP/2.0"}, {plainUp.URL, "HTTP/1.1"}} {
 		u, _ := url.Parse(tc.url)
-		fw := replaysafe.NewForwarder(replaysafe.ForwardOptions{Upstream: u, Egress: replaysafe.EgressNegotiate,
+		fw := forward.New(forward.Options{Upstream: u, Egress: forward.EgressNegotiate,
 			TransportOptions: replaysafe.Options{TLSClientConfig: &tls.Config{RootCAs: roots}}})
 		if c := do(t, fw, "GET", "/", nil).Code; c != 200 {
 			t.Errorf("%s: status %d", tc.url, c)

@@ -1,4 +1,4 @@
-package replaysafe
+package forward
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func websocketAccept(key string) string {
 // answers the client 200 (RFC 8441 §5) and tunnels the inbound stream's
 // body and the upgraded connection into each other until the upstream
 // side ends.
-func (h *Forwarder) extendedConnect(w http.ResponseWriter, r *http.Request, resp *http.Response, d ForwardDispatch, x *exchange, key string) {
+func (h *Forwarder) extendedConnect(w http.ResponseWriter, r *http.Request, resp *http.Response, d Dispatch, x *exchange, key string) {
 	up, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok || resp.Header.Get("Sec-Websocket-Accept") != websocketAccept(key) {
 		resp.Body.Close()
@@ -92,7 +92,7 @@ func (h *Forwarder) extendedConnect(w http.ResponseWriter, r *http.Request, resp
 // the client 101 with the Sec-WebSocket-Accept of the client's key and
 // tunnels the client connection into the stream, upload being the
 // stream's request body.
-func (h *Forwarder) upgradeOverConnect(w http.ResponseWriter, resp *http.Response, d ForwardDispatch, x *exchange, key string, upload *io.PipeWriter) {
+func (h *Forwarder) upgradeOverConnect(w http.ResponseWriter, resp *http.Response, d Dispatch, x *exchange, key string, upload *io.PipeWriter) {
 	defer resp.Body.Close()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {

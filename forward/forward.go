@@ -1,4 +1,4 @@
-package replaysafe
+package forward
 
 import (
 	"bufio"
@@ -17,20 +17,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
 )
 
-// ForwardRuleHeader is the response header field that names the replaysafe rule
+// RuleHeader is the response header field that names the replaysafe rule
 // (its ID, such as RS18) behind a 502 or 504 the forwarder sends.
-const ForwardRuleHeader = "Replaysafe-Rule"
+const RuleHeader = "Replaysafe-Rule"
 
 // DefaultViaName is the pseudonym the forwarder adds to Via when
-// ForwardOptions.ViaName is empty.
+// Options.ViaName is empty.
 const DefaultViaName = "replaysafe"
 
-// ForwardOptions configures a forwarder. Upstream or Director is required; every
+// Options configures a forwarder. Upstream or Director is required; every
 // other field documents its default.
-type ForwardOptions struct {
+type Options struct {
 	// Upstream is the origin every request goes to: its scheme and host
 	// replace the inbound ones, its path is a prefix of the inbound path
 	// and its query comes before the inbound query.
@@ -45,7 +46,7 @@ type ForwardOptions struct {
 
 	// OnRequest, if set, runs after the rewrite and before the dispatch
 	// plan: it may change the outbound request, or refuse it by returning
-	// an error. A *ForwardStatusError chooses the status; any other error
+	// an error. A *StatusError chooses the status; any other error
 	// answers 403 Forbidden.
 	OnRequest func(*http.Request) error
 
@@ -56,13 +57,13 @@ type ForwardOptions struct {
 	Egress Egress
 	// Transport sends the forwarded requests. nil means
 	// New(TransportOptions) with Protocol set from Egress,
-	// made once by NewForwarder. With a Transport of the caller's, whose Observer
+	// made once by New. With a Transport of the caller's, whose Observer
 	// the forwarder cannot see, the access log counts attempts only for
-	// failed calls (from *Error).
-	Transport *Transport
+	// failed calls (from *replaysafe.Error).
+	Transport *replaysafe.Transport
 	// TransportOptions configures the Transport made when Transport is
 	// nil; its Protocol is replaced by Egress.Protocol().
-	TransportOptions Options
+	TransportOptions replaysafe.Options
 
 	// ViaName is the pseudonym added to Via on requests and responses
 	// (RFC 9110 §7.6.3); empty means DefaultViaName.
@@ -86,9 +87,9 @@ type ForwardOptions struct {
 	Logger *slog.Logger
 }
 
-// ForwardStatusError is an error OnRequest returns to refuse a request with a
+// StatusError is an error OnRequest returns to refuse a request with a
 // chosen status.
-type ForwardStatusError struct {
+type StatusError struct {
 	// Status is the response status code.
 	Status int
 	// Reason is the response body, one line.
@@ -96,13 +97,13 @@ type ForwardStatusError struct {
 }
 
 // Error returns the status and the reason.
-func (e *ForwardStatusError) Error() string {
+func (e *StatusError) Error() string {
 	return fmt.Sprintf("replaysafe: forward refused with %d: %s", e.Status, e.Reason)
 }
 
 // Forwarder is a streaming reverse proxy: an http.Handler that forwards
 // each request to the upstream through a Transport, and its response
-// back. Make one with NewForwarder.
+// back. Make one with New.
 //
 // The forwarder never collects a request body to enable a retry: a
 // forwarded body is one-shot, so the Transport resends it only when the
@@ -111,15 +112,15 @@ func (e *ForwardStatusError) Error() string {
 // boundary, HTTP/3 H3_REQUEST_REJECTED), and a request without a body
 // also when the failure was ambiguous but the method is idempotent. A
 // failure the rules do not resend reaches the client as 502 Bad Gateway
-// with a ForwardRuleHeader naming the rule; a phase deadline (the
+// with a RuleHeader naming the rule; a phase deadline (the
 // acquisition deadline among them) as 504 Gateway Timeout.
 //
 // Each request goes through three steps:
 //
-//  1. The upstream target: ForwardOptions.Upstream, or
-//     ForwardOptions.Director, then ForwardOptions.OnRequest, which may
+//  1. The upstream target: Options.Upstream, or
+//     Options.Director, then Options.OnRequest, which may
 //     change the request or refuse it.
-//  2. Its dispatch plan (PlanForward): the egress target form, the HTTP
+//  2. Its dispatch plan (Plan): the egress target form, the HTTP
 //     version the egress speaks and whether it is exact or negotiated,
 //     and the mode (ordinary, HTTP/1.1 Upgrade, extended CONNECT); or a
 //     refusal with the status to send. A request is never handed to an
@@ -129,17 +130,17 @@ func (e *ForwardStatusError) Error() string {
 //     Via (RFC 9110 §7.6.3), Forwarded (RFC 7239) and X-Forwarded-For are
 //     added as configured.
 type Forwarder struct {
-	opt      ForwardOptions
-	rt       *Transport
+	opt      Options
+	rt       *replaysafe.Transport
 	via      string
 	attempts sync.Map // *http.Request (outbound) -> *int, when the forwarder owns the Transport
 }
 
-// NewForwarder returns a forwarder configured by o. It panics if o has neither
+// New returns a forwarder configured by o. It panics if o has neither
 // Upstream nor Director, which is a programming error.
-func NewForwarder(o ForwardOptions) *Forwarder {
+func New(o Options) *Forwarder {
 	if o.Upstream == nil && o.Director == nil {
-		panic("replaysafe: ForwardOptions needs Upstream or Director")
+		panic("replaysafe: Options needs Upstream or Director")
 	}
 	h := &Forwarder{opt: o, rt: o.Transport, via: o.ViaName}
 	if h.via == "" {
@@ -149,7 +150,7 @@ func NewForwarder(o ForwardOptions) *Forwarder {
 		to := o.TransportOptions
 		to.Protocol = o.Egress.Protocol()
 		prev := to.Observer.OnAttempt
-		to.Observer.OnAttempt = func(r AttemptReport) {
+		to.Observer.OnAttempt = func(r replaysafe.AttemptReport) {
 			if n, ok := h.attempts.Load(r.Request); ok {
 				*n.(*int) = r.Number
 			}
@@ -157,13 +158,13 @@ func NewForwarder(o ForwardOptions) *Forwarder {
 				prev(r)
 			}
 		}
-		h.rt = New(to)
+		h.rt = replaysafe.New(to)
 	}
 	return h
 }
 
 // Transport returns the Transport the forwarder sends with.
-func (h *Forwarder) Transport() *Transport { return h.rt }
+func (h *Forwarder) Transport() *replaysafe.Transport { return h.rt }
 
 // exchange is what the access log line reports about one request.
 type exchange struct {
@@ -173,7 +174,7 @@ type exchange struct {
 	rule     string
 	status   int
 	err      error
-	plan     ForwardDispatch
+	plan     Dispatch
 }
 
 // ServeHTTP forwards r to the upstream and its response to w.
@@ -214,7 +215,7 @@ func (h *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if h.opt.OnRequest != nil {
 		if err := h.opt.OnRequest(out); err != nil {
-			var se *ForwardStatusError
+			var se *StatusError
 			if errors.As(err, &se) {
 				h.refuse(w, x, se.Status, se.Reason)
 			} else {
@@ -224,7 +225,7 @@ func (h *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	d := PlanForward(out, h.opt.Egress)
+	d := Plan(out, h.opt.Egress)
 	x.plan = d
 	if d.Refused() {
 		h.refuse(w, x, d.Status, d.Reason)
@@ -249,11 +250,11 @@ func (h *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var wsKey string
 	var upload *io.PipeWriter // the client's bytes after the 101, for an Upgrade sent as an extended CONNECT
 	switch {
-	case d.Mode == ForwardExtendedConnect && d.Version == ForwardVersionHTTP11:
+	case d.Mode == ModeExtendedConnect && d.Version == VersionHTTP11:
 		wsKey = websocketHandshake(out)
-	case d.Mode == ForwardExtendedConnect:
+	case d.Mode == ModeExtendedConnect:
 		out.Proto, out.ProtoMajor, out.ProtoMinor = "", 0, 0 // quic-go's server put the :protocol there
-	case d.Mode == ForwardUpgrade && d.Version != ForwardVersionHTTP11:
+	case d.Mode == ModeUpgrade && d.Version != VersionHTTP11:
 		wsKey = r.Header.Get("Sec-Websocket-Key")
 		var pr *io.PipeReader
 		pr, upload = io.Pipe()
@@ -280,7 +281,7 @@ func (h *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x.upstream = resp.Proto
 	switch {
-	case resp.StatusCode == http.StatusSwitchingProtocols && d.Mode == ForwardExtendedConnect:
+	case resp.StatusCode == http.StatusSwitchingProtocols && d.Mode == ModeExtendedConnect:
 		h.extendedConnect(w, r, resp, d, x, wsKey)
 		x.attempts = n
 		return
@@ -301,7 +302,7 @@ func (h *Forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // 102 Processing, ...), cleaned like a final one. 100 Continue stays
 // with net/http's server, which sends its own when the handler reads the
 // body; 101 is the upgrade's.
-func relay1xx(w http.ResponseWriter, code int, header http.Header, d ForwardDispatch) {
+func relay1xx(w http.ResponseWriter, code int, header http.Header, d Dispatch) {
 	if code == http.StatusContinue || code == http.StatusSwitchingProtocols {
 		return
 	}
@@ -319,7 +320,7 @@ func relay1xx(w http.ResponseWriter, code int, header http.Header, d ForwardDisp
 
 // respond copies an upstream response to the client: its cleaned header,
 // its body as it arrives, and its trailers.
-func (h *Forwarder) respond(w http.ResponseWriter, r *http.Request, resp *http.Response, d ForwardDispatch, x *exchange) {
+func (h *Forwarder) respond(w http.ResponseWriter, r *http.Request, resp *http.Response, d Dispatch, x *exchange) {
 	defer resp.Body.Close()
 
 	cleanResponseHeader(resp.Header, resp.StatusCode, d)
@@ -340,7 +341,7 @@ func (h *Forwarder) respond(w http.ResponseWriter, r *http.Request, resp *http.R
 	}
 	w.WriteHeader(resp.StatusCode)
 	x.status = resp.StatusCode
-	if d.Mode == ForwardExtendedConnect {
+	if d.Mode == ModeExtendedConnect {
 		// A tunnel: the client sends nothing until it has the 200.
 		if err := http.NewResponseController(w).Flush(); err != nil {
 			x.err = err
@@ -475,14 +476,14 @@ func (h *Forwarder) refuse(w http.ResponseWriter, x *exchange, status int, reaso
 	fmt.Fprintf(w, "%d %s: %s\n", status, http.StatusText(status), reason)
 }
 
-// ForwardStatus returns the status the forwarder answers for a RoundTrip error
+// StatusOf returns the status the forwarder answers for a RoundTrip error
 // err: 504 Gateway Timeout when a phase deadline decided (the acquisition
 // deadline, or another of the Transport's limits), else 502 Bad Gateway;
 // and the rule that decided, if err names one.
-func ForwardStatus(err error) (int, fsm.Rule, bool) {
-	var re *Error
+func StatusOf(err error) (int, fsm.Rule, bool) {
+	var re *replaysafe.Error
 	ok := errors.As(err, &re)
-	var te *TimeoutError
+	var te *replaysafe.TimeoutError
 	if errors.As(err, &te) || ok && re.Rule == fsm.RuleTimeout {
 		if ok {
 			return http.StatusGatewayTimeout, re.Rule, true
@@ -498,7 +499,7 @@ func ForwardStatus(err error) (int, fsm.Rule, bool) {
 // fail answers a request whose upstream call failed.
 func (h *Forwarder) fail(w http.ResponseWriter, r *http.Request, x *exchange, err error) {
 	x.err = err
-	var re *Error
+	var re *replaysafe.Error
 	if errors.As(err, &re) {
 		x.attempts = re.Attempts
 	}
@@ -509,11 +510,11 @@ func (h *Forwarder) fail(w http.ResponseWriter, r *http.Request, x *exchange, er
 		}
 		return
 	}
-	status, rule, named := ForwardStatus(err)
+	status, rule, named := StatusOf(err)
 	reason := "upstream request failed"
 	if named {
 		x.rule = rule.ID()
-		w.Header().Set(ForwardRuleHeader, rule.ID())
+		w.Header().Set(RuleHeader, rule.ID())
 		reason = fmt.Sprintf("upstream request failed: replaysafe rule %s (%s), %d attempt(s)", rule.ID(), rule, re.Attempts)
 	}
 	h.refuse(w, x, status, reason)
@@ -521,9 +522,9 @@ func (h *Forwarder) fail(w http.ResponseWriter, r *http.Request, x *exchange, er
 
 // upgrade tunnels a 101 response: it writes it to the hijacked client
 // connection and copies both directions until either ends.
-func (h *Forwarder) upgrade(w http.ResponseWriter, resp *http.Response, d ForwardDispatch, x *exchange) {
+func (h *Forwarder) upgrade(w http.ResponseWriter, resp *http.Response, d Dispatch, x *exchange) {
 	up, ok := resp.Body.(io.ReadWriteCloser)
-	if !ok || d.Mode != ForwardUpgrade {
+	if !ok || d.Mode != ModeUpgrade {
 		resp.Body.Close()
 		x.err = errors.New("replaysafe: forward: 101 response to a request that asked for no upgrade")
 		h.refuse(w, x, http.StatusBadGateway, "unexpected 101 response from the upstream")
