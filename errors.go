@@ -1,13 +1,12 @@
 package replaysafe
 
 import (
-	"context"
 	"fmt"
 	"strings"
-	"time"
 
+	"github.com/replaysafe/replaysafe/adapters/recorder"
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/adapters/informational"
+	"github.com/replaysafe/replaysafe/internal/driver"
 	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
@@ -64,119 +63,40 @@ func (e *Error) Timeout() bool {
 }
 
 // TimeoutError is the cause of a failure decided because one of the
-// Options' phase limits passed, or because the upload of the request body
-// stalled (Options.BodyReadTimeout, Options.UploadStallTimeout).
-type TimeoutError struct {
-	// Phase is the phase that ran out of time.
-	Phase fsm.Phase
-	// Limit is the configured limit of that phase, or of the stall.
-	Limit time.Duration
-	// Stall says which side of the upload stalled, or StallNone when the
-	// phase limit itself passed.
-	Stall Stall
-}
-
-// Error names the phase, its limit and the stall, if any.
-func (e *TimeoutError) Error() string {
-	switch e.Stall {
-	case StallProducer:
-		return fmt.Sprintf("replaysafe: %s phase timed out: the request body produced nothing for %v", e.Phase, e.Limit)
-	case StallTransport:
-		return fmt.Sprintf("replaysafe: %s phase timed out: the transport took no request body bytes for %v", e.Phase, e.Limit)
-	}
-	return fmt.Sprintf("replaysafe: %s phase timed out after %v", e.Phase, e.Limit)
-}
+// Options' phase limits passed (AcquireTimeout, WriteTimeout,
+// ResponseHeaderTimeout), or because the upload of the request body
+// stalled (BodyReadTimeout, UploadStallTimeout): its Phase, Limit and
+// Stall, and for an acquisition through proxies the Step and hop that
+// was running (a *route.DeadlineError, which errors.As finds too).
+// errors.Is(err, context.DeadlineExceeded) holds for it. Such a failure
+// is never resent (RS06).
+type TimeoutError = recorder.TimeoutError
 
 // Stall names the side of a request body upload that stopped making
-// progress.
-type Stall uint8
+// progress: StallNone, StallProducer (the caller's body) or
+// StallTransport (the connection).
+type Stall = recorder.Stall
 
-// Stalls.
+// Stalls, as TimeoutError.Stall reports them.
 const (
-	// StallNone: no stall; a phase limit passed. The zero value.
-	StallNone Stall = iota
-	// StallProducer: a Read of the caller's request body took longer than
-	// Options.BodyReadTimeout.
-	StallProducer
-	// StallTransport: the transport took longer than
-	// Options.UploadStallTimeout to take the next piece of the body, or to
-	// finish it (flow control, a full send buffer, a peer not reading).
-	StallTransport
-
-	stallCount // number of stalls; keep last
+	StallNone      = recorder.StallNone
+	StallProducer  = recorder.StallProducer
+	StallTransport = recorder.StallTransport
 )
 
-var stallNames = [stallCount]string{"none", "producer", "transport"}
+// ProxyError reports that the proxies of a request could not be decided
+// (Options.Proxy, ProxyChain or ProxyAuth failed or returned something
+// unusable), with the 1-based Hop it concerns (0 for the selector) and
+// the cause. It is returned before any wire attempt. A failure of an
+// established proxy hop is a *proxy.ConnectError, *proxy.StepError or
+// *proxy.ParseError (package transports/proxy) inside an *Error.
+type ProxyError = proxy.ResolveError
 
-// String returns the stall's name: none, producer or transport.
-func (s Stall) String() string {
-	if s < stallCount {
-		return stallNames[s]
+// callError returns the error RoundTrip reports for err, what a started
+// call ended with: the *Error of a failure a rule decided, else err.
+func callError(err error) error {
+	if f, ok := err.(*driver.Failure); ok {
+		return &Error{Rule: f.Rule, Attempts: f.Attempts, History: f.History, Err: f.Err}
 	}
-	return fmt.Sprintf("Stall(%d)", uint8(s))
+	return err
 }
-
-// Timeout reports true: TimeoutError is a net.Error timeout.
-func (e *TimeoutError) Timeout() bool { return true }
-
-// Temporary reports false; it is part of net.Error.
-func (e *TimeoutError) Temporary() bool { return false }
-
-// Is makes errors.Is(err, context.DeadlineExceeded) hold, as for net/http's
-// own timeouts.
-func (e *TimeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
-
-// The errors below come from the layers under the Transport; a call's
-// *Error wraps them, and errors.As finds them by these names, all in
-// this package.
-
-// ProxyConnectError reports a CONNECT that did not open a tunnel: a
-// status outside 2xx from proxy Hop (1-based) at Proxy for Target, with
-// StatusCode, Status (the reason phrase), the ProxyAuthenticate
-// challenges of a 407 and the whole Header. Its message quotes at most
-// 256 bytes of each text from the proxy and says how much it cut; the
-// fields keep the whole values. It is decided as an acquisition failure
-// (RS04): nothing of the request was sent.
-type ProxyConnectError = proxy.ConnectError
-
-// ProxyParseError reports a malformed CONNECT reply: the Offset of the
-// offending line and the Reason; Err is ErrProxyHeaderTooLarge when the
-// header section did not end within 64 KiB.
-type ProxyParseError = proxy.ParseError
-
-// ErrProxyHeaderTooLarge is wrapped by a ProxyParseError for a CONNECT
-// reply whose header section does not end within 64 KiB.
-var ErrProxyHeaderTooLarge = proxy.ErrHeaderTooLarge
-
-// ProxyStepError reports a failed step of connection acquisition that is
-// not a deadline (a deadline is an *AcquireDeadlineError): the Step
-// (dns, tcp, tls-to-proxy, connect, socks, tls-to-origin), the Hop
-// (1-based; 0 for a step with the origin), the Addr it dealt with and the
-// cause Err.
-type ProxyStepError = proxy.StepError
-
-// ChainCredentialsError reports a proxy chain that would show hop Hop's
-// credentials (Addr, of Kind http or socks5: cleartext inside the tunnel)
-// to the hops before it. A call is refused with it, as the cause of a
-// *ProxyError, before anything is dialed, unless
-// Options.AllowCleartextChainCredentials.
-type ChainCredentialsError = proxy.ChainCredentialsError
-
-// ErrCleartextChainCredentials is wrapped by every ChainCredentialsError.
-var ErrCleartextChainCredentials = proxy.ErrCleartextChainCredentials
-
-// EarlyResponseError reports a proxy (Hop, Addr) that sent Bytes after
-// its CONNECT 2xx, before the request to a plain-http origin was written:
-// they cannot be the response. The attempt fails as an acquisition
-// failure (RS04).
-type EarlyResponseError = proxy.EarlyResponseError
-
-// InformationalLimitError reports an attempt whose informational (1xx)
-// responses went over their bound: Count of them, Bytes of header fields
-// in total, against Limit, the last with Status (see
-// Options.MaxResponseHeaderBytes). The attempt fails by RS07, never
-// resent.
-type InformationalLimitError = informational.LimitError
-
-// ErrInformationalLimit is wrapped by every InformationalLimitError.
-var ErrInformationalLimit = informational.ErrLimit

@@ -18,6 +18,7 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/adapters/informational"
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
@@ -720,7 +721,7 @@ func TestH3InformationalBytesBound(t *testing.T) {
 
 	_, err := tr.RoundTrip(newRequest(t, t.Context(), "GET", s.URL()+"/get", ""))
 	var e *replaysafe.Error
-	var le *replaysafe.InformationalLimitError
+	var le *informational.LimitError
 	if !errors.As(err, &e) || e.Attempts != 1 || e.Rule != fsm.RuleResponseStarted || !errors.As(err, &le) || le.Count != 2 {
 		t.Fatalf("GET: %v, want RS07 after 1 attempt at the second 103", err)
 	}

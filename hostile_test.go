@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe"
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/informational"
+	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
@@ -87,8 +87,8 @@ func checkFlood(t *testing.T, err error, took time.Duration, alloc, maxAlloc uin
 	if !errors.As(err, &e) || e.Attempts != 1 || e.Rule != fsm.RuleResponseStarted {
 		t.Fatalf("err %v, want RS07 after 1 attempt", err)
 	}
-	var le *replaysafe.InformationalLimitError
-	if !errors.Is(err, replaysafe.ErrInformationalLimit) || !errors.As(err, &le) || le.Count < 2 {
+	var le *informational.LimitError
+	if !errors.Is(err, informational.ErrLimit) || !errors.As(err, &le) || le.Count < 2 {
 		t.Errorf("error %v does not name the informational bound", err)
 	}
 	if took > time.Second || alloc > maxAlloc {

@@ -3,12 +3,16 @@ package replaysafe
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/quic-go/quic-go"
+
+	"github.com/replaysafe/replaysafe/internal/dial"
+	"github.com/replaysafe/replaysafe/internal/driver"
 )
 
 // Defaults for the zero fields of Options.
@@ -126,14 +130,17 @@ type Options struct {
 	// request goes out twice. Resending is on by default.
 	DisableResend bool
 
-	// RetryPolicy declares that the caller wraps this Transport in a retry
-	// policy of its own. replaysafe then never resends by itself (RS10),
-	// so the policy's attempt count stays true; Retry is ignored. Off by
-	// default.
-	RetryPolicy bool
+	// CallerRetries declares that the caller retries calls itself: it
+	// wraps this Transport in a retry policy of its own (a retrying
+	// client library, a service mesh's retries). replaysafe then never
+	// sends a request twice by itself, not even on evidence that the
+	// server did not process it (RS10), so the caller's attempt count
+	// stays true. It cannot be set together with Retry, replaysafe's own
+	// retries: New panics. Off by default.
+	CallerRetries bool
 
 	// Retry configures retries under the same rules as the automatic
-	// resend: on listed statuses, failed dials and ambiguous failures of
+	// resend (replaysafe's own; see CallerRetries for the caller's): on listed statuses, failed dials and ambiguous failures of
 	// requests whose copies have no further side effect, with a jittered
 	// backoff, Retry-After, and a retry budget per route. The zero value
 	// configures none; WithRetry overrides it per request. See Retry and
@@ -188,7 +195,7 @@ type Options struct {
 	// cleartext inside the tunnel every earlier hop relays, so each earlier
 	// hop can read them. Off by default: such a chain fails before any
 	// wire attempt with a *ProxyError naming the hop (wrapping a
-	// *proxy.ChainCredentialsError). An https hop's credentials travel
+	// *proxy.ChainCredentialsError of package transports/proxy). An https hop's credentials travel
 	// inside TLS with that hop and need no permission.
 	AllowCleartextChainCredentials bool
 	// ProxyTLSClientConfig configures TLS with https proxies; nil means
@@ -242,6 +249,63 @@ type Options struct {
 	HTTP3HeadStart time.Duration
 }
 
+// check reports options that contradict each other.
+func (o Options) check() error {
+	if o.CallerRetries && o.Retry.MaxAttempts > 0 {
+		return errors.New("replaysafe: Options.CallerRetries (the caller retries) and Options.Retry (replaysafe retries) are both set; choose one")
+	}
+	return nil
+}
+
+// config returns the driver's configuration of o, normalized.
+func (o Options) config() driver.Config {
+	dc := dial.Config{
+		DialContext:                    o.DialContext,
+		Proxy:                          o.Proxy,
+		ProxyChain:                     o.ProxyChain,
+		AllowCleartextChainCredentials: o.AllowCleartextChainCredentials,
+		ProxyTLSClientConfig:           o.ProxyTLSClientConfig,
+	}
+	if auth := o.ProxyAuth; auth != nil {
+		dc.ProxyAuth = func(req *http.Request, hop int, u *url.URL) (*dial.Credentials, error) {
+			c, err := auth(req, hop, u)
+			if c == nil || err != nil {
+				return nil, err
+			}
+			return &dial.Credentials{ID: c.ID, Username: c.Username, Password: c.Password}, nil
+		}
+	}
+	c := driver.Config{
+		Dial:                   dc,
+		TLSClientConfig:        o.TLSClientConfig,
+		Protocol:               o.Protocol,
+		MaxIdleConnsPerHost:    o.MaxIdleConnsPerHost,
+		MaxConnsPerHost:        o.MaxConnsPerHost,
+		IdleConnTimeout:        o.IdleConnTimeout,
+		AcquireTimeout:         o.AcquireTimeout,
+		WriteTimeout:           o.WriteTimeout,
+		ResponseHeaderTimeout:  o.ResponseHeaderTimeout,
+		BodyReadTimeout:        o.BodyReadTimeout,
+		UploadStallTimeout:     o.UploadStallTimeout,
+		DisableResend:          o.DisableResend,
+		CallerRetries:          o.CallerRetries,
+		DisableCompression:     o.DisableCompression,
+		MaxResponseHeaderBytes: o.MaxResponseHeaderBytes,
+		QUICConfig:             o.QUICConfig,
+		HTTP3HeadStart:         o.HTTP3HeadStart,
+		H3RetryAfter:           H3RetryAfter,
+		BackgroundDialTimeout:  o.AcquireTimeout,
+		KeepAlive:              DefaultKeepAlive,
+	}
+	if c.BackgroundDialTimeout <= 0 {
+		c.BackgroundDialTimeout = DefaultAcquireTimeout
+	}
+	if f := o.Observer.OnAttempt; f != nil {
+		c.OnAttempt = func(r driver.Report) { f(AttemptReport(r)) }
+	}
+	return c
+}
+
 // normalized returns o with its defaults filled in.
 func (o Options) normalized() Options {
 	if o.DialContext == nil {
@@ -262,3 +326,8 @@ func (o Options) normalized() Options {
 	}
 	return o
 }
+
+// H3RetryAfter is how long, under ProtocolPreferHTTP3, a route whose QUIC
+// connection could not be established keeps using TCP before HTTP/3 is
+// tried again.
+const H3RetryAfter = 5 * time.Minute

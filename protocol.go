@@ -1,36 +1,39 @@
 package replaysafe
 
-import "fmt"
+import "github.com/replaysafe/replaysafe/fsm/plan"
 
 // Protocol is a Transport's protocol policy: which HTTP versions it
-// speaks to an origin. It is part of every route, so connections made
-// under one policy never serve another.
-type Protocol uint8
+// speaks to an origin. It is the dispatch plan's policy (fsm/plan), so
+// the plan of every call is made from it as it is, and it is part of
+// every route: connections made under one policy never serve another.
+// String returns its name: http1, http2, negotiate, http3, prefer-http3
+// or discover-http3.
+type Protocol = plan.Policy
 
 // Protocol policies.
 const (
 	// ProtocolHTTP1 speaks HTTP/1.1 only: ALPN offers "http/1.1" alone
 	// over TLS. The zero value and the default.
-	ProtocolHTTP1 Protocol = iota
+	ProtocolHTTP1 = plan.HTTP1
 	// ProtocolHTTP2 speaks HTTP/2 only: over TLS (https) ALPN offers "h2"
 	// alone and a server that does not select it fails the acquisition;
 	// over cleartext (http) it speaks h2c with prior knowledge (RFC 9113
 	// §3.3), with no upgrade.
-	ProtocolHTTP2
+	ProtocolHTTP2 = plan.HTTP2
 	// ProtocolNegotiate lets ALPN decide over TLS: it offers "h2" and
 	// "http/1.1" and speaks what the server selects. Cleartext (http)
 	// URLs use HTTP/1.1.
-	ProtocolNegotiate
+	ProtocolNegotiate = plan.Negotiate
 	// ProtocolHTTP3 speaks HTTP/3 only, over QUIC (RFC 9114): https URLs
 	// on direct routes. An http URL fails, and so does a route through a
 	// proxy (no CONNECT-UDP).
-	ProtocolHTTP3
+	ProtocolHTTP3 = plan.HTTP3
 	// ProtocolPreferHTTP3 tries HTTP/3 first for https URLs on direct
 	// routes. When no QUIC connection can be had (nothing of the request
 	// was sent then), the call goes over TCP as under ProtocolNegotiate,
 	// and so do the route's calls for the next H3RetryAfter. Proxied
 	// routes and http URLs use TCP as under ProtocolNegotiate.
-	ProtocolPreferHTTP3
+	ProtocolPreferHTTP3 = plan.PreferHTTP3
 	// ProtocolDiscoverHTTP3 speaks as ProtocolNegotiate until an https
 	// origin advertises HTTP/3 on its own host in an Alt-Svc response
 	// header field (RFC 7838); its direct routes then use HTTP/3 at the
@@ -39,18 +42,5 @@ const (
 	// QUIC connection can be had, which also drops the advertisement.
 	// "Alt-Svc: clear" drops it too. Alternatives on other hosts are
 	// ignored.
-	ProtocolDiscoverHTTP3
-
-	protocolCount // number of policies; keep last
+	ProtocolDiscoverHTTP3 = plan.DiscoverHTTP3
 )
-
-var protocolNames = [protocolCount]string{"http1", "http2", "negotiate", "http3", "prefer-http3", "discover-http3"}
-
-// String returns the policy's name: http1, http2, negotiate, http3,
-// prefer-http3 or discover-http3.
-func (p Protocol) String() string {
-	if p < protocolCount {
-		return protocolNames[p]
-	}
-	return fmt.Sprintf("Protocol(%d)", uint8(p))
-}

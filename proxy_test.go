@@ -21,6 +21,7 @@ import (
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/connectproxy"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
 // ---- proxy harness -----------------------------------------------------
@@ -206,7 +207,7 @@ func TestProxyPoolKeyedByRoute(t *testing.T) {
 
 // ---- errors ------------------------------------------------------------
 
-// A 407 surfaces as a *replaysafe.ProxyConnectError inside *replaysafe.Error
+// A 407 surfaces as a *proxy.ConnectError inside *replaysafe.Error
 // (acquisition failure, RS04); the origin sees nothing.
 func TestProxy407(t *testing.T) {
 	s := start(t, replaysafetest.Config{})
@@ -214,7 +215,7 @@ func TestProxy407(t *testing.T) {
 	tr, _, _ := proxied(t, s, p, replaysafe.Options{})
 	_, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/target", ""))
 	wantRule(t, err, fsm.RuleAcquireFailed, 1)
-	var ce *replaysafe.ProxyConnectError
+	var ce *proxy.ConnectError
 	if !errors.As(err, &ce) || ce.StatusCode != http.StatusProxyAuthRequired || ce.Hop != 1 || len(ce.ProxyAuthenticate) != 1 {
 		t.Fatalf("error %v, want a 407 ConnectError at hop 1 with its challenge", err)
 	}
@@ -316,8 +317,8 @@ func TestProxyChainCleartextCredentialsRefused(t *testing.T) {
 		tr, _ := client(t, s, replaysafe.Options{ProxyChain: sel.chain})
 		_, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/target", ""))
 		var pe *replaysafe.ProxyError
-		var ce *replaysafe.ChainCredentialsError
-		if !errors.As(err, &pe) || pe.Hop != 2 || !errors.As(err, &ce) || ce.Addr != u2.Host || !errors.Is(err, replaysafe.ErrCleartextChainCredentials) {
+		var ce *proxy.ChainCredentialsError
+		if !errors.As(err, &pe) || pe.Hop != 2 || !errors.As(err, &ce) || ce.Addr != u2.Host || !errors.Is(err, proxy.ErrCleartextChainCredentials) {
 			t.Fatalf("%s: error %v, want a ProxyError for hop 2 wrapping a ChainCredentialsError", u2.Scheme, err)
 		}
 		t.Log(err)
@@ -364,7 +365,7 @@ func rawConnectProxy(t *testing.T, reply string) (addr string, requests func() i
 // A proxy that pipelines a forged response right behind its CONNECT 200,
 // for a plain-http origin: those bytes came before the request was
 // written, so the attempt fails as an acquisition failure (RS04, nothing
-// of the request left) with a *replaysafe.EarlyResponseError naming the hop;
+// of the request left) with a *proxy.EarlyResponseError naming the hop;
 // the forged response is never returned and the origin gets nothing.
 func TestProxyPlainOriginEarlyBytesFail(t *testing.T) {
 	s := start(t, replaysafetest.Config{})
@@ -377,7 +378,7 @@ func TestProxyPlainOriginEarlyBytesFail(t *testing.T) {
 		t.Fatalf("call succeeded: %d %q", code, body)
 	}
 	wantRule(t, err, fsm.RuleAcquireFailed, 1)
-	var ee *replaysafe.EarlyResponseError
+	var ee *proxy.EarlyResponseError
 	if !errors.As(err, &ee) || ee.Hop != 1 || ee.Bytes != len(forged) {
 		t.Fatalf("error %v, want an EarlyResponseError at hop 1 for %d bytes", err, len(forged))
 	}
@@ -608,7 +609,7 @@ func TestProxyChainErrors(t *testing.T) {
 	tr, _ := client(t, s, replaysafe.Options{ProxyChain: sel.chain})
 	_, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/target", ""))
 	wantRule(t, err, fsm.RuleAcquireFailed, 1)
-	var ce *replaysafe.ProxyConnectError
+	var ce *proxy.ConnectError
 	if !errors.As(err, &ce) || ce.Hop != 2 || ce.StatusCode != http.StatusForbidden || ce.Proxy != p2.Addr() {
 		t.Fatalf("error %v, want a 403 ConnectError at hop 2", err)
 	}

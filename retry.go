@@ -2,12 +2,11 @@ package replaysafe
 
 import (
 	"context"
-	"math/rand/v2"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/driver"
 )
 
 // Retry configures retries that cannot duplicate a side effect: the same
@@ -76,9 +75,6 @@ type RetryBudget struct {
 // and 504 Gateway Timeout.
 var DefaultRetryStatuses = []int{429, 502, 503, 504}
 
-// maxRetryAttempts bounds Retry.MaxAttempts.
-const maxRetryAttempts = 10
-
 type retryKey struct{}
 
 // WithRetry returns a context that carries r as the retry policy of the
@@ -89,25 +85,25 @@ func WithRetry(ctx context.Context, r Retry) context.Context {
 }
 
 // retryFor returns the policy of req, in fsm terms, with its budget.
-func (t *Transport) retryFor(req *http.Request) (fsm.Retry, RetryBudget) {
+func (t *Transport) retryFor(req *http.Request) (fsm.Retry, driver.Budget) {
 	r := t.opt.Retry
 	if v, ok := req.Context().Value(retryKey{}).(Retry); ok {
 		r = v
 	}
 	if r.MaxAttempts <= 0 {
-		return fsm.Retry{}, RetryBudget{}
+		return fsm.Retry{}, driver.Budget{}
 	}
 	statuses := r.Statuses
 	if statuses == nil {
 		statuses = DefaultRetryStatuses
 	}
 	return fsm.Retry{
-		Attempts:      uint8(min(r.MaxAttempts, maxRetryAttempts)),
+		Attempts:      uint8(min(r.MaxAttempts, driver.MaxAttempts)),
 		Statuses:      fsm.Statuses(statuses...),
 		Base:          orDefault(r.BaseDelay, 100*time.Millisecond),
 		Cap:           orDefault(r.MaxDelay, 10*time.Second),
 		MaxRetryAfter: orDefault(r.MaxRetryAfter, 30*time.Second),
-	}, r.Budget.normalized()
+	}, driver.Budget(r.Budget.normalized())
 }
 
 func orDefault(d, def time.Duration) time.Duration {
@@ -132,112 +128,4 @@ func (b RetryBudget) normalized() RetryBudget {
 	}
 	b.Window = max(b.Window.Truncate(time.Second), time.Second)
 	return b
-}
-
-// retryBudgets are the retry budgets of a Transport's routes, bounded to
-// maxMemo routes.
-type retryBudgets struct {
-	mu     sync.Mutex
-	routes map[string]*budgetWindow
-}
-
-// budgetWindow counts a route's calls and retries per second over the
-// last window: slot s holds the counts of the second sec[s].
-type budgetWindow struct {
-	sec            []int64
-	calls, retries []int
-}
-
-// window returns the route's counts, made for a window of n seconds.
-func (b *retryBudgets) window(route string, n int) *budgetWindow {
-	if b.routes == nil {
-		b.routes = map[string]*budgetWindow{}
-	}
-	w := b.routes[route]
-	if w == nil || len(w.sec) != n {
-		if len(b.routes) >= maxMemo {
-			for k := range b.routes { // an arbitrary route's counts start over
-				delete(b.routes, k)
-				break
-			}
-		}
-		w = &budgetWindow{sec: make([]int64, n), calls: make([]int, n), retries: make([]int, n)}
-		b.routes[route] = w
-	}
-	return w
-}
-
-// slot returns the slot of second sec, emptied when it held an older one.
-func (w *budgetWindow) slot(sec int64) int {
-	i := int(sec % int64(len(w.sec)))
-	if w.sec[i] != sec {
-		w.sec[i], w.calls[i], w.retries[i] = sec, 0, 0
-	}
-	return i
-}
-
-// sums returns the calls and retries counted in the window ending at sec.
-func (w *budgetWindow) sums(sec int64) (calls, retries int) {
-	for i, s := range w.sec {
-		if s > sec-int64(len(w.sec)) && s <= sec {
-			calls += w.calls[i]
-			retries += w.retries[i]
-		}
-	}
-	return calls, retries
-}
-
-// call counts one call of route at now.
-func (b *retryBudgets) call(route string, p RetryBudget, now time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	w := b.window(route, int(p.Window/time.Second))
-	w.calls[w.slot(now.Unix())]++
-}
-
-// reserve counts one retry of route at now when the budget has room for
-// it, and reports whether it had.
-func (b *retryBudgets) reserve(route string, p RetryBudget, now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	w := b.window(route, int(p.Window/time.Second))
-	calls, retries := w.sums(now.Unix())
-	if float64(retries+1) > p.Ratio*float64(calls)+float64(p.MinPerSecond*len(w.sec)) {
-		return false
-	}
-	w.retries[w.slot(now.Unix())]++
-	return true
-}
-
-// unreserve gives back a retry reserved at now.
-func (b *retryBudgets) unreserve(route string, p RetryBudget, now time.Time) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	w := b.window(route, int(p.Window/time.Second))
-	if i := w.slot(now.Unix()); w.retries[i] > 0 {
-		w.retries[i]--
-	}
-}
-
-// jitter returns a random fraction in [0, 1) for a retry's wait.
-func (t *Transport) jitter() float64 {
-	if t.rand != nil {
-		return t.rand()
-	}
-	return rand.Float64()
-}
-
-// sleep waits d or until ctx ends, and returns ctx's error then.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-		return nil
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

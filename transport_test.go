@@ -286,7 +286,7 @@ func TestNoHiddenRetry(t *testing.T) {
 	})
 	t.Run("GET retry policy", func(t *testing.T) {
 		s := start(t, crossing(replaysafetest.CloseFIN))
-		tr, _ := client(t, s, replaysafe.Options{RetryPolicy: true})
+		tr, _ := client(t, s, replaysafe.Options{CallerRetries: true})
 		get(t, tr, s, "/warm")
 		_, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/target", ""))
 		wantRule(t, err, fsm.RuleRetryPolicy, 1)

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/plan"
 )
 
@@ -207,9 +208,9 @@ func Plan(req *http.Request, e Egress) Dispatch {
 	switch first := tp.First(); {
 	case first.Next == plan.FallbackALPN:
 		d.Version = VersionALPN
-	case first.Proto == plan.ProtoH2:
+	case first.Proto == fsm.ProtoH2:
 		d.Version, d.Exact = VersionHTTP2, true
-	case first.Proto == plan.ProtoH3:
+	case first.Proto == fsm.ProtoH3:
 		d.Version, d.Exact = VersionHTTP3, true
 	default:
 		d.Version, d.Exact = VersionHTTP11, true

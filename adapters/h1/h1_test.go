@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/h1"
+	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/spec"
 	"go.uber.org/goleak"
 )

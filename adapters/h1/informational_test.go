@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/h1"
 	"github.com/replaysafe/replaysafe/adapters/informational"
 	"github.com/replaysafe/replaysafe/adapters/recorder"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // endless1xx is a raw HTTP/1.1 server that answers the first request on

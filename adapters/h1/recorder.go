@@ -6,10 +6,10 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/informational"
 	"github.com/replaysafe/replaysafe/adapters/netclass"
 	"github.com/replaysafe/replaysafe/adapters/recorder"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // Recorder feeds the observations of one HTTP/1.1 wire attempt into an

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/informational"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // Attempt follows one request on a connection a Wire observes: it learns

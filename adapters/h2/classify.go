@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/netclass"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // source says which row of the classification table decided, so that

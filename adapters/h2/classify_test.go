@@ -15,8 +15,8 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/h2"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 type timeoutErr struct{ timeout bool }

@@ -18,8 +18,8 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/net/http2"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/h2"
+	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 )
 

@@ -20,9 +20,9 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/h2"
 	"github.com/replaysafe/replaysafe/adapters/informational"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // raw1xxServer is a raw HTTP/2 (prior knowledge) server written with

@@ -8,8 +8,8 @@ import (
 
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/informational"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // Attempt follows one request on a watched connection: it learns the

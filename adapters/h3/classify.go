@@ -7,8 +7,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/netclass"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // source says which row of the classification table decided, so that

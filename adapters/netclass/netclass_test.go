@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/netclass"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 type timeoutErr struct{}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/recorder"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // manualClock is a Clock the test advances; its timers fire in Advance.

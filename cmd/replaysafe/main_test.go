@@ -101,7 +101,7 @@ func TestUnknownCommand(t *testing.T) {
 }
 
 func TestBenchReadsSavedRun(t *testing.T) {
-	code, out, errOut := runCmd(t, "bench", "-in", filepath.Join("..", "..", "internal", "bench", "testdata", "sample.txt"))
+	code, out, errOut := runCmd(t, "bench", "-in", filepath.Join("..", "..", "internal", "harness", "bench", "testdata", "sample.txt"))
 	if code != 0 || !strings.Contains(out, "RoundTrip/h1/GET/c1") || !strings.Contains(out, "x-net-http2") {
 		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}

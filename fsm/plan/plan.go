@@ -15,18 +15,19 @@
 // next leg's policy.
 package plan
 
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -linecomment -type Policy,Proto,Fallback -output enum_string.go
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -linecomment -type Policy,Fallback -output enum_string.go
 
 import (
 	"errors"
 
+	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/route"
 )
 
 // Policy is the transport's protocol policy, as configured.
 type Policy uint8
 
-// Policies: the transport's Protocol values, in the same order.
+// Policies. replaysafe.Protocol is this type, so its values are these.
 const (
 	// HTTP1 speaks HTTP/1.1 only.
 	HTTP1 Policy = iota // http1
@@ -46,20 +47,6 @@ const (
 	DiscoverHTTP3 // discover-http3
 
 	policyCount
-)
-
-// Proto is the HTTP version a leg speaks.
-type Proto uint8
-
-// Protocols of a leg.
-const (
-	// ProtoH1 is HTTP/1.1 over TCP or TLS.
-	ProtoH1 Proto = iota + 1 // h1
-	// ProtoH2 is HTTP/2 over TLS (ALPN) or cleartext with prior
-	// knowledge. Under negotiation ALPN may still answer HTTP/1.1.
-	ProtoH2 // h2
-	// ProtoH3 is HTTP/3 over QUIC.
-	ProtoH3 // h3
 )
 
 // Fallback is when a leg hands the call to the next one.
@@ -102,8 +89,8 @@ type Input struct {
 
 // Leg is one protocol a call may run on.
 type Leg struct {
-	// Proto is the HTTP version spoken.
-	Proto Proto
+	// Proto is the HTTP version spoken: fsm.ProtoH1, ProtoH2 or ProtoH3.
+	Proto fsm.Proto
 	// Route is the route policy the leg's connections are pooled under:
 	// connections made under one policy never serve another.
 	Route route.Policy
@@ -183,7 +170,7 @@ var plans = func() (all [int(policyCount) << inputBits]Plan) {
 
 // build makes the plan for in.
 func build(in Input) Plan {
-	h1 := Leg{Proto: ProtoH1, Route: route.PolicyH1}
+	h1 := Leg{Proto: fsm.ProtoH1, Route: route.PolicyH1}
 	if in.HTTPS {
 		h1.ALPN = []string{"http/1.1"}
 	}
@@ -234,7 +221,7 @@ func build(in Input) Plan {
 func withoutH1(p Plan) Plan {
 	var legs []Leg
 	for _, l := range p.Legs {
-		if l.Proto != ProtoH1 {
+		if l.Proto != fsm.ProtoH1 {
 			legs = append(legs, l)
 		}
 	}
@@ -249,7 +236,7 @@ func withoutH1(p Plan) Plan {
 }
 
 func h2Leg(p route.Policy, https bool) Leg {
-	l := Leg{Proto: ProtoH2, Route: p}
+	l := Leg{Proto: fsm.ProtoH2, Route: p}
 	if https {
 		l.ALPN = p.ALPN()
 	}
@@ -258,7 +245,7 @@ func h2Leg(p route.Policy, https bool) Leg {
 
 // h3Leg is the HTTP/3 leg: alone (fallback false), or racing ahead of TCP.
 func h3Leg(fallback bool) Leg {
-	l := Leg{Proto: ProtoH3, Route: route.PolicyH3, ALPN: route.PolicyH3.ALPN()}
+	l := Leg{Proto: fsm.ProtoH3, Route: route.PolicyH3, ALPN: route.PolicyH3.ALPN()}
 	if fallback {
 		l.Race, l.Next = true, FallbackNoConn
 	}

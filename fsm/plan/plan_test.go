@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/plan"
 )
 
@@ -105,15 +106,15 @@ func TestInvariants(t *testing.T) {
 					t.Errorf("%+v: leg %d hands over %v", in, i, l.Next)
 				}
 				switch l.Proto {
-				case plan.ProtoH3:
+				case fsm.ProtoH3:
 					if i != 0 || !in.HTTPS || in.Proxied || l.Next == plan.FallbackALPN {
 						t.Errorf("%+v: %s", in, legs(p))
 					}
-				case plan.ProtoH2:
+				case fsm.ProtoH2:
 					if l.Next == plan.FallbackALPN && !in.HTTPS || l.Next == plan.FallbackNoConn {
 						t.Errorf("%+v: %s", in, legs(p))
 					}
-				case plan.ProtoH1:
+				case fsm.ProtoH1:
 					if in.ExtendedConnect || in.HTTPS != (len(l.ALPN) == 1 && l.ALPN[0] == "http/1.1") {
 						t.Errorf("%+v: %s", in, legs(p))
 					}

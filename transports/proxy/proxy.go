@@ -199,3 +199,25 @@ type fixedDeadline struct{ net.Conn }
 func (fixedDeadline) SetDeadline(time.Time) error      { return nil }
 func (fixedDeadline) SetReadDeadline(time.Time) error  { return nil }
 func (fixedDeadline) SetWriteDeadline(time.Time) error { return nil }
+
+// ResolveError reports that the proxies of a request could not be
+// decided: the selector or a hop's credential resolver failed, or
+// returned something unusable (a nil or malformed URL, a chain that
+// would show credentials to an earlier hop). Nothing was dialed.
+type ResolveError struct {
+	// Hop is the 1-based hop the failure concerns, or 0 for the selector.
+	Hop int
+	// Err is the cause.
+	Err error
+}
+
+// Error names the hop, if any, and the cause.
+func (e *ResolveError) Error() string {
+	if e.Hop > 0 {
+		return "replaysafe: proxy hop " + strconv.Itoa(e.Hop) + ": " + e.Err.Error()
+	}
+	return "replaysafe: proxy selection: " + e.Err.Error()
+}
+
+// Unwrap returns the cause.
+func (e *ResolveError) Unwrap() error { return e.Err }

@@ -9,8 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/recorder"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // Floor is a reference client that prices a part of replaysafe's work:

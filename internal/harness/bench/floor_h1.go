@@ -7,8 +7,8 @@ import (
 	"net/http/httptrace"
 	"sync/atomic"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/h1"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // H1Floor is the HTTP/1.1 Floor: net/http's Transport over connections

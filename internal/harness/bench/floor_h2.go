@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/h2"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // H2Floor is the HTTP/2 Floor: x/net's Transport over connections

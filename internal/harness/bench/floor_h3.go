@@ -12,8 +12,8 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/h3"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // H3Floor is the HTTP/3 Floor: quic-go's http3.Transport, each of whose

@@ -153,7 +153,7 @@ func fuzzFuncs(t *testing.T, dir string) map[string]bool {
 // docs/fuzzing.md has the target's build line.
 func TestTargetsListEveryFuzzFunc(t *testing.T) {
 	targets := Targets()
-	funcs := fuzzFuncs(t, filepath.Join("..", "..", "fuzz"))
+	funcs := fuzzFuncs(t, filepath.Join("..", "..", "..", "fuzz"))
 	listed := map[string]bool{}
 	for _, name := range targets {
 		if listed[name] {
@@ -171,7 +171,7 @@ func TestTargetsListEveryFuzzFunc(t *testing.T) {
 	}
 
 	var goFiles []string
-	err := filepath.WalkDir(filepath.Join("..", "..", "fuzz"), func(path string, d os.DirEntry, err error) error {
+	err := filepath.WalkDir(filepath.Join("..", "..", "..", "fuzz"), func(path string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".go") {
 			goFiles = append(goFiles, path)
 		}
@@ -180,7 +180,7 @@ func TestTargetsListEveryFuzzFunc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs, err := os.ReadFile(filepath.Join("..", "..", "docs", "fuzzing.md"))
+	docs, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "fuzzing.md"))
 	if err != nil {
 		t.Fatal(err)
 	}

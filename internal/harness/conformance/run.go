@@ -60,7 +60,7 @@ const quickPeerDeadline = 2 * time.Second
 // use.
 var replaysafeOptions = map[string]func(*replaysafe.Options){
 	"disable-resend": func(o *replaysafe.Options) { o.DisableResend = true },
-	"retry-policy":   func(o *replaysafe.Options) { o.RetryPolicy = true },
+	"retry-policy":   func(o *replaysafe.Options) { o.CallerRetries = true },
 }
 
 // Run is the outcome of one run of a case.

@@ -37,20 +37,21 @@ type use struct {
 }
 
 var groups = []group{
-	{"root", "replaysafe, the root package (public)"},
+	{"root", "replaysafe, the face (public)"},
+	{"products", "built on the face (public)"},
 	{"pure", "pure decision logic (public; standard library only)"},
 	{"public", "the rules as data (public)"},
-	{"adapters", "adapters: one per stack"},
-	{"internal", "internal: dialing, conformance, trace checks"},
+	{"adapters", "adapters: what each stack observes, as fsm events (public)"},
+	{"transports", "transports: connections and tunnels, usable alone (public)"},
+	{"internal", "internal: what the face runs on"},
+	{"harness", "internal/harness: tools that import the library"},
 	{"checks", "the test kit (public), tests and tools"},
 }
 
 var nodes = []node{
 	{"caller", "", "", "the caller: http.Client or any RoundTripper user", "the caller"},
-	{"transport", "root", "replaysafe", "Transport.RoundTrip, Options, *Error, observers", "Transport"},
-	{"pool", "root", "replaysafe", "pool acquire: HTTP/1.1 pool and one pool for HTTP/2 and HTTP/3 connections", "pool acquire"},
-	{"driver", "root", "replaysafe", "attempt driver: runs one wire attempt, feeds the machine, acts on its decision", "attempt driver"},
-	{"forward", "root", "replaysafe", "Forwarder: a streaming reverse proxy, an http.Handler forwarding through a Transport", "Forwarder"},
+	{"transport", "root", "replaysafe", "New, Options, Transport.RoundTrip (validate, run the call, one *Error), Retry, Observer, Protocol", "Transport"},
+	{"forward", "products", "forward", "Forwarder: a streaming reverse proxy, an http.Handler forwarding through a Transport", ""},
 	{"plan", "pure", "fsm/plan", "dispatch plan: which protocols a call tries, in what order", ""},
 	{"route", "pure", "fsm/route", "route snapshot and the one acquisition deadline", ""},
 	{"fsm", "pure", "fsm", "the machine: request facts and events in, decision and rule out", ""},
@@ -59,35 +60,44 @@ var nodes = []node{
 	{"h1", "adapters", "adapters/h1", "net/http client connection", ""},
 	{"h2", "adapters", "adapters/h2", "x/net/http2", ""},
 	{"h3", "adapters", "adapters/h3", "quic-go/http3", ""},
-	{"proxy", "internal", "transports/proxy", "CONNECT and SOCKS5 hops", ""},
+	{"recorder", "adapters", "adapters/recorder", "feeds an attempt's events to its machine, keeps the trace, arms the deadline", ""},
+	{"proxy", "transports", "transports/proxy", "CONNECT and SOCKS5 hops, NO_PROXY", ""},
+	{"driver", "internal", "internal/driver", "the call driver: one attempt loop for every protocol, feeding the machines and acting on their decisions", ""},
+	{"pool", "internal", "internal/pool", "bounded pools: HTTP/1.1 idle connections, multiplexed HTTP/2 and HTTP/3 connections, the per-route limit", ""},
+	{"dial", "internal", "internal/dial", "route resolution (proxies, credentials) and connection establishment under one deadline", ""},
 	{"altsvc", "internal", "internal/altsvc", "Alt-Svc cache for HTTP/3", ""},
-	{"conformance", "internal", "internal/harness/conformance", "fault scenarios counted at the server", ""},
-	{"tracecheck", "internal", "internal/harness/tracecheck", "replays observed attempt traces through fsm and the model", ""},
+	{"conformance", "harness", "internal/harness/conformance", "fault scenarios counted at the server", ""},
+	{"tracecheck", "harness", "internal/harness/tracecheck", "replays observed attempt traces through fsm and the model", ""},
 	{"rstest", "checks", "replaysafetest", "scripted servers that count what they receive", ""},
 	{"model", "checks", "model_test", "independent model of the rules", ""},
 	{"fuzz", "checks", "fuzz", "native fuzz targets and seed corpora", ""},
-	{"cmd", "checks", "cmd/replaysafe", "rules, explain, conformance, fuzz, bench", ""},
+	{"cmd", "checks", "cmd/replaysafe", "rules, explain, conformance, soak, forward, fuzz, bench", ""},
 }
 
-// flow is the data flow of one call: plan → acquire → attempt → machine →
-// decision → call machine, and the resend or retry it decides.
+// flow is the data flow of one call: face → driver → plan → acquire →
+// attempt → machine → decision → call machine, and the resend or retry
+// it decides.
 var flow = []step{
 	{"caller", "transport", "RoundTrip(req)"},
-	{"transport", "plan", "scheme, route snapshot, what earlier calls learned"},
+	{"transport", "driver", "the validated request and its retry policy"},
+	{"driver", "plan", "scheme, route, what earlier calls learned"},
 	{"plan", "pool", "dispatch plan: legs with protocol, pool policy, ALPN"},
-	{"pool", "proxy", "dial through the hops under one acquisition deadline"},
+	{"pool", "dial", "on a miss, one dial under the acquisition deadline"},
+	{"dial", "proxy", "through the hops"},
 	{"pool", "driver", "connection, reused or fresh"},
 	{"driver", "h1", "run the attempt on the stack"},
 	{"h1", "fsm", "events: Step(event)"},
 	{"fsm", "driver", "decision: action, rule, connection verdict"},
 	{"driver", "call", "outcome: the decision, a response's status and Retry-After, the route's retry budget"},
-	{"call", "transport", "deliver, fail with the rule, resend at once, or retry after a wait on a new route snapshot"},
+	{"call", "driver", "deliver, fail with the rule, resend at once, or retry after a wait on a new route snapshot"},
+	{"driver", "transport", "the response, or the failure the face reports as *Error"},
 }
 
 var uses = []use{
 	{"plan", "route", ""},
-	{"pool", "route", "acquisition deadline"},
+	{"dial", "route", "acquisition deadline"},
 	{"forward", "transport", "forwards through"},
+	{"h1", "recorder", ""},
 	{"spec", "fsm", "generates the rule constants"},
 	{"model", "fsm", "compares"},
 	{"fuzz", "fsm", "fuzzes against the model"},
@@ -98,7 +108,7 @@ var uses = []use{
 	{"cmd", "conformance", "conformance"},
 	{"h2", "fsm", ""},
 	{"h3", "fsm", ""},
-	{"pool", "altsvc", "HTTP/3 alternatives"},
+	{"driver", "altsvc", "HTTP/3 alternatives"},
 }
 
 func main() {
@@ -204,7 +214,7 @@ func name(n node) string {
 	switch {
 	case n.pkg == "":
 		return n.short
-	case n.group == "root":
+	case n.group == "root" || n.short != "":
 		return "`" + n.pkg + "` (" + n.short + ")"
 	}
 	return "`" + n.pkg + "`"

@@ -1,4 +1,4 @@
-package replaysafe
+package driver
 
 //lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn, GoAwayError) so that x/net's own retry loop never runs; DESIGN.md "Dependencies" chose it, and x/net's deprecation points to net/http, which would bring that loop back.
 
@@ -13,19 +13,21 @@ import (
 
 	"golang.org/x/net/http2"
 
+	"github.com/replaysafe/replaysafe/adapters/h2"
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/plan"
-	"github.com/replaysafe/replaysafe/adapters/h2"
+	"github.com/replaysafe/replaysafe/internal/dial"
+	"github.com/replaysafe/replaysafe/internal/pool"
 )
 
-// errFallbackH1 means ALPN selected HTTP/1.1 under ProtocolNegotiate: the
+// errFallbackH1 means ALPN selected HTTP/1.1 under plan.Negotiate: the
 // call goes to the HTTP/1.1 path, nothing of it having been sent.
 var errFallbackH1 = errors.New("replaysafe: ALPN selected HTTP/1.1")
 
 // newH2Factory returns the http2.Transport whose only use is
 // NewClientConn: its RoundTrip, and with it x/net's retry loop and
 // backoff sleeps, never runs.
-func newH2Factory(o Options) *http2.Transport {
+func newH2Factory(cfg Config) *http2.Transport {
 	// No IdleConnTimeout: the pool closes idle connections (muxPool),
 	// with a timer that lets go of the connection once it is closed.
 	// x/net's own idle timer, once stopped for good, stays in the
@@ -33,22 +35,22 @@ func newH2Factory(o Options) *http2.Transport {
 	// next cleaned, and its too-idle check reads the clock on every
 	// reservation.
 	t := &http2.Transport{
-		DisableCompression: o.DisableCompression,
+		DisableCompression: cfg.DisableCompression,
 		AllowHTTP:          true,
 	}
-	if o.MaxResponseHeaderBytes > 0 && o.MaxResponseHeaderBytes <= 1<<32-1 {
-		t.MaxHeaderListSize = uint32(o.MaxResponseHeaderBytes)
+	if cfg.MaxResponseHeaderBytes > 0 && cfg.MaxResponseHeaderBytes <= 1<<32-1 {
+		t.MaxHeaderListSize = uint32(cfg.MaxResponseHeaderBytes)
 	}
 	return t
 }
 
 // runH2 is call.run for HTTP/2: at most two wire attempts, the resend at
 // once on a new connection.
-func (c *call) runH2() (*http.Response, error) {
-	if err := checkStreamHeader("HTTP/2", c.req.Header); err != nil {
-		return c.refuse(err)
+func (tr *try) runH2() (*http.Response, error) {
+	if err := checkStreamHeader("HTTP/2", tr.req.Header); err != nil {
+		return tr.refuse(err)
 	}
-	return c.attempts(c.attemptH2)
+	return tr.attempts(tr.attemptH2)
 }
 
 // checkStreamHeader rejects the connection-specific fields HTTP/2 and
@@ -77,22 +79,22 @@ func checkStreamHeader(proto string, h http.Header) error {
 // the final error, or the next attempt's start when fsm decided to
 // resend; or errFallbackH1 (attempt 1 only, nothing sent, nothing
 // reported) when ALPN selected HTTP/1.1.
-func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
+func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	body := start.body
 	ha := &h2Attempt{}
-	a := c.newAttempt(&ha.attempt, n, body, c.streamRecorder(&ha.rec, &ha.attempt, start.facts), bodyWatch{mux: true})
+	a := tr.newAttempt(&ha.attempt, n, body, tr.streamRecorder(&ha.rec, &ha.attempt, start.facts), bodyWatch{mux: true})
 	same, _ := start.same.(*h2Conn)
 	// A pooled connection with room is taken at once (the pool's own
 	// first step, muxPool.acquire); only an attempt that may wait or dial
 	// needs its own context and the acquisition deadline's timer.
 	var hc *h2Conn
 	reused := false
-	if start.after != ownConn {
-		hc, reused, _ = c.t.h2pool.take(c.key, start.after, same)
+	if start.after != pool.OwnConn {
+		hc, reused, _ = tr.t.h2pool.Take(tr.key, start.after, same)
 	}
 	var err error
 	if hc == nil {
-		hc, reused, err = c.t.acquireH2(a.acquireContext(), c.key, c.snap, c.leg, a.rec.Start(), start.after, same)
+		hc, reused, err = tr.t.acquireH2(a.acquireContext(), tr.key, tr.snap, tr.leg, a.rec.Start(), start.after, same)
 	}
 	if err != nil {
 		if n == 1 && errors.Is(err, errFallbackH1) {
@@ -104,7 +106,7 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	}
 	a.reused = reused
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH2})
-	if trace := httptrace.ContextClientTrace(c.ctx); trace != nil && trace.GotConn != nil {
+	if trace := httptrace.ContextClientTrace(tr.ctx); trace != nil && trace.GotConn != nil {
 		// x/net calls it from its Transport's loop only, which never runs.
 		trace.GotConn(httptrace.GotConnInfo{Conn: hc.conn, Reused: reused})
 	}
@@ -114,8 +116,8 @@ func (c *call) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	// reservation take made.
 	s := &ha.stream
 	ha.att.Init(hc.wire)
-	*s = h2Stream{t: c.t, hc: hc, att: &ha.att, rec: &ha.rec}
-	s.att.SetInformationalLimit(c.t.informationalLimit())
+	*s = h2Stream{t: tr.t, hc: hc, att: &ha.att, rec: &ha.rec}
+	s.att.SetInformationalLimit(tr.t.informationalLimit())
 	a.wire = s
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
 		return withTrace(ctx, s.att.Trace(s.rec))
@@ -169,21 +171,21 @@ func (s *h2Stream) complete(a *attempt) fsm.Decision {
 // as reused for the next.
 func (s *h2Stream) end(_ fsm.Decision, clean bool) {
 	s.att.Done()
-	s.t.h2pool.done(s.hc, clean)
+	s.t.h2pool.Done(s.hc, clean)
 }
 
-func (s *h2Stream) retire() { s.t.h2pool.retire(s.hc) }
+func (s *h2Stream) retire() { s.t.h2pool.Retire(s.hc) }
 
 // learnGoAway reads the connection's GOAWAY, if one came: HTTP/2 client
 // streams are 1, 3, 5, ... and its last stream ID is the last one the
 // server processes (RFC 9113 §6.8).
 func (s *h2Stream) learnGoAway() {
 	if g, ok := s.hc.wire.GoAway(); ok && g.Code == http2.ErrCodeNo {
-		s.t.h2pool.learn(s.hc, int(g.LastStreamID+1)/2, time.Now())
+		s.t.h2pool.Learn(s.hc, int(g.LastStreamID+1)/2, time.Now())
 	}
 }
 
-func (s *h2Stream) resendFrom() (uint64, any) { return s.t.h2pool.mark(), s.hc }
+func (s *h2Stream) resendFrom() (uint64, any) { return s.t.h2pool.Mark(), s.hc }
 
 // uploading reports false: x/net ends a stream's upload with its
 // response.
@@ -192,15 +194,15 @@ func (s *h2Stream) uploading() bool { return false }
 // acquireH2 returns a connection with a stream reserved for one
 // attempt: a pooled one that can take a stream and joined the pool after
 // mark after (or is same), else a new one (muxPool.acquire).
-func (t *Transport) acquireH2(ctx context.Context, key connKey, snap *routeSnapshot, leg plan.Leg, start fsm.Instant, after uint64, same *h2Conn) (*h2Conn, bool, error) {
+func (t *Transport) acquireH2(ctx context.Context, key pool.Key, snap *dial.Route, leg plan.Leg, start fsm.Instant, after uint64, same *h2Conn) (*h2Conn, bool, error) {
 	check := func() error {
-		if _, h1 := t.h1Only.load(key); h1 {
+		if _, h1 := t.h1Only.Load(key); h1 {
 			return errFallbackH1
 		}
 		return nil
 	}
 	dial := func() (*h2Conn, error) { return t.dialH2(ctx, key, snap, leg, start) }
-	return t.h2pool.acquire(ctx, key, after, same, check, dial)
+	return t.h2pool.Acquire(ctx, key, after, same, check, dial)
 }
 
 // dialH2 makes a new HTTP/2 connection for key over snap: connect, as the
@@ -209,30 +211,30 @@ func (t *Transport) acquireH2(ctx context.Context, key connKey, snap *routeSnaps
 // origin (h2c with prior knowledge for a direct http route; the plan
 // refuses h2c through a proxy), the ALPN check, the adapters/h2
 // observer over the plaintext side, and x/net's ClientConn over that.
-func (t *Transport) dialH2(ctx context.Context, key connKey, snap *routeSnapshot, leg plan.Leg, start fsm.Instant) (*h2Conn, error) {
-	c, err := t.connect(ctx, key, snap, connectOpts{alpn: leg.ALPN, start: start})
+func (t *Transport) dialH2(ctx context.Context, key pool.Key, snap *dial.Route, leg plan.Leg, start fsm.Instant) (*h2Conn, error) {
+	c, err := t.dial.Connect(ctx, key, snap, dial.Opts{ALPN: leg.ALPN, Start: start})
 	if err != nil {
 		return nil, err
 	}
-	if c.tls != nil && c.tls.NegotiatedProtocol != http2.NextProtoTLS {
-		c.conn.Close()
+	if c.TLS != nil && c.TLS.NegotiatedProtocol != http2.NextProtoTLS {
+		c.Conn.Close()
 		if leg.Next == plan.FallbackALPN {
-			t.h1Only.store(key, struct{}{})
+			t.h1Only.Store(key, struct{}{})
 			return nil, errFallbackH1
 		}
-		return nil, fmt.Errorf("replaysafe: %s did not select h2 in ALPN (selected %q)", key.addr, c.tls.NegotiatedProtocol)
+		return nil, fmt.Errorf("replaysafe: %s did not select h2 in ALPN (selected %q)", key.Addr, c.TLS.NegotiatedProtocol)
 	}
-	oc, wire := h2.Observe(c.conn)
+	oc, wire := h2.Observe(c.Conn)
 	cc, err := t.h2factory.NewClientConn(oc)
 	if err != nil {
-		c.conn.Close()
+		c.Conn.Close()
 		return nil, err
 	}
 	// The dialing attempt's stream, reserved like every other, so that
 	// x/net counts it before the attempt's RoundTrip starts.
 	if !cc.ReserveNewRequest() {
 		cc.Close()
-		return nil, fmt.Errorf("replaysafe: new HTTP/2 connection to %s takes no stream", key.addr)
+		return nil, fmt.Errorf("replaysafe: new HTTP/2 connection to %s takes no stream", key.Addr)
 	}
-	return &h2Conn{cc: cc, wire: wire, tls: c.tls, conn: oc, pool: muxState{key: key}}, nil
+	return &h2Conn{cc: cc, wire: wire, tls: c.TLS, conn: oc, state: pool.MuxState{Key: key}}, nil
 }

@@ -1,24 +1,24 @@
-package replaysafe
+package driver
 
 import (
 	"context"
 	"net/http"
 	"net/http/httptrace"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/h1"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // attemptH1 runs wire attempt n over HTTP/1.1 from its start (the
 // caller's body, or GetBody's for a buffered resend). It returns the
 // response, or the final error, or the next attempt's start when fsm
 // decided to resend.
-func (c *call) attemptH1(n int, start resend) (*http.Response, *resend, error) {
+func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	ha := &h1Attempt{}
 	rec := &ha.rec
-	rec.InitUnarmed(start.facts, c.t.limits, c.t.clock, &ha.attempt) // armed by attempt.acquireContext
-	rec.SetInformationalLimit(c.t.informationalLimit())
-	a := c.newAttempt(&ha.attempt, n, start.body, rec, bodyWatch{})
+	rec.InitUnarmed(start.facts, tr.t.limits, tr.t.clock, &ha.attempt) // armed by attempt.acquireContext
+	rec.SetInformationalLimit(tr.t.informationalLimit())
+	a := tr.newAttempt(&ha.attempt, n, start.body, rec, bodyWatch{})
 
 	// An original attempt takes a pooled connection at once when there is
 	// one; only when it may wait or dial does it need its own context
@@ -26,18 +26,18 @@ func (c *call) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	var pc *persistConn
 	reused := false
 	if n == 1 {
-		pc = c.t.pooled(c.key, rec)
+		pc = tr.t.pooled(tr.key, rec)
 		reused = pc != nil
 	}
 	if pc == nil {
 		var err error
-		pc, reused, err = c.t.acquire(a.acquireContext(), c.key, c.snap, c.leg.ALPN, n == 1, rec)
+		pc, reused, err = tr.t.acquire(a.acquireContext(), tr.key, tr.snap, tr.leg.ALPN, n == 1, rec)
 		if err != nil {
 			return a.acquireFailed(err)
 		}
 	}
 	a.reused = reused
-	ha.wire = h1Wire{t: c.t, pc: pc, rec: rec, req: c.req}
+	ha.wire = h1Wire{t: tr.t, pc: pc, rec: rec, req: tr.req}
 	a.wire = &ha.wire
 	if d := a.rec.Decision(); d.Action.Final() {
 		// A deadline or a cancellation decided while the dial succeeded.
@@ -46,7 +46,7 @@ func (c *call) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 		}
 		return a.failed(d, a.cause(context.Cause(a.ctx)))
 	}
-	c.t.gotConn(c.ctx, pc, reused)
+	tr.t.gotConn(tr.ctx, pc, reused)
 	out := a.outgoing(start.body, func(ctx context.Context) context.Context {
 		if httptrace.ContextClientTrace(ctx) == nil {
 			return httptrace.WithClientTrace(ctx, pc.conn.ClientTrace()) // made once per connection
@@ -79,7 +79,7 @@ type h1Wire struct {
 // fail feeds the failure the recorder reads from err, the connection's
 // own read or write error and the caller's context.
 func (w *h1Wire) fail(a *attempt, err error) fsm.Decision {
-	return w.rec.Fail(err, a.c.ctx, a.localErr())
+	return w.rec.Fail(err, a.tr.ctx, a.localErr())
 }
 
 func (w *h1Wire) complete(*attempt) fsm.Decision { return w.rec.Complete() }
@@ -88,12 +88,12 @@ func (w *h1Wire) complete(*attempt) fsm.Decision { return w.rec.Complete() }
 // may be reused after (and neither side asked to close it), else closes
 // it.
 func (w *h1Wire) end(d fsm.Decision, clean bool) {
-	if clean && d.Conn == fsm.ConnReuse && w.resp != nil && !w.resp.Close && !w.req.Close && w.t.opt.MaxIdleConnsPerHost > 0 {
-		w.t.pool.put(w.pc)
+	keep := clean && d.Conn == fsm.ConnReuse && w.resp != nil && !w.resp.Close && !w.req.Close && w.t.cfg.MaxIdleConnsPerHost > 0
+	if w.pc.reusable() && keep {
+		w.t.h1pool.Put(w.pc)
 		return
 	}
-	w.pc.conn.Detach()
-	w.pc.close()
+	w.pc.Close()
 }
 
 // retire does nothing: an HTTP/1.1 connection carries one attempt, and

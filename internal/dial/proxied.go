@@ -1,4 +1,4 @@
-package replaysafe
+package dial
 
 import (
 	"context"
@@ -6,10 +6,11 @@ import (
 	"net"
 	"time"
 
+	"github.com/replaysafe/replaysafe/adapters/recorder"
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/route"
+	"github.com/replaysafe/replaysafe/internal/pool"
 	"github.com/replaysafe/replaysafe/transports/proxy"
-	"github.com/replaysafe/replaysafe/adapters/recorder"
 )
 
 // budgetClock reads the Transport's clock, the one fsm deadlines are on,
@@ -19,7 +20,7 @@ type budgetClock struct{ c recorder.Clock }
 
 func (b budgetClock) Now() route.Instant { return route.Instant(b.c.Now()) }
 
-// dialFunc adapts Options.DialContext to proxy.ContextDialer.
+// dialFunc adapts Config.DialContext to proxy.ContextDialer.
 type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 
 func (f dialFunc) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -27,53 +28,53 @@ func (f dialFunc) DialContext(ctx context.Context, network, addr string) (net.Co
 }
 
 // connectProxied establishes a connection through snap's proxy chain:
-// the first hop through Options.DialContext, TLS with every https proxy,
+// the first hop through Config.DialContext, TLS with every https proxy,
 // CONNECT or SOCKS5 at every hop, then TLS with an https origin inside
-// the tunnel, offering o.alpn. One budget covers all of it, waiting for
-// capacity included: AcquireTimeout from o.start, the instant the
+// the tunnel, offering o.ALPN. One budget covers all of it, waiting for
+// capacity included: AcquireTimeout from o.Start, the instant the
 // attempt's machine started its acquire phase, on the machine's clock, so
 // both measure the same deadline. Every attempt (a resend included) has
 // its own.
-func (t *Transport) connectProxied(ctx context.Context, key connKey, snap *routeSnapshot, o connectOpts) (established, error) {
-	clock := budgetClock{t.clock}
-	start := route.Instant(o.start)
+func (d *Dialer) connectProxied(ctx context.Context, key pool.Key, snap *Route, o Opts) (Conn, error) {
+	clock := budgetClock{d.cfg.Clock}
+	start := route.Instant(o.Start)
 	if start == 0 {
 		start = clock.Now()
 	}
-	b := route.Start(start, t.opt.AcquireTimeout)
-	d := &proxy.Dialer{TCP: dialFunc(t.opt.DialContext), Clock: clock, AllowCleartextChainCredentials: t.opt.AllowCleartextChainCredentials}
+	b := route.Start(start, d.cfg.AcquireTimeout)
+	pd := &proxy.Dialer{TCP: dialFunc(d.cfg.DialContext), Clock: clock, AllowCleartextChainCredentials: d.cfg.AllowCleartextChainCredentials}
 	r := snap.route
 	hops := make([]proxy.Hop, r.NumHops())
 	for i := range hops {
 		hops[i] = proxy.Hop{Hop: r.Hop(i), HopConfig: snap.configs[i]}
 	}
-	tunnel, err := proxy.DialChain(ctx, d, hops, r.Addr(), b)
+	tunnel, err := proxy.DialChain(ctx, pd, hops, r.Addr(), b)
 	if ce, ok := errors.AsType[*proxy.ChainCredentialsError](err); ok {
-		return established{}, &ProxyError{Hop: ce.Hop, Err: err}
+		return Conn{}, &proxy.ResolveError{Hop: ce.Hop, Err: err}
 	}
 	if err != nil {
-		return established{}, acquireErr(ctx, b, clock, err)
+		return Conn{}, acquireErr(ctx, b, clock, err)
 	}
-	if key.scheme != "https" && len(hops) > 0 {
+	if key.Scheme != "https" && len(hops) > 0 {
 		// Bytes the last proxy sent with its CONNECT 2xx came before the
 		// request was written: no response to it, so the attempt fails
 		// (an acquisition failure: nothing of the request left).
 		last := len(hops) - 1
 		if err := proxy.CheckPlainTunnel(tunnel, last+1, hops[last].Addr()); err != nil {
 			tunnel.Close()
-			return established{}, err
+			return Conn{}, err
 		}
 	}
-	if key.scheme != "https" {
-		return established{conn: tunnel}, nil
+	if key.Scheme != "https" {
+		return Conn{Conn: tunnel}, nil
 	}
 	under, wire := o.underTLS(tunnel)
-	tc, err := proxy.HandshakeOrigin(ctx, d, under, t.tlsConfig(key.host, o.alpn), b)
+	tc, err := proxy.HandshakeOrigin(ctx, pd, under, d.TLSConfig(key.Host, o.ALPN), b)
 	if err != nil {
-		return established{}, acquireErr(ctx, b, clock, err)
+		return Conn{}, acquireErr(ctx, b, clock, err)
 	}
 	cs := tc.ConnectionState()
-	return established{conn: tc, wire: wire, tls: &cs}, nil
+	return Conn{Conn: tc, Wire: wire, TLS: &cs}, nil
 }
 
 // machineGrace bounds the wait for the machine's timer after the budget
@@ -112,33 +113,17 @@ func acquireErr(ctx context.Context, b route.Budget, clock budgetClock, err erro
 		}
 		de = b.Exceeded(clock.Now(), se.Step, se.Hop, nil)
 	}
-	return &AcquireDeadlineError{TimeoutError: te, Step: de}
+	named := *te
+	named.Step = de
+	return &named
 }
 
 // acquireTimeout returns the acquire-phase TimeoutError ctx was canceled
 // with, or nil.
-func acquireTimeout(ctx context.Context) *TimeoutError {
-	var te *TimeoutError
+func acquireTimeout(ctx context.Context) *recorder.TimeoutError {
+	var te *recorder.TimeoutError
 	if errors.As(context.Cause(ctx), &te) && te.Phase == fsm.PhaseAcquire {
 		return te
 	}
 	return nil
 }
-
-// AcquireDeadlineError is the cause of a call whose connection
-// acquisition ran out of time during a named step (a proxied route): it
-// is both the acquire-phase *TimeoutError and the *route.DeadlineError
-// naming the step and the proxy hop, so errors.As finds either.
-type AcquireDeadlineError struct {
-	*TimeoutError
-	Step *route.DeadlineError
-}
-
-// Error names the step and hop that ran out of time.
-func (e *AcquireDeadlineError) Error() string { return e.Step.Error() }
-
-// Unwrap returns the TimeoutError and the DeadlineError.
-func (e *AcquireDeadlineError) Unwrap() []error { return []error{e.TimeoutError, e.Step} }
-
-// Is reports context.DeadlineExceeded, as TimeoutError does.
-func (e *AcquireDeadlineError) Is(target error) bool { return target == context.DeadlineExceeded }

@@ -1,4 +1,4 @@
-package replaysafe
+package driver
 
 //lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn, GoAwayError) so that x/net's own retry loop never runs; DESIGN.md "Dependencies" chose it, and x/net's deprecation points to net/http, which would bring that loop back.
 
@@ -11,29 +11,30 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/adapters/h2"
+	"github.com/replaysafe/replaysafe/internal/pool"
 )
 
 // h2Conn is one HTTP/2 connection: x/net's ClientConn over the observed
 // connection whose Wire shows adapters/h2 the frames. Its pool is a
-// muxPool[*h2Conn]: an attempt takes a stream on the first pooled
+// pool.Mux[*h2Conn]: an attempt takes a stream on the first pooled
 // connection whose ClientConn.ReserveNewRequest succeeds, which respects
 // the server's SETTINGS_MAX_CONCURRENT_STREAMS; the pool's idle timer,
 // not x/net's IdleConnTimeout, closes an idle connection (see
 // newH2Factory).
 type h2Conn struct {
-	cc   *http2.ClientConn
-	wire *h2.Wire
-	tls  *tls.ConnectionState // nil for h2c
-	conn net.Conn             // the observed connection, for GotConn
-	pool muxState             // guarded by the pool's lock
+	cc    *http2.ClientConn
+	wire  *h2.Wire
+	tls   *tls.ConnectionState // nil for h2c
+	conn  net.Conn             // the observed connection, for GotConn
+	state pool.MuxState        // guarded by the pool's lock
 	// waiting: reserve's last refusal was for the server's SETTINGS
 	// (guarded by the pool's lock, see pending).
 	waiting bool
 }
 
-func (c *h2Conn) mux() *muxState { return &c.pool }
+func (c *h2Conn) Mux() *pool.MuxState { return &c.state }
 
-// reserve takes a stream, except that a connection whose SETTINGS have
+// Reserve takes a stream, except that a connection whose SETTINGS have
 // not arrived yet takes only its first attempt: before them x/net
 // assumes a concurrency limit the server may not have, and a server
 // refuses the streams beyond its real one (REFUSED_STREAM), which for a
@@ -47,30 +48,33 @@ func (c *h2Conn) mux() *muxState { return &c.pool }
 // write lock, held across each socket write. A server that stopped
 // reading would hold it for as long as it stops, and the whole pool with
 // it. The Wire answers instead.
-func (c *h2Conn) reserve() bool {
-	c.waiting = c.pool.active > 0 && !c.wire.Settled() && !c.wire.Closed()
-	if c.waiting || c.pool.active >= h2.MaxConcurrentStreams {
+func (c *h2Conn) Reserve() bool { return c.reserveAt(c.state.Active()) }
+
+// reserveAt is Reserve with active attempts running on the connection.
+func (c *h2Conn) reserveAt(active int) bool {
+	c.waiting = active > 0 && !c.wire.Settled() && !c.wire.Closed()
+	if c.waiting || active >= h2.MaxConcurrentStreams {
 		return false
 	}
 	return c.cc.ReserveNewRequest()
 }
 
-// pending reports whether reserve's last refusal was for the server's
+// Pending reports whether reserve's last refusal was for the server's
 // SETTINGS. It does not ask again: SETTINGS arriving in between would
 // make a connection with room look full, and the pool dial for room it
 // has.
-func (c *h2Conn) pending() bool { return c.waiting }
+func (c *h2Conn) Pending() bool { return c.waiting }
 
-// gone reports whether the connection closed or the server sent a
+// Gone reports whether the connection closed or the server sent a
 // GOAWAY. A connection x/net stopped using for another reason (an error
 // that left it unfit for reuse) looks full instead: attempts dial
 // around it, and it closes once idle.
-func (c *h2Conn) gone() bool {
+func (c *h2Conn) Gone() bool {
 	_, goAway := c.wire.GoAway()
 	return goAway || c.wire.Closed()
 }
 
-// close closes the connection gracefully, in the background: a GOAWAY,
+// Close closes the connection gracefully, in the background: a GOAWAY,
 // then the close once x/net's streams are done, or after h2DrainTimeout.
 // The pool's count of attempts can reach zero while x/net still finishes
 // a stream (a canceled or abandoned one being reset, an upload after its
@@ -79,7 +83,7 @@ func (c *h2Conn) gone() bool {
 // which a write to a server that stopped reading holds: the GOAWAY waits
 // for it in the background, and the timeout's ClientConn.Close, which
 // does not take it, ends that write.
-func (c *h2Conn) close() {
+func (c *h2Conn) Close() {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), h2DrainTimeout)
 		defer cancel()

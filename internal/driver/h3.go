@@ -1,4 +1,4 @@
-package replaysafe
+package driver
 
 import (
 	"context"
@@ -15,17 +15,13 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/replaysafe/replaysafe/adapters/h3"
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/plan"
-	"github.com/replaysafe/replaysafe/adapters/h3"
+	"github.com/replaysafe/replaysafe/internal/pool"
 )
 
-// H3RetryAfter is how long, under ProtocolPreferHTTP3, a route whose QUIC
-// connection could not be established keeps using TCP before HTTP/3 is
-// tried again.
-const H3RetryAfter = 5 * time.Minute
-
-// errFallbackTCP means ProtocolPreferHTTP3 could not get a QUIC
+// errFallbackTCP means plan.PreferHTTP3 could not get a QUIC
 // connection for the call's first attempt: the call goes over TCP,
 // nothing of it having been sent.
 var errFallbackTCP = errors.New("replaysafe: no HTTP/3 connection; falling back to TCP")
@@ -33,10 +29,10 @@ var errFallbackTCP = errors.New("replaysafe: no HTTP/3 connection; falling back 
 // newH3Factory returns the http3.Transport whose only use is
 // NewClientConn: its RoundTrip, and with it quic-go's retry of requests
 // on a connection that could not take them, never runs.
-func newH3Factory(o Options) *http3.Transport {
-	t := &http3.Transport{DisableCompression: o.DisableCompression}
-	if o.MaxResponseHeaderBytes > 0 && o.MaxResponseHeaderBytes <= 1<<31-1 {
-		t.MaxResponseHeaderBytes = int(o.MaxResponseHeaderBytes)
+func newH3Factory(cfg Config) *http3.Transport {
+	t := &http3.Transport{DisableCompression: cfg.DisableCompression}
+	if cfg.MaxResponseHeaderBytes > 0 && cfg.MaxResponseHeaderBytes <= 1<<31-1 {
+		t.MaxResponseHeaderBytes = int(cfg.MaxResponseHeaderBytes)
 	}
 	return t
 }
@@ -45,10 +41,10 @@ func newH3Factory(o Options) *http3.Transport {
 // by w: a clone of Options.QUICConfig with w as its tracer.
 func (t *Transport) quicConfig(w *h3.Watch) *quic.Config {
 	var cfg *quic.Config
-	if t.opt.QUICConfig != nil {
-		cfg = t.opt.QUICConfig.Clone()
+	if t.cfg.QUICConfig != nil {
+		cfg = t.cfg.QUICConfig.Clone()
 	} else {
-		cfg = &quic.Config{KeepAlivePeriod: DefaultKeepAlive}
+		cfg = &quic.Config{KeepAlivePeriod: t.cfg.KeepAlive}
 	}
 	cfg.MaxIncomingStreams = -1 // servers open no request streams (RFC 9114 §6.1)
 	cfg.Tracer = w.Tracer
@@ -56,16 +52,16 @@ func (t *Transport) quicConfig(w *h3.Watch) *quic.Config {
 }
 
 // h3Addr returns the UDP address to dial for key: the advertised
-// alternative's port under ProtocolDiscoverHTTP3, else key's own.
-func (t *Transport) h3Addr(key connKey) (string, error) {
-	if t.opt.Protocol != ProtocolDiscoverHTTP3 {
-		return key.addr, nil
+// alternative's port under plan.DiscoverHTTP3, else key's own.
+func (t *Transport) h3Addr(key pool.Key) (string, error) {
+	if t.cfg.Protocol != plan.DiscoverHTTP3 {
+		return key.Addr, nil
 	}
-	alt, ok := t.altSvc.lookup(key.addr, time.Now())
+	alt, ok := t.altSvc.Lookup(key.Addr, time.Now())
 	if !ok {
 		return "", errNoAltSvc
 	}
-	return net.JoinHostPort(key.host, strconv.Itoa(int(alt.Port))), nil
+	return net.JoinHostPort(key.Host, strconv.Itoa(int(alt.Port))), nil
 }
 
 // errNoAltSvc means an origin's HTTP/3 advertisement expired between the
@@ -73,72 +69,72 @@ func (t *Transport) h3Addr(key connKey) (string, error) {
 var errNoAltSvc = errors.New("replaysafe: the origin's Alt-Svc advertisement of HTTP/3 expired")
 
 // learnAltSvc records what a response over TCP from key's origin
-// advertised, under ProtocolDiscoverHTTP3.
-func (t *Transport) learnAltSvc(key connKey, resp *http.Response) {
-	if t.opt.Protocol == ProtocolDiscoverHTTP3 && key.scheme == "https" && resp.ProtoMajor < 3 {
-		t.altSvc.learn(key.addr, key.host, resp.Header, time.Now())
+// advertised, under plan.DiscoverHTTP3.
+func (t *Transport) learnAltSvc(key pool.Key, resp *http.Response) {
+	if t.cfg.Protocol == plan.DiscoverHTTP3 && key.Scheme == "https" && resp.ProtoMajor < 3 {
+		t.altSvc.Learn(key.Addr, key.Host, resp.Header, time.Now())
 	}
 }
 
 // runH3 is call.run for HTTP/3: at most two wire attempts, the resend at
 // once on a new connection.
-func (c *call) runH3() (*http.Response, error) {
-	if err := checkStreamHeader("HTTP/3", c.req.Header); err != nil {
-		return c.refuse(err)
+func (tr *try) runH3() (*http.Response, error) {
+	if err := checkStreamHeader("HTTP/3", tr.req.Header); err != nil {
+		return tr.refuse(err)
 	}
-	return c.attempts(c.attemptH3)
+	return tr.attempts(tr.attemptH3)
 }
 
 // markH3Broken records that key's QUIC connection could not be
-// established: its route keeps to TCP for H3RetryAfter, and its Alt-Svc
+// established: its route keeps to TCP for Config.H3RetryAfter, and its Alt-Svc
 // advertisement is dropped.
-func (t *Transport) markH3Broken(key connKey) {
-	t.h3Broken.store(key.addr, time.Now())
-	t.altSvc.forget(key.addr)
+func (t *Transport) markH3Broken(key pool.Key) {
+	t.h3Broken.Store(key.Addr, time.Now())
+	t.altSvc.Forget(key.Addr)
 }
 
 // attemptH3 runs wire attempt n over HTTP/3. It returns the response, or
 // the final error, or the next attempt's start when fsm decided to
-// resend; or errFallbackTCP (attempt 1 under ProtocolPreferHTTP3 or
-// ProtocolDiscoverHTTP3 only, nothing sent, nothing reported) when no
+// resend; or errFallbackTCP (attempt 1 under plan.PreferHTTP3 or
+// plan.DiscoverHTTP3 only, nothing sent, nothing reported) when no
 // QUIC connection could be had.
 //
 // A request with an untouched one-shot body starts on a new connection:
 // quic-go cannot hand such a request back unsent the way net/http can,
 // and a stale pooled connection would then fail it with no resend.
-func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
+func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	facts, body := start.facts, start.body
 	ha := &h3Attempt{}
-	a := c.newAttempt(&ha.attempt, n, body, c.streamRecorder(&ha.rec, &ha.attempt, facts), bodyWatch{mux: true, finish: true})
+	a := tr.newAttempt(&ha.attempt, n, body, tr.streamRecorder(&ha.rec, &ha.attempt, facts), bodyWatch{mux: true, finish: true})
 	after := start.after
 	if n == 1 && facts.Body == fsm.BodyOneShotUntouched {
-		after = c.t.h3pool.mark() // only a connection opened from now on
+		after = tr.t.h3pool.Mark() // only a connection opened from now on
 	}
 	same, _ := start.same.(*h3Conn)
 	var hc *h3Conn
 	var reused bool
 	var err error
-	fallback := n == 1 && c.leg.Next == plan.FallbackNoConn
-	race := fallback && c.leg.Race && c.t.opt.HTTP3HeadStart > 0
-	if !race && after != ownConn {
+	fallback := n == 1 && tr.leg.Next == plan.FallbackNoConn
+	race := fallback && tr.leg.Race && tr.t.cfg.HTTP3HeadStart > 0
+	if !race && after != pool.OwnConn {
 		// A pooled connection with room is taken at once (the pool's
 		// own first step, muxPool.acquire); only an attempt that may
 		// wait or dial needs its own context and the acquisition
 		// deadline's timer.
-		hc, reused, _ = c.t.h3pool.take(c.key, after, same)
+		hc, reused, _ = tr.t.h3pool.Take(tr.key, after, same)
 	}
 	switch {
 	case hc != nil:
 	case race:
-		hc, reused, err = c.t.raceH3(a.acquireContext(), c.key, after)
+		hc, reused, err = tr.t.raceH3(a.acquireContext(), tr.key, after)
 	default:
-		hc, reused, err = c.t.acquireH3(a.acquireContext(), c.key, after, same)
+		hc, reused, err = tr.t.acquireH3(a.acquireContext(), tr.key, after, same)
 		if err != nil && fallback && !errors.Is(err, context.Canceled) {
-			c.t.markH3Broken(c.key)
+			tr.t.markH3Broken(tr.key)
 		}
 	}
 	if err != nil {
-		if fallback && c.ctx.Err() == nil {
+		if fallback && tr.ctx.Err() == nil {
 			// Nothing was sent over QUIC: the call starts afresh over TCP
 			// (call.run), as one more leg of its plan.
 			a.rec.Stop()
@@ -152,13 +148,13 @@ func (c *call) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 
 	s := &ha.stream
 	ha.att.Init(hc.watch)
-	s.t, s.hc, s.att, s.a = c.t, hc, &ha.att, a
-	s.att.SetInformationalLimit(c.t.informationalLimit())
+	s.t, s.hc, s.att, s.a = tr.t, hc, &ha.att, a
+	s.att.SetInformationalLimit(tr.t.informationalLimit())
 	a.wire = s
 	// A request without a body goes on a stream the attempt opens itself
 	// (h3.Attempt.RoundTrip): its stream ID is known at once, and quic-go
 	// calls no hook per header field.
-	own := a.body == nil && h3.OwnStream(c.req)
+	own := a.body == nil && h3.OwnStream(tr.req)
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
 		if own {
 			return withTrace(ctx, s.att.StreamTrace(&ha.rec, s))
@@ -224,21 +220,21 @@ func (s *h3Stream) complete(a *attempt) fsm.Decision {
 
 func (s *h3Stream) end(_ fsm.Decision, clean bool) {
 	s.att.Done()
-	s.t.h3pool.done(s.hc, clean)
+	s.t.h3pool.Done(s.hc, clean)
 }
 
-func (s *h3Stream) retire() { s.t.h3pool.retire(s.hc) }
+func (s *h3Stream) retire() { s.t.h3pool.Retire(s.hc) }
 
 // learnGoAway reads the connection's GOAWAY, if one came: HTTP/3 request
 // streams are 0, 4, 8, ... and its ID is the first one the server does
 // not process (RFC 9114 §5.2).
 func (s *h3Stream) learnGoAway() {
 	if id, ok := s.hc.watch.GoAway(); ok {
-		s.t.h3pool.learn(s.hc, int(min(id/4, 1<<30)), time.Now())
+		s.t.h3pool.Learn(s.hc, int(min(id/4, 1<<30)), time.Now())
 	}
 }
 
-func (s *h3Stream) resendFrom() (uint64, any) { return s.t.h3pool.mark(), s.hc }
+func (s *h3Stream) resendFrom() (uint64, any) { return s.t.h3pool.Mark(), s.hc }
 
 // uploading marks the response ended and reports whether quic-go is still
 // sending the request body.
@@ -269,9 +265,9 @@ func (s *h3Stream) Uploaded(error) {
 // acquireH3 returns a connection with room for one more request: a
 // pooled one that is open, got no GOAWAY and joined the pool after mark
 // after (or is same), else a new one (muxPool.acquire).
-func (t *Transport) acquireH3(ctx context.Context, key connKey, after uint64, same *h3Conn) (*h3Conn, bool, error) {
+func (t *Transport) acquireH3(ctx context.Context, key pool.Key, after uint64, same *h3Conn) (*h3Conn, bool, error) {
 	dial := func() (*h3Conn, error) { return t.dialH3(ctx, key) }
-	return t.h3pool.acquire(ctx, key, after, same, nil, dial)
+	return t.h3pool.Acquire(ctx, key, after, same, nil, dial)
 }
 
 // h3Dial is a QUIC connection being established ahead of the calls
@@ -282,17 +278,17 @@ type h3Dial struct {
 	late atomic.Bool // a call's head start passed while it dialed
 }
 
-// raceH3 gets attempt 1 of a call under ProtocolPreferHTTP3 or
-// ProtocolDiscoverHTTP3 a connection: a pooled one (one that joined the
+// raceH3 gets attempt 1 of a call under plan.PreferHTTP3 or
+// plan.DiscoverHTTP3 a connection: a pooled one (one that joined the
 // pool after mark after, for an untouched one-shot body), or one a
 // background dial establishes within HTTP3HeadStart. It returns
 // errFallbackTCP when the head start passed, the dial failed, or a dial
 // that already outlived a head start is still running: the call then
 // goes over TCP, nothing of it sent, while the dial goes on for later
 // calls.
-func (t *Transport) raceH3(ctx context.Context, key connKey, after uint64) (*h3Conn, bool, error) {
+func (t *Transport) raceH3(ctx context.Context, key pool.Key, after uint64) (*h3Conn, bool, error) {
 	for range 2 { // the dial's connection may be taken by another call first
-		if hc, reused, _ := t.h3pool.take(key, after, nil); hc != nil {
+		if hc, reused, _ := t.h3pool.Take(key, after, nil); hc != nil {
 			return hc, reused, nil
 		}
 		d := t.startH3Dial(key)
@@ -321,35 +317,32 @@ func (t *Transport) raceH3(ctx context.Context, key connKey, after uint64) (*h3C
 // HTTP3HeadStart, but at most half the acquisition deadline, so that the
 // TCP fallback always has time.
 func (t *Transport) headStart() time.Duration {
-	if t.opt.AcquireTimeout > 0 {
-		return min(t.opt.HTTP3HeadStart, t.opt.AcquireTimeout/2)
+	if t.cfg.AcquireTimeout > 0 {
+		return min(t.cfg.HTTP3HeadStart, t.cfg.AcquireTimeout/2)
 	}
-	return t.opt.HTTP3HeadStart
+	return t.cfg.HTTP3HeadStart
 }
 
 // startH3Dial returns key's background QUIC dial, starting one when none
 // runs, or nil when the route is at MaxConnsPerHost. The dial runs under
-// AcquireTimeout (DefaultAcquireTimeout when unlimited); its connection
+// Config.BackgroundDialTimeout; its connection
 // joins the pool idle, unless CloseIdleConnections ran meanwhile (it is
 // closed then), and its failure marks the route broken.
-func (t *Transport) startH3Dial(key connKey) *h3Dial {
+func (t *Transport) startH3Dial(key pool.Key) *h3Dial {
 	t.h3mu.Lock()
 	defer t.h3mu.Unlock()
 	if d := t.h3dials[key]; d != nil {
 		return d
 	}
-	if !t.limit.tryOpen(key) {
+	if !t.limit.TryOpen(key) {
 		return nil
 	}
 	d := &h3Dial{done: make(chan struct{})}
 	if t.h3dials == nil {
-		t.h3dials = map[connKey]*h3Dial{}
+		t.h3dials = map[pool.Key]*h3Dial{}
 	}
 	t.h3dials[key] = d
-	budget := t.opt.AcquireTimeout
-	if budget <= 0 {
-		budget = DefaultAcquireTimeout
-	}
+	budget := t.cfg.BackgroundDialTimeout
 	closes := t.closes.Load()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
@@ -357,16 +350,16 @@ func (t *Transport) startH3Dial(key connKey) *h3Dial {
 		hc, err := t.dialH3(ctx, key)
 		switch {
 		case err != nil:
-			t.limit.closed(key)
+			t.limit.Closed(key)
 			t.markH3Broken(key)
 		case t.closes.Load() != closes:
 			// CloseIdleConnections ran meanwhile: the caller is done
 			// with what the Transport started, as net/http closes a
 			// connection that becomes idle after that call.
-			hc.close()
-			t.limit.closed(key)
+			hc.Close()
+			t.limit.Closed(key)
 		default:
-			t.h3pool.addIdle(hc)
+			t.h3pool.AddIdle(hc)
 		}
 		d.err = err
 		t.h3mu.Lock()
@@ -383,7 +376,7 @@ func (t *Transport) startH3Dial(key connKey) *h3Dial {
 // family, with TLS offering ALPN "h3" under the attempt's acquisition
 // deadline, observed by an adapters/h3 Watch; quic-go's ClientConn runs
 // over that.
-func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
+func (t *Transport) dialH3(ctx context.Context, key pool.Key) (*h3Conn, error) {
 	addr, err := t.h3Addr(key)
 	if err != nil {
 		return nil, err
@@ -410,14 +403,14 @@ func (t *Transport) dialH3(ctx context.Context, key connKey) (*h3Conn, error) {
 		return nil, fmt.Errorf("replaysafe: UDP socket for %s: %w", addr, err)
 	}
 	w := h3.NewWatch()
-	qc, err := tr.Dial(ctx, raddr, t.tlsConfig(key.host, []string{http3.NextProtoH3}), t.quicConfig(w))
+	qc, err := tr.Dial(ctx, raddr, t.dial.TLSConfig(key.Host, []string{http3.NextProtoH3}), t.quicConfig(w))
 	if err != nil {
 		release()
 		return nil, fmt.Errorf("replaysafe: QUIC handshake with %s: %w", addr, err)
 	}
 	context.AfterFunc(qc.Context(), release)
 	state := qc.ConnectionState().TLS
-	return &h3Conn{qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w, tls: &state, pool: muxState{key: key}}, nil
+	return &h3Conn{qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w, tls: &state, state: pool.MuxState{Key: key}}, nil
 }
 
 // resolveOne returns the first address of host, or host itself when it

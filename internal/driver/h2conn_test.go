@@ -1,4 +1,4 @@
-package replaysafe
+package driver
 
 //lint:file-ignore SA1019 the test drives x/net/http2's ClientConn, as h2pool.go does.
 
@@ -53,8 +53,8 @@ func TestH2ReserveRefusalReason(t *testing.T) {
 	}
 	defer cc.Close()
 
-	c := &h2Conn{cc: cc, wire: wire, pool: muxState{active: 1}} // the dialing attempt runs
-	if c.reserve() {
+	c := &h2Conn{cc: cc, wire: wire}
+	if c.reserveAt(1) { // the dialing attempt runs
 		t.Fatal("a second attempt took a stream before the server's SETTINGS")
 	}
 	if err := http2.NewFramer(srv, nil).WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 100}); err != nil {
@@ -69,17 +69,16 @@ func TestH2ReserveRefusalReason(t *testing.T) {
 	if st := cc.State(); st.MaxConcurrentStreams != 100 {
 		t.Fatalf("settled, but x/net's State says %d streams, not the server's 100", st.MaxConcurrentStreams)
 	}
-	if !c.pending() {
+	if !c.Pending() {
 		t.Error("after a refusal for the SETTINGS, pending reports false once they arrived")
 	}
-	if !c.reserve() {
+	if !c.reserveAt(1) {
 		t.Fatal("no stream after the SETTINGS")
 	}
-	if c.pending() {
+	if c.Pending() {
 		t.Error("pending after a reservation")
 	}
-	c.pool.active = h2.MaxConcurrentStreams
-	if c.reserve() || c.pending() {
+	if c.reserveAt(h2.MaxConcurrentStreams) || c.Pending() {
 		t.Errorf("at %d attempts: reserve or pending reports true", h2.MaxConcurrentStreams)
 	}
 }

@@ -1,4 +1,4 @@
-package replaysafe
+package driver
 
 import (
 	"crypto/tls"
@@ -7,11 +7,12 @@ import (
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/replaysafe/replaysafe/adapters/h3"
+	"github.com/replaysafe/replaysafe/internal/pool"
 )
 
 // h3Conn is one HTTP/3 connection: quic-go's ClientConn over a QUIC
 // connection that an adapters/h3 Watch observes. Its pool is a
-// muxPool[*h3Conn]: QUIC multiplexes requests, and quic-go makes a request
+// pool.Mux[*h3Conn]: QUIC multiplexes requests, and quic-go makes a request
 // wait for stream credit when the server's MAX_STREAMS is reached, so one
 // open connection per route takes every attempt, and the pool closes it
 // after IdleConnTimeout without one.
@@ -20,15 +21,15 @@ type h3Conn struct {
 	cc    *http3.ClientConn
 	watch *h3.Watch
 	tls   *tls.ConnectionState // the handshake's, shared by the responses h3.Attempt.RoundTrip returns
-	pool  muxState             // guarded by the pool's lock
+	state pool.MuxState        // guarded by the pool's lock
 }
 
-func (c *h3Conn) mux() *muxState { return &c.pool }
+func (c *h3Conn) Mux() *pool.MuxState { return &c.state }
 
-// reserve reports whether c can take a new request: the connection is
+// Reserve reports whether c can take a new request: the connection is
 // alive and the server sent no GOAWAY (RFC 9114 §5.2: no new requests
 // after one). quic-go needs no reservation.
-func (c *h3Conn) reserve() bool {
+func (c *h3Conn) Reserve() bool {
 	if c.qc.Context().Err() != nil {
 		return false
 	}
@@ -36,12 +37,12 @@ func (c *h3Conn) reserve() bool {
 	return !goAway
 }
 
-// pending reports false: quic-go makes a request wait for stream credit
+// Pending reports false: quic-go makes a request wait for stream credit
 // instead of the server refusing it.
-func (c *h3Conn) pending() bool { return false }
+func (c *h3Conn) Pending() bool { return false }
 
-// gone reports true: a connection that cannot take a request never will.
-func (c *h3Conn) gone() bool { return true }
+// Gone reports true: a connection that cannot take a request never will.
+func (c *h3Conn) Gone() bool { return true }
 
-// close closes the QUIC connection with H3_NO_ERROR.
-func (c *h3Conn) close() { c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "") }
+// Close closes the QUIC connection with H3_NO_ERROR.
+func (c *h3Conn) Close() { c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "") }

@@ -1,4 +1,4 @@
-package replaysafe
+package pool
 
 import (
 	"context"
@@ -6,16 +6,16 @@ import (
 	"time"
 )
 
-// muxState is a multiplexed connection's record in its muxPool, guarded
+// MuxState is a multiplexed connection's record in its Mux, guarded
 // by the pool's lock.
-type muxState struct {
-	key     connKey
+type MuxState struct {
+	Key     Key
 	seq     uint64 // when it joined the pool: the pool's count of additions, from 1
 	started int    // attempts it took, from the first
 	served  int    // attempts that ended in a clean, complete exchange
 	active  int    // attempts running on it
 	retired bool   // takes no new attempt; closes when active reaches 0
-	pooled  bool   // in muxPool.conns
+	pooled  bool   // in Mux.conns
 	shut    bool   // closed, and its room in the connection limit given back
 	// idleTimer, made once, closes the connection after the pool's
 	// idleTimeout without an attempt; idleSince is when the last one
@@ -29,42 +29,46 @@ type muxState struct {
 	idleArmed bool
 }
 
-// muxConn is what a muxPool holds: an HTTP/2 or HTTP/3 connection.
-type muxConn interface {
+// Active returns the attempts running on the connection; call it with
+// the pool's lock held (from MuxConn.Reserve).
+func (m *MuxState) Active() int { return m.active }
+
+// MuxConn is what a Mux holds: an HTTP/2 or HTTP/3 connection.
+type MuxConn interface {
 	comparable
-	// mux returns the connection's pool record.
-	mux() *muxState
-	// reserve takes room for one more attempt, or reports that there is
+	// Mux returns the connection's pool record.
+	Mux() *MuxState
+	// Reserve takes room for one more attempt, or reports that there is
 	// none now.
-	reserve() bool
-	// pending reports, after reserve refused, whether it refused
+	Reserve() bool
+	// Pending reports, after Reserve refused, whether it refused
 	// because the connection was still waiting for what decides its
 	// room (HTTP/2: the server's SETTINGS); an attempt then waits for it
 	// instead of dialing.
-	pending() bool
-	// gone reports, after reserve refused, whether the connection will
+	Pending() bool
+	// Gone reports, after Reserve refused, whether the connection will
 	// never take an attempt again (closed, closing, or a GOAWAY came).
-	gone() bool
-	// close closes the connection; streams still running on it at the
+	Gone() bool
+	// Close closes the connection; streams still running on it at the
 	// stack's level end first (a graceful close).
-	close()
+	Close()
 }
 
-// muxPool holds the live multiplexed connections per route: an attempt
-// takes room on the first pooled connection whose reserve succeeds, and
-// dials a new connection when none can (acquire). It keeps at most
+// Mux holds the live multiplexed connections per route: an attempt
+// takes room on the first pooled connection whose Reserve succeeds, and
+// dials a new connection when none can (Acquire). It keeps at most
 // maxIdle connections per route without a running attempt, and counts
-// every connection in limit (Options.MaxConnsPerHost).
-type muxPool[C muxConn] struct {
+// every connection in limit (the Transport's MaxConnsPerHost).
+type Mux[C MuxConn] struct {
 	keep        bool          // false: every connection closes once its attempts are done
 	maxIdle     int           // idle connections kept per route, when keep
 	idleTimeout time.Duration // > 0: close a connection idle this long
-	limit       *connLimit    // shared with the Transport's other pools
+	limit       *Limit        // shared with the Transport's other pools
 	gate        dialGate      // attempts that missed the pool share a dial
 
 	mu    sync.Mutex
 	seq   uint64 // connections added so far
-	conns map[connKey][]C
+	conns map[Key][]C
 	// perConn holds what a route's server showed it serves per
 	// connection: the streams it accepted before a GOAWAY that left
 	// later streams unprocessed (nginx keepalive_requests), and until
@@ -72,7 +76,7 @@ type muxPool[C muxConn] struct {
 	// so that the requests one GOAWAY displaced spread over as many
 	// new connections as they need instead of all moving to one that
 	// will refuse most of them again.
-	perConn map[connKey]learnedLimit
+	perConn map[Key]learnedLimit
 }
 
 // learnedLimit is a route's per-connection stream budget seen in a
@@ -95,23 +99,23 @@ const minLearned = 2
 // maxLearned bounds the routes with a learned budget.
 const maxLearned = 1024
 
-func newMuxPool[C muxConn](maxIdle int, idleTimeout time.Duration, limit *connLimit) *muxPool[C] {
-	return &muxPool[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit,
-		conns: map[connKey][]C{}, perConn: map[connKey]learnedLimit{}}
+func NewMux[C MuxConn](maxIdle int, idleTimeout time.Duration, limit *Limit) *Mux[C] {
+	return &Mux[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit,
+		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}}
 }
 
-// learn records, for c's route, that its server accepted streams
+// Learn records, for c's route, that its server accepted streams
 // streams on c before a GOAWAY, when c had taken more than that: the
 // GOAWAY displaced some (a server that drains without displacing
 // anything teaches nothing).
-func (p *muxPool[C]) learn(c C, streams int, now time.Time) {
+func (p *Mux[C]) Learn(c C, streams int, now time.Time) {
 	if streams < minLearned {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	key := c.mux().key
-	if c.mux().started <= streams {
+	key := c.Mux().Key
+	if c.Mux().started <= streams {
 		return
 	}
 	if _, ok := p.perConn[key]; !ok && len(p.perConn) >= maxLearned {
@@ -122,7 +126,7 @@ func (p *muxPool[C]) learn(c C, streams int, now time.Time) {
 
 // budgetLocked returns the streams a connection for key may take, or 0
 // for no learned limit.
-func (p *muxPool[C]) budgetLocked(key connKey) int {
+func (p *Mux[C]) budgetLocked(key Key) int {
 	l, ok := p.perConn[key]
 	if !ok {
 		return 0 // the common case reads no clock
@@ -134,17 +138,17 @@ func (p *muxPool[C]) budgetLocked(key connKey) int {
 	return l.streams
 }
 
-// mark returns the pool's count of additions: a connection added later
+// Mark returns the pool's count of additions: a connection added later
 // has a greater seq. A resend takes only connections added after its
 // failure (see take), so it never lands on a connection older than the
 // failure, which might be as stale as the one that failed.
-func (p *muxPool[C]) mark() uint64 {
+func (p *Mux[C]) Mark() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.seq
 }
 
-// take reserves room for one attempt on a pooled connection for key that
+// Take reserves room for one attempt on a pooled connection for key that
 // joined the pool after mark after, or is same (a connection whose
 // refusal of one stream left it healthy), and reports whether that
 // connection served an earlier exchange (reused as fsm means it, not
@@ -156,7 +160,7 @@ func (p *muxPool[C]) mark() uint64 {
 //
 // pending reports, when none had room, that a candidate was waiting for
 // its SETTINGS.
-func (p *muxPool[C]) take(key connKey, after uint64, same C) (got C, reused, pending bool) {
+func (p *Mux[C]) Take(key Key, after uint64, same C) (got C, reused, pending bool) {
 	var dead []C
 	defer func() {
 		for _, c := range dead {
@@ -170,21 +174,21 @@ func (p *muxPool[C]) take(key connKey, after uint64, same C) (got C, reused, pen
 	budget := p.budgetLocked(key)
 	var zero C
 	for _, c := range list {
-		switch m := c.mux(); {
+		switch m := c.Mux(); {
 		case got != zero || m.seq <= after && c != same || budget > 0 && m.started >= budget:
 			kept = append(kept, c)
-		case c.reserve():
+		case c.Reserve():
 			got = c
 			m.active++
 			m.started++
 			kept = append(kept, c)
-		case c.gone():
+		case c.Gone():
 			m.retired, m.pooled = true, false
 			if m.active == 0 {
 				dead = append(dead, c)
 			}
 		default:
-			pending = pending || c.pending()
+			pending = pending || c.Pending()
 			kept = append(kept, c) // full: at the server's concurrency limit
 		}
 	}
@@ -201,14 +205,14 @@ func (p *muxPool[C]) take(key connKey, after uint64, same C) (got C, reused, pen
 	if got == zero {
 		return zero, false, pending
 	}
-	return got, got.mux().served > 0, false
+	return got, got.Mux().served > 0, false
 }
 
 // add registers c, just dialed, with one attempt running on it.
-func (p *muxPool[C]) add(c C) {
+func (p *Mux[C]) add(c C) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	m := c.mux()
+	m := c.Mux()
 	m.active, m.started = 1, 1
 	p.seq++
 	m.seq = p.seq
@@ -217,31 +221,31 @@ func (p *muxPool[C]) add(c C) {
 		return
 	}
 	m.pooled = true
-	p.conns[m.key] = append(p.conns[m.key], c)
+	p.conns[m.Key] = append(p.conns[m.Key], c)
 }
 
-// addIdle registers c, dialed ahead of any attempt (the HTTP/3 race),
+// AddIdle registers c, dialed ahead of any attempt (the HTTP/3 race),
 // with no attempt running on it.
-func (p *muxPool[C]) addIdle(c C) {
+func (p *Mux[C]) AddIdle(c C) {
 	p.add(c)
 	p.mu.Lock()
-	c.mux().started = 0
+	c.Mux().started = 0
 	p.mu.Unlock()
-	p.done(c, false)
+	p.Done(c, false)
 }
 
-// done ends one attempt on c; clean reports a complete exchange. A
+// Done ends one attempt on c; clean reports a complete exchange. A
 // connection left idle beyond the route's idle cap closes.
-func (p *muxPool[C]) done(c C, clean bool) {
+func (p *Mux[C]) Done(c C, clean bool) {
 	p.mu.Lock()
-	m := c.mux()
+	m := c.Mux()
 	m.active--
 	if clean {
 		m.served++
 	}
 	if m.active == 0 && !m.retired {
-		if budget := p.budgetLocked(m.key); budget > 0 && m.started >= budget ||
-			p.idleLocked(m.key) > p.maxIdle {
+		if budget := p.budgetLocked(m.Key); budget > 0 && m.started >= budget ||
+			p.idleLocked(m.Key) > p.maxIdle {
 			p.retireLocked(c) // spent, or beyond the idle cap
 		}
 	}
@@ -254,16 +258,16 @@ func (p *muxPool[C]) done(c C, clean bool) {
 	if closeIt {
 		p.shut(c)
 	} else {
-		p.limit.notify(m.key) // room for a stream: wake an attempt waiting at the limit
+		p.limit.Notify(m.Key) // room for a stream: wake an attempt waiting at the limit
 	}
 }
 
 // idleLocked returns the pooled connections for key without a running
 // attempt.
-func (p *muxPool[C]) idleLocked(key connKey) int {
+func (p *Mux[C]) idleLocked(key Key) int {
 	n := 0
 	for _, c := range p.conns[key] {
-		if c.mux().active == 0 {
+		if c.Mux().active == 0 {
 			n++
 		}
 	}
@@ -271,24 +275,24 @@ func (p *muxPool[C]) idleLocked(key connKey) int {
 }
 
 // shut closes c once and gives its room in the connection limit back.
-func (p *muxPool[C]) shut(c C) {
+func (p *Mux[C]) shut(c C) {
 	p.mu.Lock()
-	m := c.mux()
+	m := c.Mux()
 	first := !m.shut
 	m.shut = true
 	p.stopIdleLocked(m)
 	m.idleRef.drop()
 	p.mu.Unlock()
 	if first {
-		c.close()
-		p.limit.closed(m.key)
+		c.Close()
+		p.limit.Closed(m.Key)
 	}
 }
 
 // armIdleLocked sets c's idle timer to fire after d, unless it is set
 // already; the first call makes it.
-func (p *muxPool[C]) armIdleLocked(c C, d time.Duration) {
-	m := c.mux()
+func (p *Mux[C]) armIdleLocked(c C, d time.Duration) {
+	m := c.Mux()
 	switch {
 	case m.idleTimer == nil:
 		m.idleRef, m.idleTimer = startIdleTimer(c, d, p.idleExpired)
@@ -298,7 +302,7 @@ func (p *muxPool[C]) armIdleLocked(c C, d time.Duration) {
 	m.idleArmed = true
 }
 
-func (p *muxPool[C]) stopIdleLocked(m *muxState) {
+func (p *Mux[C]) stopIdleLocked(m *MuxState) {
 	if m.idleTimer != nil {
 		m.idleTimer.Stop()
 	}
@@ -308,9 +312,9 @@ func (p *muxPool[C]) stopIdleLocked(m *muxState) {
 // idleExpired is c's idle timer firing: it closes c when c is still
 // idle, and has been for the whole limit; an idle c that was used since
 // the timer was set gets the rest of its limit.
-func (p *muxPool[C]) idleExpired(c C) {
+func (p *Mux[C]) idleExpired(c C) {
 	p.mu.Lock()
-	m := c.mux()
+	m := c.Mux()
 	m.idleArmed = false
 	idle := false
 	if m.active == 0 && !m.retired {
@@ -327,27 +331,27 @@ func (p *muxPool[C]) idleExpired(c C) {
 	}
 }
 
-// retire takes c out of the pool: no new attempt runs on it, and it
+// Retire takes c out of the pool: no new attempt runs on it, and it
 // closes once its running attempts are done.
-func (p *muxPool[C]) retire(c C) {
+func (p *Mux[C]) Retire(c C) {
 	p.mu.Lock()
 	p.retireLocked(c)
-	idle := c.mux().active == 0
+	idle := c.Mux().active == 0
 	p.mu.Unlock()
 	if idle {
 		p.shut(c)
 	}
 }
 
-func (p *muxPool[C]) retireLocked(c C) {
-	m := c.mux()
+func (p *Mux[C]) retireLocked(c C) {
+	m := c.Mux()
 	m.retired = true
 	p.stopIdleLocked(m)
 	if !m.pooled {
 		return
 	}
 	m.pooled = false
-	list := p.conns[m.key]
+	list := p.conns[m.Key]
 	for i, x := range list {
 		if x == c {
 			list = append(list[:i], list[i+1:]...)
@@ -355,19 +359,19 @@ func (p *muxPool[C]) retireLocked(c C) {
 		}
 	}
 	if len(list) == 0 {
-		delete(p.conns, m.key)
+		delete(p.conns, m.Key)
 	} else {
-		p.conns[m.key] = list
+		p.conns[m.Key] = list
 	}
 }
 
-// closeIdle closes every pooled connection without a running attempt.
-func (p *muxPool[C]) closeIdle() {
+// CloseIdle closes every pooled connection without a running attempt.
+func (p *Mux[C]) CloseIdle() {
 	p.mu.Lock()
 	var idle []C
 	for _, list := range p.conns {
 		for _, c := range list {
-			if c.mux().active == 0 {
+			if c.Mux().active == 0 {
 				idle = append(idle, c)
 			}
 		}
@@ -381,9 +385,9 @@ func (p *muxPool[C]) closeIdle() {
 	}
 }
 
-// idleCount returns the number of pooled connections without a running
+// IdleCount returns the number of pooled connections without a running
 // attempt.
-func (p *muxPool[C]) idleCount() int {
+func (p *Mux[C]) IdleCount() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
@@ -393,10 +397,10 @@ func (p *muxPool[C]) idleCount() int {
 	return n
 }
 
-// ownConn, as the mark of an acquisition, asks for a connection of its
+// OwnConn, as the mark of an acquisition, asks for a connection of its
 // own: a new dial, shared with nobody waiting, though it joins the pool
 // for later attempts.
-const ownConn = ^uint64(0)
+const OwnConn = ^uint64(0)
 
 // settleWait is how soon an attempt waiting for a new connection's room
 // (HTTP/2: its SETTINGS) looks again; each later look waits twice as
@@ -407,7 +411,7 @@ const (
 	maxSettleWait = 16 * time.Millisecond
 )
 
-// acquire is how an attempt gets a multiplexed connection (HTTP/2,
+// Acquire is how an attempt gets a multiplexed connection (HTTP/2,
 // HTTP/3): room on a pooled one that take finds for (after, same), else
 // a new one from dial, which add registers. Attempts that miss the pool
 // together share one dial through the gate, resends included: the others
@@ -418,10 +422,10 @@ const (
 // waits for room. check, when set, may end the search with an error
 // after take found nothing (for example ALPN's answer under
 // ProtocolNegotiate).
-func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, same C,
+func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 	check func() error, dial func() (C, error)) (C, bool, error) {
 	var zero C
-	if after == ownConn {
+	if after == OwnConn {
 		return p.dialOwn(ctx, key, dial)
 	}
 	var settle *time.Timer
@@ -432,8 +436,8 @@ func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, sam
 		}
 	}()
 	for {
-		seen := p.mark()
-		c, reused, pending := p.take(key, after, same)
+		seen := p.Mark()
+		c, reused, pending := p.Take(key, after, same)
 		if c != zero {
 			return c, reused, nil
 		}
@@ -468,9 +472,9 @@ func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, sam
 				return zero, false, context.Cause(ctx)
 			}
 		}
-		if !p.limit.tryOpen(key) {
+		if !p.limit.TryOpen(key) {
 			lead()
-			if err := p.limit.wait(ctx, key); err != nil {
+			if err := p.limit.Wait(ctx, key); err != nil {
 				return zero, false, err
 			}
 			continue
@@ -488,9 +492,9 @@ func (p *muxPool[C]) acquire(ctx context.Context, key connKey, after uint64, sam
 // since seen: that one's dial may have ended, and its gate gone, between
 // take and now, and the caller takes again rather than dialing for room
 // the pool may have.
-func (p *muxPool[C]) dialTurn(key connKey, seen uint64) (<-chan struct{}, func()) {
+func (p *Mux[C]) dialTurn(key Key, seen uint64) (<-chan struct{}, func()) {
 	wait, lead := p.gate.join(key)
-	if lead != nil && p.mark() != seen {
+	if lead != nil && p.Mark() != seen {
 		lead()
 		return nil, nil
 	}
@@ -501,21 +505,21 @@ func (p *muxPool[C]) dialTurn(key connKey, seen uint64) (<-chan struct{}, func()
 // share a dial.
 type dialGate struct {
 	mu      sync.Mutex
-	dialing map[connKey]chan struct{} // closed when the dial for the key ends
+	dialing map[Key]chan struct{} // closed when the dial for the key ends
 }
 
 // join returns, when another attempt is dialing for key, a channel closed
 // when that dial ends (the caller then tries the pool again); otherwise
 // the caller dials, and calls the returned function once the connection
 // is added or the dial failed.
-func (g *dialGate) join(key connKey) (<-chan struct{}, func()) {
+func (g *dialGate) join(key Key) (<-chan struct{}, func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if ch, ok := g.dialing[key]; ok {
 		return ch, nil
 	}
 	if g.dialing == nil {
-		g.dialing = map[connKey]chan struct{}{}
+		g.dialing = map[Key]chan struct{}{}
 	}
 	ch := make(chan struct{})
 	g.dialing[key] = ch
@@ -527,12 +531,12 @@ func (g *dialGate) join(key connKey) (<-chan struct{}, func()) {
 	}
 }
 
-// dialOwn dials a connection for one attempt alone (ownConn), under the
+// dialOwn dials a connection for one attempt alone (OwnConn), under the
 // connection limit.
-func (p *muxPool[C]) dialOwn(ctx context.Context, key connKey, dial func() (C, error)) (C, bool, error) {
+func (p *Mux[C]) dialOwn(ctx context.Context, key Key, dial func() (C, error)) (C, bool, error) {
 	var zero C
-	for !p.limit.tryOpen(key) {
-		if err := p.limit.wait(ctx, key); err != nil {
+	for !p.limit.TryOpen(key) {
+		if err := p.limit.Wait(ctx, key); err != nil {
 			return zero, false, err
 		}
 	}
@@ -543,10 +547,10 @@ func (p *muxPool[C]) dialOwn(ctx context.Context, key connKey, dial func() (C, e
 // dialCounted dials a connection for key, whose room in the limit the
 // caller took, and adds it with one attempt running; a failed dial gives
 // the room back.
-func (p *muxPool[C]) dialCounted(key connKey, dial func() (C, error)) (C, error) {
+func (p *Mux[C]) dialCounted(key Key, dial func() (C, error)) (C, error) {
 	c, err := dial()
 	if err != nil {
-		p.limit.closed(key)
+		p.limit.Closed(key)
 		return c, err
 	}
 	p.add(c)

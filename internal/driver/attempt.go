@@ -1,4 +1,4 @@
-package replaysafe
+package driver
 
 import (
 	"context"
@@ -9,15 +9,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/replaysafe/replaysafe/adapters/recorder"
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/pool"
 	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
-// attemptRec is an attempt's recorder: the adapters/recorder Core that
+// attemptRecorder is an attempt's recorder: the adapters/recorder Core that
 // feeds its machine, with the final headers its stack reports. The
 // HTTP/1.1 recorder (adapters/h1) and the HTTP/2 and HTTP/3 one
 // (streamRec) both are.
-type attemptRec interface {
+type attemptRecorder interface {
 	Feed(e fsm.Event) fsm.Decision
 	BodyRead()
 	FinalHeaders() fsm.Decision
@@ -81,11 +83,11 @@ type attemptWire interface {
 // attempt is one wire attempt of a call, on any protocol: the one
 // driver of the machine's decisions.
 type attempt struct {
-	c      *call
+	tr     *try
 	n      int              // within the try: 1, or 2 for the automatic resend
 	number int              // within the call, as the call machine counts
-	call   fsm.CallDecision // how the call went on after this attempt
-	rec    attemptRec
+	cd     fsm.CallDecision // how the call went on after this attempt
+	rec    attemptRecorder
 	reused bool
 	body   *reqBody    // nil without a body
 	wire   attemptWire // nil until a connection (HTTP/1.1) or stream was had
@@ -115,16 +117,16 @@ type bodyWatch struct{ mux, finish bool }
 // newAttempt starts wire attempt n in a (zero, and allocated by the
 // protocol together with its recorder and wire) with the given body and
 // recorder rec, made unarmed with a as its Deadliner.
-func (c *call) newAttempt(a *attempt, n int, body io.ReadCloser, rec attemptRec, w bodyWatch) *attempt {
-	a.c, a.n, a.number, a.rec = c, n, c.cs.cm.Attempts()+1, rec
+func (tr *try) newAttempt(a *attempt, n int, body io.ReadCloser, rec attemptRecorder, w bodyWatch) *attempt {
+	a.tr, a.n, a.number, a.rec = tr, n, tr.call.cm.Attempts()+1, rec
 	if body != nil && body != http.NoBody {
 		a.body = &a.reqBody
 		a.body.init(body, a.rec, w.mux)
 		if w.mux {
-			a.body.watchStalls(c.t.clock, c.t.opt.BodyReadTimeout, c.t.opt.UploadStallTimeout, a, w.finish)
+			a.body.watchStalls(tr.t.clock, tr.t.cfg.BodyReadTimeout, tr.t.cfg.UploadStallTimeout, a, w.finish)
 		}
 	}
-	if c.t.limits.Write > 0 || c.t.limits.Header > 0 || w.mux && a.body != nil {
+	if tr.t.limits.Write > 0 || tr.t.limits.Header > 0 || w.mux && a.body != nil {
 		// A limit may pass, or a stall fire, while the stack holds the
 		// request, and a multiplexed stack may still be uploading when
 		// the response ends: the stack runs on the attempt's context.
@@ -139,7 +141,7 @@ func (a *attempt) context() context.Context {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ctx == nil {
-		a.ctx, a.cancelFn = context.WithCancelCause(a.c.ctx)
+		a.ctx, a.cancelFn = context.WithCancelCause(a.tr.ctx)
 		if a.ended {
 			a.cancelFn(a.endCause)
 		}
@@ -163,7 +165,7 @@ func (a *attempt) stackContext() context.Context {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ctx == nil {
-		return a.c.ctx
+		return a.tr.ctx
 	}
 	return a.ctx
 }
@@ -203,8 +205,8 @@ func (a *attempt) abortCause() error {
 // attempt's context with trace installed, the route's header and the
 // attempt's body.
 func (a *attempt) outgoing(body io.ReadCloser, trace func(context.Context) context.Context) *http.Request {
-	out := a.c.req.WithContext(trace(a.stackContext()))
-	out.Header = a.c.snap.header(out.Header)
+	out := a.tr.req.WithContext(trace(a.stackContext()))
+	out.Header = a.tr.snap.Header(out.Header)
 	if a.body != nil {
 		out.Body = a.body
 	} else {
@@ -219,7 +221,7 @@ func (a *attempt) acquireFailed(err error) (*http.Response, *resend, error) {
 		a.body.stackFinished() // the stack never saw it
 	}
 	ev := fsm.Event{Kind: fsm.EventAcquireFailed}
-	if e, ok := contextEvent(a.c.ctx); ok {
+	if e, ok := contextEvent(a.tr.ctx); ok {
 		ev = e
 	}
 	return a.failed(a.rec.Feed(ev), a.cause(err))
@@ -247,8 +249,8 @@ func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, 
 	if v := resp.Header["Retry-After"]; len(v) > 0 && v[0] != "" { // canonical key: no CanonicalMIMEHeaderKey per call
 		o.RetryAfter, o.HasRetryAfter = fsm.ParseRetryAfter(v[0], time.Now())
 	}
-	a.call = a.c.step(o)
-	if a.call.Action != fsm.ActionResend {
+	a.cd = a.tr.step(o)
+	if a.cd.Action != fsm.ActionResend {
 		return a.deliver(resp), nil, nil
 	}
 	// The call goes on without this response: its body is read up to a
@@ -260,7 +262,7 @@ func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, 
 		io.CopyN(io.Discard, body, maxDiscard)
 		body.Close()
 	}
-	_, err = a.c.again(a.call, fmt.Errorf("replaysafe: the server answered %s", proxy.CutText(status, proxy.MaxPeerText)), nil)
+	_, err = a.tr.again(a.cd, fmt.Errorf("replaysafe: the server answered %s", proxy.CutText(status, proxy.MaxPeerText)), nil)
 	return nil, nil, err
 }
 
@@ -271,7 +273,7 @@ const maxDiscard = 64 << 10
 // DeadlinePassed is the recorder's deadline hook (recorder.Deadliner):
 // abort the exchange.
 func (a *attempt) DeadlinePassed(p fsm.Phase) {
-	a.cancel(&TimeoutError{Phase: p, Limit: a.c.t.limits.For(p)})
+	a.cancel(&recorder.TimeoutError{Phase: p, Limit: a.tr.t.limits.For(p)})
 }
 
 // stalled is the request body's stall hook: the upload made no progress
@@ -281,9 +283,9 @@ func (a *attempt) DeadlinePassed(p fsm.Phase) {
 // connection, which closes once its other streams are done and so ends
 // the stack's blocked write; a stalled producer gets its error from the
 // request body's next read.
-func (a *attempt) stalled(e *TimeoutError) {
+func (a *attempt) stalled(e *recorder.TimeoutError) {
 	if a.rec.Stopped() {
-		if e.Stall == StallTransport && a.wire != nil {
+		if e.Stall == recorder.StallTransport && a.wire != nil {
 			a.wire.retire()
 		}
 		return
@@ -315,8 +317,8 @@ func (a *attempt) failureEvent(ev fsm.Event, err error) fsm.Event {
 
 // streamRecorder starts r as the recorder of HTTP/2 or HTTP/3 attempt
 // a with facts, unarmed (attempt.acquireContext arms it).
-func (c *call) streamRecorder(r *streamRec, a *attempt, facts fsm.Request) *streamRec {
-	r.InitUnarmed(facts, c.t.limits, c.t.clock, a)
+func (tr *try) streamRecorder(r *streamRec, a *attempt, facts fsm.Request) *streamRec {
+	r.InitUnarmed(facts, tr.t.limits, tr.t.clock, a)
 	return r
 }
 
@@ -379,14 +381,14 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 			same = nil
 		}
 		if !graceful(d.Rule) {
-			after = ownConn
+			after = pool.OwnConn
 		}
 	}
 	a.endWire(d, false)
 	a.cancel(nil)
-	a.call = a.c.step(fsm.Outcome{Decision: d, Facts: a.rec.Facts()})
+	a.cd = a.tr.step(fsm.Outcome{Decision: d, Facts: a.rec.Facts()})
 	a.report(err)
-	resp, next, err := a.c.afterFailure(a.call, err, a.body)
+	resp, next, err := a.tr.afterFailure(a.cd, err, a.body)
 	if next != nil {
 		next.after, next.same = after, same
 	}
@@ -396,7 +398,7 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 // deliver hands resp to the caller with its body wrapped so that its end
 // ends the attempt.
 func (a *attempt) deliver(resp *http.Response) *http.Response {
-	resp.Request = a.c.req
+	resp.Request = a.tr.req
 	if a.wire.delivered(resp) {
 		// The caller owns the connection now.
 		a.rec.Stop()
@@ -454,7 +456,7 @@ func (a *attempt) abandon() { a.cancel(nil) }
 
 // report tells the Observer how the attempt ended.
 func (a *attempt) report(err error) {
-	a.c.report(a.number, a.reused, err, a.rec, a.call)
+	a.tr.report(a.number, a.reused, err, a.rec, a.cd)
 }
 
 // boundError is a stack's error caused by a bound replaysafe set (the 1xx

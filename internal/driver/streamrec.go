@@ -1,11 +1,11 @@
-package replaysafe
+package driver
 
 import (
 	"context"
 	"errors"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/recorder"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // streamRec feeds one HTTP/2 or HTTP/3 wire attempt's events into an

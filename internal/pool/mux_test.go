@@ -1,72 +1,26 @@
-package replaysafe
+package pool
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"io"
-	"net"
-	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 )
 
-// TestIdleTimerLetsGoOfClosedConnections: a connection's idle timer holds
-// it through an idleRef that closing empties. The runtime keeps a stopped
-// timer until it next cleans its timer heap, and a timer that was not
-// stopped until it fires; neither may keep a closed connection, with its
-// buffers, reachable.
-func TestIdleTimerLetsGoOfClosedConnections(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		io.WriteString(w, "ok")
-	}))
-	defer srv.Close()
-	tr := New(Options{IdleConnTimeout: time.Hour})
-	defer tr.CloseIdleConnections()
-
-	resp, err := tr.RoundTrip(httptest.NewRequest("GET", srv.URL+"/", nil).WithContext(t.Context()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-
-	tr.pool.mu.Lock()
-	var pc *persistConn
-	for _, list := range tr.pool.idle {
-		pc = list[0]
-	}
-	tr.pool.mu.Unlock()
-	if pc == nil {
-		t.Fatal("no idle connection after a clean exchange")
-	}
-	if pc.idleTimer == nil || pc.idleRef.get() != pc {
-		t.Fatalf("idle connection: timer %v, its ref holds %v", pc.idleTimer, pc.idleRef.get())
-	}
-	tr.CloseIdleConnections()
-	if got := pc.idleRef.get(); got != nil {
-		t.Errorf("closed connection still held by its idle timer: %v", got)
-	}
-	if pc.idleTimer.Stop() {
-		t.Error("closed connection's idle timer was still running")
-	}
-}
-
 // TestMuxIdleTimerLetsGoOfShutConnections is the same for the HTTP/2 and
 // HTTP/3 pool: shut stops the idle timer and empties its idleRef.
 func TestMuxIdleTimerLetsGoOfShutConnections(t *testing.T) {
-	p := newMuxPool[*fakeMuxConn](2, time.Hour, newConnLimit(0))
+	p := NewMux[*fakeMuxConn](2, time.Hour, NewLimit(0))
 	c := &fakeMuxConn{}
 	p.add(c)
-	p.done(c, true) // idle: the timer starts
-	m := c.mux()
+	p.Done(c, true) // idle: the timer starts
+	m := c.Mux()
 	if m.idleTimer == nil || m.idleRef.get() != c {
 		t.Fatalf("idle connection: timer %v, its ref holds %v", m.idleTimer, m.idleRef.get())
 	}
-	p.retire(c) // idle, so it is shut at once
+	p.Retire(c) // idle, so it is shut at once
 	if !c.isClosed() {
 		t.Fatal("a retired idle connection was not closed")
 	}
@@ -78,17 +32,17 @@ func TestMuxIdleTimerLetsGoOfShutConnections(t *testing.T) {
 	}
 }
 
-// fakeMuxConn is a muxConn that takes any number of streams.
+// fakeMuxConn is a MuxConn that takes any number of streams.
 type fakeMuxConn struct {
-	state  muxState
+	state  MuxState
 	closed atomic.Bool // closed by the idle timer's goroutine
 }
 
-func (c *fakeMuxConn) mux() *muxState { return &c.state }
-func (c *fakeMuxConn) reserve() bool  { return !c.closed.Load() }
-func (c *fakeMuxConn) pending() bool  { return false }
-func (c *fakeMuxConn) gone() bool     { return c.closed.Load() }
-func (c *fakeMuxConn) close()         { c.closed.Store(true) }
+func (c *fakeMuxConn) Mux() *MuxState { return &c.state }
+func (c *fakeMuxConn) Reserve() bool  { return !c.closed.Load() }
+func (c *fakeMuxConn) Pending() bool  { return false }
+func (c *fakeMuxConn) Gone() bool     { return c.closed.Load() }
+func (c *fakeMuxConn) Close()         { c.closed.Store(true) }
 func (c *fakeMuxConn) isClosed() bool { return c.closed.Load() }
 
 // TestMuxIdleTimerClosesAfterLastAttempt: the idle timer is made when
@@ -100,10 +54,10 @@ func (c *fakeMuxConn) isClosed() bool { return c.closed.Load() }
 func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, c, start := idleMuxConn()
-		timer := c.mux().idleTimer
+		timer := c.Mux().idleTimer
 
 		time.Sleep(900 * time.Millisecond)
-		if got, _, _ := p.take(connKey{}, 0, nil); got != c {
+		if got, _, _ := p.Take(Key{}, 0, nil); got != c {
 			t.Fatalf("take at 0.9 s: %v", got)
 		}
 		time.Sleep(200 * time.Millisecond) // 1.1 s: the first idle period's limit passed while busy
@@ -111,8 +65,8 @@ func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 		if c.isClosed() {
 			t.Fatal("closed while an attempt ran on it")
 		}
-		p.done(c, true) // idle since 1.1 s: set for 2.1 s
-		if c.mux().idleTimer != timer {
+		p.Done(c, true) // idle since 1.1 s: set for 2.1 s
+		if c.Mux().idleTimer != timer {
 			t.Fatal("a new timer for a connection that has one")
 		}
 		expectIdleClose(t, c, start, []idleStep{
@@ -121,7 +75,7 @@ func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 			{100 * time.Millisecond, true},  // 2.15 s: closed at 2.1 s
 		})
 		p.mu.Lock()
-		n := len(p.conns[connKey{}])
+		n := len(p.conns[Key{}])
 		p.mu.Unlock()
 		if n != 0 {
 			t.Errorf("%d connections still pooled after the idle close", n)
@@ -140,11 +94,11 @@ func TestMuxIdleTimerSetForTheRest(t *testing.T) {
 		p, c, start := idleMuxConn()
 		for _, at := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond} {
 			time.Sleep(at - time.Since(start))
-			if got, _, _ := p.take(connKey{}, 0, nil); got != c {
+			if got, _, _ := p.Take(Key{}, 0, nil); got != c {
 				t.Fatalf("take at %v: %v", at, got)
 			}
 			time.Sleep(50 * time.Millisecond)
-			p.done(c, true) // idle since 0.35 s, then 0.65 s
+			p.Done(c, true) // idle since 0.35 s, then 0.65 s
 		}
 		expectIdleClose(t, c, start, []idleStep{
 			{400 * time.Millisecond, false}, // 1.05 s: the timer fired at 1 s and was set for 1.65 s
@@ -157,12 +111,12 @@ func TestMuxIdleTimerSetForTheRest(t *testing.T) {
 // idleMuxConn returns a pool with a 1 s idle limit holding one
 // connection, whose attempt ended at start (now): its idle timer is set
 // for 1 s.
-func idleMuxConn() (*muxPool[*fakeMuxConn], *fakeMuxConn, time.Time) {
-	p := newMuxPool[*fakeMuxConn](2, time.Second, newConnLimit(0))
+func idleMuxConn() (*Mux[*fakeMuxConn], *fakeMuxConn, time.Time) {
+	p := NewMux[*fakeMuxConn](2, time.Second, NewLimit(0))
 	c := &fakeMuxConn{}
 	p.add(c)
 	start := time.Now()
-	p.done(c, true)
+	p.Done(c, true)
 	return p, c, start
 }
 
@@ -185,80 +139,6 @@ func expectIdleClose(t *testing.T, c *fakeMuxConn, start time.Time, steps []idle
 	}
 }
 
-// TestIdleTimerRunsAcrossKeepAlive: over HTTP/1.1 a GET that takes the
-// pooled connection stops its idle timer, and its return sets it for a
-// whole limit again. Four GETs 600 ms apart under a 1 s limit share one
-// connection, which closes 1 s after the last. Fake time
-// (testing/synctest) over net.Pipe; the server counts connections and
-// requests.
-func TestIdleTimerRunsAcrossKeepAlive(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var dials, requests, closed atomic.Int32
-		serve := func(c net.Conn) {
-			defer closed.Add(1)
-			defer c.Close()
-			br := bufio.NewReader(c)
-			for {
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				io.Copy(io.Discard, req.Body)
-				requests.Add(1)
-				if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
-					return
-				}
-			}
-		}
-		tr := New(Options{IdleConnTimeout: time.Second, DialContext: func(context.Context, string, string) (net.Conn, error) {
-			dials.Add(1)
-			client, server := net.Pipe()
-			go serve(server)
-			return client, nil
-		}})
-		defer tr.CloseIdleConnections()
-		get := func() {
-			t.Helper()
-			req, err := http.NewRequestWithContext(t.Context(), "GET", "http://pipe.test/", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp, err := tr.RoundTrip(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if err != nil || string(b) != "ok" {
-				t.Fatalf("body %q, %v", b, err)
-			}
-		}
-		for i := range 4 {
-			if i > 0 {
-				time.Sleep(600 * time.Millisecond)
-			}
-			get()
-		}
-		synctest.Wait()
-		if d, r := dials.Load(), requests.Load(); d != 1 || r != 4 {
-			t.Fatalf("%d connections for %d requests, want 1 for 4", d, r)
-		}
-		time.Sleep(950 * time.Millisecond)
-		synctest.Wait()
-		if closed.Load() != 0 {
-			t.Fatal("closed 950 ms after its last exchange, under a 1 s limit")
-		}
-		time.Sleep(100 * time.Millisecond)
-		synctest.Wait()
-		if closed.Load() != 1 {
-			t.Fatal("still open 1.05 s after its last exchange, under a 1 s limit")
-		}
-		if n := tr.IdleConns(); n != 0 {
-			t.Errorf("%d idle connections after the idle close", n)
-		}
-	})
-}
-
 // TestDialTurnAfterAnotherDialEnded: an attempt whose take found the
 // pool empty, and which reaches the dial gate only after another
 // attempt's dial ended and added a connection, takes again instead of
@@ -268,18 +148,18 @@ func TestIdleTimerRunsAcrossKeepAlive(t *testing.T) {
 // With nothing added, the first attempt at the gate dials and the next
 // waits for it.
 func TestDialTurnAfterAnotherDialEnded(t *testing.T) {
-	p := newMuxPool[*fakeMuxConn](2, 0, newConnLimit(0))
-	key := connKey{addr: "a:1"}
-	seen := p.mark()
-	if got, _, _ := p.take(key, 0, nil); got != nil {
+	p := NewMux[*fakeMuxConn](2, 0, NewLimit(0))
+	key := Key{Addr: "a:1"}
+	seen := p.Mark()
+	if got, _, _ := p.Take(key, 0, nil); got != nil {
 		t.Fatal("took room in an empty pool")
 	}
-	p.add(&fakeMuxConn{state: muxState{key: key}}) // another attempt's dial ended
+	p.add(&fakeMuxConn{state: MuxState{Key: key}}) // another attempt's dial ended
 	if wait, lead := p.dialTurn(key, seen); wait != nil || lead != nil {
 		t.Fatal("dial turn given after a connection joined the pool")
 	}
 
-	seen = p.mark()
+	seen = p.Mark()
 	wait, lead := p.dialTurn(key, seen)
 	if wait != nil || lead == nil {
 		t.Fatal("first attempt at the gate does not dial")
@@ -304,8 +184,8 @@ type waitingMuxConn struct {
 	asked atomic.Int64 // reserve calls
 }
 
-func (c *waitingMuxConn) reserve() bool { c.asked.Add(1); return false }
-func (c *waitingMuxConn) pending() bool { return true }
+func (c *waitingMuxConn) Reserve() bool { c.asked.Add(1); return false }
+func (c *waitingMuxConn) Pending() bool { return true }
 
 // TestPendingWaitBacksOff: an attempt waiting for a new connection's
 // room looks again after 1 ms, then ever less often, up to every
@@ -315,15 +195,15 @@ func (c *waitingMuxConn) pending() bool { return true }
 // Fake time (testing/synctest).
 func TestPendingWaitBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newMuxPool[*waitingMuxConn](2, 0, newConnLimit(0))
-		key := connKey{addr: "a:1"}
-		c := &waitingMuxConn{fakeMuxConn: fakeMuxConn{state: muxState{key: key}}}
+		p := NewMux[*waitingMuxConn](2, 0, NewLimit(0))
+		key := Key{Addr: "a:1"}
+		c := &waitingMuxConn{fakeMuxConn: fakeMuxConn{state: MuxState{Key: key}}}
 		p.add(c) // its first attempt runs
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		done := make(chan error)
 		go func() {
-			_, _, err := p.acquire(ctx, key, 0, nil, nil, func() (*waitingMuxConn, error) {
+			_, _, err := p.Acquire(ctx, key, 0, nil, nil, func() (*waitingMuxConn, error) {
 				t.Error("dialed while a connection was settling")
 				return nil, errors.New("no dial")
 			})

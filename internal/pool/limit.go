@@ -1,4 +1,4 @@
-package replaysafe
+package pool
 
 import (
 	"context"
@@ -7,17 +7,17 @@ import (
 	"time"
 )
 
-// connLimit counts the connections of each route, open or being dialed,
-// against Options.MaxConnsPerHost, and wakes the attempts waiting for
+// Limit counts the connections of each route, open or being dialed,
+// against the Transport's MaxConnsPerHost, and wakes the attempts waiting for
 // room: a connection closed, a stream ended, an idle connection came
 // back. A route's entry exists only while it has connections or
 // waiters, so the maps are bounded by the routes in use.
-type connLimit struct {
+type Limit struct {
 	max int // <= 0: no limit; the counts are still kept
 
 	mu      sync.Mutex
-	open    map[connKey]int
-	changed map[connKey]chan struct{} // closed at the next change of the key
+	open    map[Key]int
+	changed map[Key]chan struct{} // closed at the next change of the key
 	// waiting counts changed's entries, so that notify, called on every
 	// return to a pool, takes no lock when nobody waits. A waiter that
 	// registers just after such a notify misses it as it would miss one
@@ -25,13 +25,13 @@ type connLimit struct {
 	waiting atomic.Int64
 }
 
-func newConnLimit(max int) *connLimit {
-	return &connLimit{max: max, open: map[connKey]int{}, changed: map[connKey]chan struct{}{}}
+func NewLimit(max int) *Limit {
+	return &Limit{max: max, open: map[Key]int{}, changed: map[Key]chan struct{}{}}
 }
 
-// tryOpen takes room for one new connection to key, or reports that the
+// TryOpen takes room for one new connection to key, or reports that the
 // route is at its limit.
-func (l *connLimit) tryOpen(key connKey) bool {
+func (l *Limit) TryOpen(key Key) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.max > 0 && l.open[key] >= l.max {
@@ -41,9 +41,9 @@ func (l *connLimit) tryOpen(key connKey) bool {
 	return true
 }
 
-// closed gives back the room of one connection to key (closed, or its
+// Closed gives back the room of one connection to key (closed, or its
 // dial failed) and wakes the waiters.
-func (l *connLimit) closed(key connKey) {
+func (l *Limit) Closed(key Key) {
 	l.mu.Lock()
 	if n := l.open[key] - 1; n > 0 {
 		l.open[key] = n
@@ -54,9 +54,9 @@ func (l *connLimit) closed(key connKey) {
 	l.mu.Unlock()
 }
 
-// notify wakes the attempts waiting on key: room on a connection may
+// Notify wakes the attempts waiting on key: room on a connection may
 // have freed.
-func (l *connLimit) notify(key connKey) {
+func (l *Limit) Notify(key Key) {
 	if l.waiting.Load() == 0 {
 		return
 	}
@@ -65,7 +65,7 @@ func (l *connLimit) notify(key connKey) {
 	l.mu.Unlock()
 }
 
-func (l *connLimit) wakeLocked(key connKey) {
+func (l *Limit) wakeLocked(key Key) {
 	if ch, ok := l.changed[key]; ok {
 		close(ch)
 		delete(l.changed, key)
@@ -78,9 +78,9 @@ func (l *connLimit) wakeLocked(key connKey) {
 // looks at it, which the waiter then does itself.
 const limitPoll = 50 * time.Millisecond
 
-// wait blocks until something changed for key, limitPoll passed, or ctx
+// Wait blocks until something changed for key, limitPoll passed, or ctx
 // ended (its cause is returned).
-func (l *connLimit) wait(ctx context.Context, key connKey) error {
+func (l *Limit) Wait(ctx context.Context, key Key) error {
 	l.mu.Lock()
 	ch, ok := l.changed[key]
 	if !ok {

@@ -1,4 +1,4 @@
-package replaysafe
+package driver
 
 import (
 	"errors"
@@ -6,8 +6,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/adapters/recorder"
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // errBodyHandedOn is what a read of an HTTP/2 attempt's request body
@@ -46,7 +46,7 @@ type reqBody struct {
 type firstReadee interface{ BodyRead() }
 
 // staller is told of a stall that passed its limit (the attempt).
-type staller interface{ stalled(*TimeoutError) }
+type staller interface{ stalled(*recorder.TimeoutError) }
 
 // init starts b, a zero reqBody, on the caller's reader rc.
 func (b *reqBody) init(rc io.ReadCloser, first firstReadee, guardHandOn bool) {
@@ -66,16 +66,16 @@ func (b *reqBody) Read(p []byte) (int, error) {
 	if first {
 		b.first.BodyRead()
 	}
-	b.stall.arm(StallProducer)
+	b.stall.arm(recorder.StallProducer)
 	n, err := b.rc.Read(p)
 	if te := b.stall.producerFired(); te != nil {
 		n, err = 0, te // the read came too late: end the upload, not the body
 	}
 	switch {
 	case err == nil:
-		b.stall.arm(StallTransport)
+		b.stall.arm(recorder.StallTransport)
 	case errors.Is(err, io.EOF) && b.stall.untilWritten():
-		b.stall.arm(StallTransport) // until the stack finished the body
+		b.stall.arm(recorder.StallTransport) // until the stack finished the body
 	default:
 		b.stall.disarm()
 	}
@@ -213,18 +213,18 @@ type stallWatch struct {
 
 	mu    sync.Mutex
 	stop  func() bool
-	gen   uint64        // arming count: a timer of an older arming is void
-	fired *TimeoutError // the producer stall that fired, if any
-	off   bool          // disarmed for good
+	gen   uint64                 // arming count: a timer of an older arming is void
+	fired *recorder.TimeoutError // the producer stall that fired, if any
+	off   bool                   // disarmed for good
 }
 
 // arm starts the timer of stall s, replacing the one running.
-func (w *stallWatch) arm(s Stall) {
+func (w *stallWatch) arm(s recorder.Stall) {
 	if w == nil {
 		return
 	}
 	limit := w.read
-	if s == StallTransport {
+	if s == recorder.StallTransport {
 		limit = w.progress
 	}
 	w.mu.Lock()
@@ -234,7 +234,7 @@ func (w *stallWatch) arm(s Stall) {
 		return
 	}
 	gen := w.gen
-	e := &TimeoutError{Phase: fsm.PhaseWrite, Limit: limit, Stall: s}
+	e := &recorder.TimeoutError{Phase: fsm.PhaseWrite, Limit: limit, Stall: s}
 	w.stop = w.clock.AfterFunc(limit, func() { w.expired(gen, e) })
 }
 
@@ -246,14 +246,14 @@ func (w *stallWatch) stopLocked() {
 	}
 }
 
-func (w *stallWatch) expired(gen uint64, e *TimeoutError) {
+func (w *stallWatch) expired(gen uint64, e *recorder.TimeoutError) {
 	w.mu.Lock()
 	if gen != w.gen || w.off {
 		w.mu.Unlock()
 		return
 	}
 	w.stop = nil
-	if e.Stall == StallProducer {
+	if e.Stall == recorder.StallProducer {
 		w.fired = e
 	}
 	w.off = true
@@ -262,7 +262,7 @@ func (w *stallWatch) expired(gen uint64, e *TimeoutError) {
 }
 
 // producerFired returns the producer stall that fired, if any.
-func (w *stallWatch) producerFired() *TimeoutError {
+func (w *stallWatch) producerFired() *recorder.TimeoutError {
 	if w == nil {
 		return nil
 	}

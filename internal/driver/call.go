@@ -1,0 +1,510 @@
+package driver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/replaysafe/replaysafe/adapters/informational"
+	"github.com/replaysafe/replaysafe/adapters/recorder"
+	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/fsm/plan"
+	"github.com/replaysafe/replaysafe/fsm/route"
+	"github.com/replaysafe/replaysafe/internal/dial"
+	"github.com/replaysafe/replaysafe/internal/pool"
+	"github.com/replaysafe/replaysafe/transports/proxy"
+)
+
+// Call is one RoundTrip: the call machine (fsm.Call) that bounds its
+// wire attempts across tries, its decisions so far, the route's retry
+// budget, and the try that runs.
+//
+// Its contract: Start makes it, validating the request and resolving
+// its first try; Run carries it out once. A request Start refuses has
+// its body closed and was never sent.
+type Call struct {
+	t        *Transport
+	req      *http.Request
+	key      pool.Key
+	cm       fsm.Call
+	hist     [MaxAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
+	n        int
+	statuses fsm.StatusSet // the policy's retried statuses
+	budget   Budget
+
+	tr    *try
+	in    plan.Input
+	plan  plan.Plan
+	first try // the first try, in the same allocation
+}
+
+// MaxAttempts bounds the wire attempts of a call (Retry.MaxAttempts).
+const MaxAttempts = 10
+
+// Start validates req and resolves its first try under the retry policy
+// pol and its budget: the proxies, the dispatch plan and the route. An
+// error (req's body closed) means nothing was sent and no attempt made.
+func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Call, error) {
+	key, err := validate(req)
+	if err != nil {
+		return nil, closeBody(req, err)
+	}
+	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(t.factsOf(req), pol), statuses: pol.Statuses, budget: budget}
+	if pol.On() {
+		t.budgets.call(key.Addr, budget, time.Now())
+	}
+	if err := c.resolve(&c.first, resend{facts: c.cm.Next(), body: req.Body}); err != nil {
+		return nil, closeBody(req, err)
+	}
+	return c, nil
+}
+
+// Run carries the call out: its tries, each on the route it resolved,
+// the automatic resend within a try and a configured retry as a new try
+// after its wait. It returns the response, or the error: a *Failure once
+// an attempt was decided, else the cause (a retry whose route could not
+// be resolved).
+func (c *Call) Run() (*http.Response, error) {
+	for {
+		resp, err := c.tr.run(c.in, c.plan)
+		rn, ok := err.(*retryNext)
+		if !ok {
+			if err == nil {
+				c.t.learnAltSvc(c.tr.key, resp)
+			}
+			return resp, err
+		}
+		if err = sleep(c.req.Context(), rn.decision.Delay); err != nil {
+			if rn.start.body != nil {
+				rn.start.body.Close()
+			}
+			return nil, &Failure{Rule: fsm.RuleCanceled, Attempts: c.cm.Attempts(), History: c.History(),
+				Err: fmt.Errorf("waiting %v to retry (%s): %w; attempt %d had ended: %w", rn.decision.Delay, rn.decision.Rule.ID(), err, c.cm.Attempts(), rn.err)}
+		}
+		if err := c.resolve(new(try), *rn.start); err != nil {
+			if rn.start.body != nil {
+				rn.start.body.Close() // the retry's route could not be resolved
+			}
+			return nil, err
+		}
+	}
+}
+
+// History returns a copy of the call machine's decisions so far.
+func (c *Call) History() []fsm.CallDecision {
+	return append([]fsm.CallDecision(nil), c.hist[:c.n]...)
+}
+
+// resolve makes tr the call's next try, starting from start: its
+// proxies, dispatch plan and route snapshot, anew for every configured
+// retry ("a configured retry is a new wire attempt and resolves a new
+// snapshot"); the automatic resend and fallbacks run inside a try and
+// keep them.
+func (c *Call) resolve(tr *try, start resend) error {
+	t := c.t
+	urls, err := t.dial.Proxies(c.req)
+	if err != nil {
+		return err
+	}
+	c.in = t.planInput(c.req, c.key, len(urls) > 0)
+	c.plan = plan.Make(c.in)
+	if c.plan.Err != nil {
+		if c.in.Proxied {
+			return &proxy.ResolveError{Err: c.plan.Err}
+		}
+		return fmt.Errorf("replaysafe: %w", c.plan.Err)
+	}
+	key, snap, err := t.dial.Route(c.req, c.key, urls, c.plan.First().Route)
+	if err != nil {
+		return err
+	}
+	*tr = try{t: t, req: c.req, ctx: c.req.Context(), key: key, snap: snap, call: c, start: start}
+	c.tr = tr
+	return nil
+}
+
+// planInput is what the dispatch plan of a call to key is made from: the
+// policy, the URL's scheme and route, and what earlier calls learned
+// about the destination (a failed QUIC handshake, an Alt-Svc
+// advertisement). Whether ALPN chose HTTP/1.1 is keyed by the route, so
+// run fills it in once the route is known.
+func (t *Transport) planInput(req *http.Request, key pool.Key, proxied bool) plan.Input {
+	in := plan.Input{Policy: t.cfg.Protocol, HTTPS: key.Scheme == "https", Proxied: proxied,
+		ExtendedConnect: isExtendedConnect(req)}
+	if in.HTTPS && !proxied && (t.cfg.Protocol == plan.PreferHTTP3 || t.cfg.Protocol == plan.DiscoverHTTP3) {
+		if at, ok := t.h3Broken.Load(key.Addr); ok && time.Since(at) < t.cfg.H3RetryAfter {
+			in.H3Broken = true
+		}
+		if t.cfg.Protocol == plan.DiscoverHTTP3 {
+			_, in.AltSvcH3 = t.altSvc.Lookup(key.Addr, time.Now())
+		}
+	}
+	return in
+}
+
+// run carries out plan p, made from in: the first leg, and the next one
+// only when the leg hands over (plan.Fallback) before anything was sent,
+// re-planning with what the leg showed: no QUIC connection, or ALPN's
+// HTTP/1.1. Each hand-over sets one more fact, so it ends within
+// three legs.
+func (tr *try) run(in plan.Input, p plan.Plan) (*http.Response, error) {
+	for {
+		leg := p.First()
+		if leg.Route == route.PolicyNegotiate && !in.ALPNChoseH1 {
+			if _, h1 := tr.t.h1Only.Load(tr.key); h1 {
+				in.ALPNChoseH1 = true
+				p = plan.Make(in)
+				continue
+			}
+		}
+		tr.leg = leg
+		resp, err := tr.runLeg()
+		switch {
+		case leg.Next == plan.FallbackNoConn && errors.Is(err, errFallbackTCP):
+			in.H3Broken = true // for this call: no QUIC connection now
+		case leg.Next == plan.FallbackALPN && errors.Is(err, errFallbackH1):
+			in.ALPNChoseH1 = true
+		default:
+			return resp, err
+		}
+		p = plan.Make(in)
+		if next := p.First(); next.Route != leg.Route {
+			if err := tr.reroute(next.Route); err != nil {
+				return nil, closeBody(tr.req, err)
+			}
+		}
+	}
+}
+
+// reroute moves the call to the same route under policy p (a fallback
+// before anything was sent): the same destination, proxies and
+// credentials, none of the selectors called again.
+func (tr *try) reroute(p route.Policy) error {
+	if !tr.snap.Proxied() {
+		key := tr.key
+		key.Route = route.Key{}
+		k, snap, err := tr.t.dial.Direct(key, p)
+		if err != nil {
+			return err
+		}
+		tr.key, tr.snap = k, snap
+		return nil
+	}
+	snap, err := tr.snap.WithPolicy(p)
+	if err != nil {
+		return err
+	}
+	tr.key.Route = snap.Key()
+	tr.snap = snap
+	return nil
+}
+
+// runLeg runs the call's wire attempts on its current leg.
+func (tr *try) runLeg() (*http.Response, error) {
+	switch tr.leg.Proto {
+	case fsm.ProtoH3:
+		return tr.runH3()
+	case fsm.ProtoH2:
+		return tr.runH2()
+	}
+	return tr.attempts(tr.attemptH1)
+}
+
+// validate checks what net/http's ClientConn would reject only after a
+// connection was acquired, and returns the request's route.
+func validate(req *http.Request) (pool.Key, error) {
+	switch {
+	case req == nil:
+		return pool.Key{}, errors.New("replaysafe: nil Request")
+	case req.URL == nil:
+		return pool.Key{}, errors.New("replaysafe: nil Request.URL")
+	case req.Header == nil:
+		return pool.Key{}, errors.New("replaysafe: nil Request.Header")
+	case req.Method != "" && !validMethod(req.Method):
+		return pool.Key{}, fmt.Errorf("replaysafe: invalid method %q", req.Method)
+	}
+	for i, h := range []http.Header{req.Header, req.Trailer} {
+		for k, vv := range h {
+			if k == ":protocol" && i == 0 && req.Method == http.MethodConnect && len(vv) == 1 && validMethod(vv[0]) {
+				continue // extended CONNECT (RFC 8441, RFC 9220): the protocol is a token
+			}
+			if !httpguts.ValidHeaderFieldName(k) {
+				return pool.Key{}, fmt.Errorf("replaysafe: invalid header field name %q", k)
+			}
+			for _, v := range vv {
+				if !httpguts.ValidHeaderFieldValue(v) {
+					return pool.Key{}, fmt.Errorf("replaysafe: invalid header field value for %q", k)
+				}
+			}
+		}
+	}
+	scheme := req.URL.Scheme
+	var port string
+	switch scheme {
+	case "http":
+		port = "80"
+	case "https":
+		port = "443"
+	default:
+		return pool.Key{}, fmt.Errorf("replaysafe: unsupported protocol scheme %q", scheme)
+	}
+	host := req.URL.Hostname()
+	if host == "" {
+		return pool.Key{}, errors.New("replaysafe: no Host in request URL")
+	}
+	if req.URL.Port() != "" {
+		// URL.Host is already host:port, as JoinHostPort would write it.
+		return pool.Key{Scheme: scheme, Addr: req.URL.Host, Host: host}, nil
+	}
+	return pool.Key{Scheme: scheme, Addr: net.JoinHostPort(host, port), Host: host}, nil
+}
+
+// isExtendedConnect reports a CONNECT that names a protocol in the
+// :protocol pseudo-header, as x/net's client takes it (RFC 8441: a
+// WebSocket over HTTP/2, RFC 9220 over HTTP/3).
+func isExtendedConnect(req *http.Request) bool {
+	return req.Method == http.MethodConnect && len(req.Header[":protocol"]) > 0
+}
+
+func validMethod(m string) bool {
+	return len(m) > 0 && strings.IndexFunc(m, func(r rune) bool { return !httpguts.IsTokenRune(r) }) < 0
+}
+
+// factsOf returns the fsm facts of req's original attempt.
+func (t *Transport) factsOf(req *http.Request) fsm.Request {
+	f := fsm.Request{
+		Method:      fsm.ParseMethod(req.Method),
+		RetryPolicy: t.cfg.CallerRetries,
+		ResendOff:   t.cfg.DisableResend,
+	}
+	// Presence counts, as in net/http: a nil value marks the request
+	// idempotent without sending the field.
+	_, key := req.Header["Idempotency-Key"]
+	_, xkey := req.Header["X-Idempotency-Key"]
+	f.IdempotencyKey = key || xkey
+	switch {
+	case req.Body == nil || req.Body == http.NoBody:
+		f.Body = fsm.BodyNone
+	case req.GetBody != nil:
+		f.Body = fsm.BodyBuffered
+	default:
+		f.Body = fsm.BodyOneShotUntouched
+	}
+	return f
+}
+
+// try is one try of a call on one route snapshot: its first wire
+// attempt and the automatic resend on each leg of its plan, a later leg
+// only when nothing was sent on the one before. A configured retry is a
+// new try of the same Call.
+type try struct {
+	t     *Transport
+	req   *http.Request
+	ctx   context.Context // the caller's
+	key   pool.Key
+	snap  *dial.Route // the route of every attempt; nil for a direct one route.New could not build
+	leg   plan.Leg    // the leg running
+	call  *Call
+	start resend // the try's first attempt
+}
+
+// retryNext ends a try with a configured retry: the next try starts from
+// start after decision.Delay; err is what ended the attempt.
+type retryNext struct {
+	decision fsm.CallDecision
+	start    *resend
+	err      error
+}
+
+func (r *retryNext) Error() string { return "replaysafe: retry after " + r.decision.Delay.String() }
+
+// step feeds the outcome of the call's latest attempt to the call
+// machine, with a jitter and a retry reserved from the route's budget
+// when retries are configured and the outcome could be retried (a
+// failure, a later resend, a listed status); the reservation is given
+// back unless a configured retry that draws on the budget is decided, so
+// concurrent calls never overdraw it.
+func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
+	c := tr.call
+	var now time.Time // read for the budget alone: most calls read no clock here
+	if c.budget.Window > 0 && (o.Decision.Action != fsm.ActionDeliver || c.statuses.Has(o.Status)) {
+		now = time.Now()
+		o.Budget = tr.t.budgets.reserve(tr.key.Addr, c.budget, now)
+		o.Jitter = tr.t.jitter()
+	}
+	d := c.cm.Step(o)
+	if o.Budget && !(d.Retry && d.Rule != fsm.RuleTooEarly) {
+		tr.t.budgets.unreserve(tr.key.Addr, c.budget, now)
+	}
+	if c.n < len(c.hist) {
+		c.hist[c.n] = d
+		c.n++
+	}
+	return d
+}
+
+// attemptFunc runs wire attempt n of a try from its start; it returns
+// the response, or the final error, or the next attempt's start when fsm
+// decided the automatic resend.
+type attemptFunc func(n int, start resend) (*http.Response, *resend, error)
+
+// attempts runs a try's wire attempts: the first and, when fsm decides
+// so, the automatic resend, at once. The call machine bounds them: every
+// attempt is counted, and the last it allows is never resent.
+func (tr *try) attempts(attempt attemptFunc) (*http.Response, error) {
+	start := tr.start
+	for n := 1; n <= MaxAttempts+1; n++ {
+		resp, next, err := attempt(n, start)
+		if next == nil {
+			return resp, err
+		}
+		start = *next
+	}
+	panic("replaysafe: fsm decided more attempts than a call allows")
+}
+
+// refuse fails a call before any attempt: it closes the request body, as
+// a RoundTripper must, and returns err.
+func (tr *try) refuse(err error) (*http.Response, error) {
+	return nil, closeBody(tr.req, err)
+}
+
+// resend is what an attempt starts from: the request facts and body,
+// and, for a resend on a multiplexed protocol, which pooled connections
+// it may take: those that joined the pool after mark after (opened after
+// the failure), or same, the connection that refused only the stream.
+type resend struct {
+	facts fsm.Request
+	body  io.ReadCloser
+	after uint64
+	same  any // *h2Conn or *h3Conn, or nil
+}
+
+// abortCause returns the error to report for err: the acquisition's
+// TimeoutError naming the step on a proxied route, the TimeoutError when a phase limit
+// aborted the attempt (cause, what the attempt was canceled with), else
+// err.
+func abortCause(cause, err error) error {
+	var te *recorder.TimeoutError
+	if errors.As(err, &te) && te.Step != nil {
+		return te // the acquire timeout, naming the step (internal/dial)
+	}
+	if errors.As(cause, &te) {
+		return te
+	}
+	return err
+}
+
+// afterFailure acts on the call decision cd, made after an attempt ended
+// with err: the next attempt's start for the automatic resend (see
+// nextStart), a *retryNext for a configured retry, or the call's *Error.
+// body is the attempt's request body (nil without one).
+func (tr *try) afterFailure(cd fsm.CallDecision, err error, body *reqBody) (*http.Response, *resend, error) {
+	switch cd.Action {
+	case fsm.ActionResend:
+		next, err := tr.again(cd, err, body)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, next, nil
+	case fsm.ActionFail:
+		if body != nil {
+			body.release(false)
+		}
+		return nil, nil, tr.fail(cd.Rule, err)
+	}
+	panic("replaysafe: attempt failed with decision " + cd.String())
+}
+
+// again prepares the attempt after one that ended with err: the
+// automatic resend's start, or the *retryNext of a configured retry.
+func (tr *try) again(cd fsm.CallDecision, err error, body *reqBody) (*resend, error) {
+	n := tr.call.cm.Attempts()
+	next, gerr := tr.nextStart(body)
+	if gerr != nil {
+		// The next attempt cannot be made as the caller meant it: its
+		// machine decides the local failure (RS21) before any
+		// connection, and the error keeps both causes.
+		m := fsm.New(tr.call.cm.Next(), tr.t.limits, tr.t.clock.Now())
+		ld := m.Step(fsm.Event{Kind: fsm.EventLocalFailure, At: tr.t.clock.Now()})
+		return nil, tr.fail(ld.Rule, fmt.Errorf("GetBody for attempt %d: %w; attempt %d had ended: %w", n+1, gerr, n, err))
+	}
+	if cd.Retry {
+		return nil, &retryNext{decision: cd, start: next, err: err}
+	}
+	return next, nil
+}
+
+// fail returns the call's Failure: rule decided, after the attempts made.
+func (tr *try) fail(rule fsm.Rule, err error) *Failure {
+	return &Failure{Rule: rule, Attempts: tr.call.cm.Attempts(), History: tr.call.History(), Err: err}
+}
+
+// nextStart prepares the call's next attempt after one whose request body
+// was body: the facts the call machine gives it, and the body again
+// (GetBody's copy, or the untouched one-shot reader).
+func (tr *try) nextStart(body *reqBody) (*resend, error) {
+	next := tr.call.cm.Next()
+	switch next.Body {
+	case fsm.BodyNone:
+		return &resend{facts: next, body: tr.req.Body}, nil
+	case fsm.BodyBuffered:
+		if body != nil {
+			body.release(false)
+		}
+		b, err := tr.req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		return &resend{facts: next, body: b}, nil
+	}
+	if next.Body != fsm.BodyOneShotUntouched {
+		panic("replaysafe: fsm decided to resend a consumed one-shot body") // RS11 forbids it
+	}
+	if body != nil {
+		body.release(true)
+	}
+	return &resend{facts: next, body: tr.req.Body}, nil
+}
+
+// report tells the caller's observer (Config.OnAttempt) how wire attempt n of the call ended, and how
+// the call went on after it (cd).
+func (tr *try) report(n int, reused bool, err error, rec attemptRecorder, cd fsm.CallDecision) {
+	if tr.t.cfg.OnAttempt == nil {
+		return
+	}
+	// The machine's last word, its events and its trace, taken together:
+	// a stack hook that reported a write after the response ended (HTTP/2
+	// writes on its own goroutine) moves a delivered attempt's connection
+	// decision on, and the trace must replay to what is reported.
+	// The action is the one the Transport acted on: a final action never
+	// changes, only a delivered attempt's connection decision does.
+	final, events, trace := rec.Seal()
+	tr.t.cfg.OnAttempt(Report{
+		Request:  tr.req,
+		Number:   n,
+		Facts:    rec.Request(),
+		Reused:   reused,
+		Decision: final,
+		Call:     cd,
+		Events:   events,
+		Err:      err,
+		Trace:    trace,
+	})
+}
+
+// informationalLimit bounds the informational (1xx) responses of one
+// attempt: informational.DefaultCount of them, and header bytes in total
+// up to MaxResponseHeaderBytes when the caller set it (1 MiB,
+// informational.DefaultBytes, otherwise), as net/http shares its header
+// bound between the 1xx responses and the final one.
+func (t *Transport) informationalLimit() informational.Limit {
+	return informational.Limit{Count: informational.DefaultCount, Bytes: t.cfg.MaxResponseHeaderBytes}
+}

@@ -1,0 +1,194 @@
+package driver
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"time"
+
+	"github.com/replaysafe/replaysafe/adapters/h1"
+	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/dial"
+	"github.com/replaysafe/replaysafe/internal/pool"
+)
+
+// persistConn is one HTTP/1.1 connection: net/http's single-connection
+// client over the counting Conn it was given. Its pool is a
+// pool.Idle[*persistConn].
+type persistConn struct {
+	cc   *http.ClientConn
+	conn *h1.Conn
+	tls  *tls.ConnectionState // nil over plain TCP
+	idle pool.IdleState       // its route, and its idle timer
+
+	limit       *pool.Limit // where its room is counted
+	closeOnce   sync.Once
+	releaseOnce sync.Once
+}
+
+func (pc *persistConn) Idle() *pool.IdleState { return &pc.idle }
+
+// Close closes the connection, and gives its room in the connection
+// limit back; net/http's loops exit with it.
+func (pc *persistConn) Close() {
+	pc.closeOnce.Do(func() { pc.cc.Close() })
+	pc.release()
+}
+
+// release gives the connection's room in the limit back, once: when it
+// closes, or when the caller took it over (a 101 response). Its idle
+// timer stops and lets go of it.
+func (pc *persistConn) release() {
+	pc.releaseOnce.Do(func() {
+		pc.idle.Release()
+		pc.limit.Closed(pc.idle.Key)
+	})
+}
+
+// reusable detaches pc from its attempt and reports whether it may go
+// back to the pool: net/http's client is alive and free, and no byte
+// arrived that no request asked for.
+func (pc *persistConn) reusable() bool {
+	pc.conn.Detach()
+	return pc.cc.Err() == nil && pc.cc.Available() == 1 && !pc.conn.Stale()
+}
+
+// preDialedKey is the context key under which dialH1 hands its connection
+// to the factory http.Transport's DialContext.
+type preDialedKey struct{}
+
+// errNoPreDialed means NewClientConn dialed without a connection in its
+// context: a broken invariant of this package, reported as an error
+// because it happens inside net/http.
+var errNoPreDialed = errors.New("replaysafe: internal error: NewClientConn dialed without a pre-dialed connection")
+
+// newFactory returns the http.Transport whose only job is to build
+// single-connection clients (NewClientConn) over connections dialH1 made.
+// Its DialContext returns exactly the connection in the context, so
+// net/http never dials, never pools and never retries: a ClientConn
+// carries one request at a time and RoundTrip on it has no retry loop.
+func newFactory(cfg Config) *http.Transport {
+	var protos http.Protocols
+	protos.SetHTTP1(true)
+	return &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			c, ok := ctx.Value(preDialedKey{}).(net.Conn)
+			if !ok {
+				return nil, errNoPreDialed
+			}
+			return c, nil
+		},
+		Protocols:              &protos,
+		DisableCompression:     cfg.DisableCompression,
+		MaxResponseHeaderBytes: cfg.MaxResponseHeaderBytes,
+		ExpectContinueTimeout:  time.Second,
+	}
+}
+
+// dialH1 makes a new connection for key over snap, the call's route (nil:
+// a direct route route.New could not build): the TCP connection or the
+// proxy tunnel and TLS with the origin for https (dial.Dialer.Connect),
+// the counting h1.Conn on top, and net/http's client
+// connection over that. The scheme given to NewClientConn is always
+// "http": TLS is already done, and net/http only ever sees the plaintext
+// side.
+func (t *Transport) dialH1(ctx context.Context, key pool.Key, snap *dial.Route, alpn []string, start fsm.Instant) (*persistConn, error) {
+	c, err := t.dial.Connect(ctx, key, snap, dial.Opts{ALPN: alpn, CountWire: true, Start: start})
+	if err != nil {
+		return nil, err
+	}
+	conn := h1.NewConn(c.Conn, c.Wire)
+	cc, err := t.factory.NewClientConn(context.WithValue(ctx, preDialedKey{}, net.Conn(conn)), "http", key.Addr)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return &persistConn{cc: cc, conn: conn, tls: c.TLS, idle: pool.IdleState{Key: key}, limit: t.limit}, nil
+}
+
+// acquire returns a connection for key: for an original attempt the most
+// recently pooled one that is still usable, else a new one. A resend
+// always gets a new one. The connection is attached to rec and reserved
+// for one request.
+//
+// A route at MaxConnsPerHost waits, under the acquisition deadline, until
+// a connection closes or (for an original attempt) one comes back idle.
+func (t *Transport) acquire(ctx context.Context, key pool.Key, snap *dial.Route, alpn []string, pooled bool, rec *h1.Recorder) (*persistConn, bool, error) {
+	for {
+		if pooled {
+			if pc := t.pooled(key, rec); pc != nil {
+				return pc, true, nil
+			}
+		}
+		if t.limit.TryOpen(key) {
+			break
+		}
+		if err := t.limit.Wait(ctx, key); err != nil {
+			return nil, false, err
+		}
+	}
+	pc, err := t.dialH1(ctx, key, snap, alpn, rec.Start())
+	if err != nil {
+		t.limit.Closed(key)
+		return nil, false, err
+	}
+	if !usable(pc, rec) {
+		pc.Close()
+		return nil, false, errors.New("replaysafe: new connection unusable at once")
+	}
+	rec.Acquired(false)
+	return pc, false, nil
+}
+
+// pooled returns the most recently pooled connection for key that is
+// still usable, attached to rec, or nil; the unusable ones met on the way
+// close.
+func (t *Transport) pooled(key pool.Key, rec *h1.Recorder) *persistConn {
+	for range t.cfg.MaxIdleConnsPerHost {
+		pc, ok := t.h1pool.Get(key)
+		if !ok {
+			return nil
+		}
+		if usable(pc, rec) {
+			rec.Acquired(true)
+			return pc
+		}
+		pc.Close()
+	}
+	return nil
+}
+
+// usable attaches rec to pc and reserves pc's one request slot, unless pc
+// is closed or a read returned while it sat idle (the peer closed or
+// reset it, or sent unsolicited bytes).
+func usable(pc *persistConn, rec *h1.Recorder) bool {
+	if pc.cc.Err() != nil {
+		return false
+	}
+	if err := pc.conn.Attach(rec); err != nil {
+		return false
+	}
+	if err := pc.cc.Reserve(); err != nil {
+		pc.conn.Detach()
+		return false
+	}
+	return true
+}
+
+// gotConn calls the caller's httptrace GotConn hook, if any: net/http's
+// single-connection client does not, since it does not acquire.
+func (t *Transport) gotConn(ctx context.Context, pc *persistConn, reused bool) {
+	trace := httptrace.ContextClientTrace(ctx)
+	if trace == nil || trace.GotConn == nil {
+		return
+	}
+	info := httptrace.GotConnInfo{Conn: pc.conn, Reused: reused, WasIdle: reused}
+	if since := pc.idle.IdleSince(); reused && !since.IsZero() {
+		info.IdleTime = time.Since(since)
+	}
+	trace.GotConn(info)
+}

@@ -1,0 +1,224 @@
+package pool
+
+import (
+	"sync"
+	"time"
+)
+
+// IdleConn is what an Idle pool holds: a connection that carries one
+// exchange at a time (HTTP/1.1).
+type IdleConn interface {
+	comparable
+	// Idle returns the connection's record in the pool.
+	Idle() *IdleState
+	// Close closes the connection and gives its room in the Limit back.
+	Close()
+}
+
+// IdleState is a connection's record in its Idle pool: its route, and
+// its idle timer, guarded by the pool's lock while the connection is
+// idle. The timer is made on the first Put and reset on later ones; a
+// stopped one that fired anyway finds the connection idle for less than
+// the limit (expire), or not idle at all, and does nothing. (Mux leaves
+// its timer set across attempts instead; here that measured slower, see
+// docs/performance.md.)
+type IdleState struct {
+	Key Key
+
+	since time.Time
+	timer *time.Timer
+	ref   *idleRef // what timer's function holds of the connection
+}
+
+// IdleSince returns when the connection was last put in the pool.
+func (s *IdleState) IdleSince() time.Time { return s.since }
+
+// Release stops the connection's idle timer and lets go of what the
+// timer holds of it: call it once, when the connection closes or the
+// caller took it over. The fields are read without the pool's lock: Put
+// wrote them under it before the pool could hand the connection to
+// whoever releases it.
+func (s *IdleState) Release() {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.ref.drop()
+}
+
+// Idle holds idle connections per route, most recently used last.
+type Idle[C IdleConn] struct {
+	max     int           // per key; <= 0 keeps none
+	timeout time.Duration // idle limit; <= 0 none
+	limit   *Limit        // woken when a connection comes back
+
+	mu    sync.Mutex
+	idle  map[Key][]C
+	spare []C // an emptied list's array (capacity at most max), reused by Put
+}
+
+// NewIdle returns a pool that keeps at most max idle connections per
+// route (none when max <= 0), each for at most timeout (no limit when
+// timeout <= 0), and wakes limit's waiters when one comes back.
+func NewIdle[C IdleConn](max int, timeout time.Duration, limit *Limit) *Idle[C] {
+	return &Idle[C]{max: max, timeout: timeout, limit: limit, idle: map[Key][]C{}}
+}
+
+// Get removes and returns the most recently pooled connection for key,
+// and whether there was one. The caller checks that it is still usable.
+func (p *Idle[C]) Get(key Key) (C, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var zero C
+	list := p.idle[key]
+	if len(list) == 0 {
+		return zero, false
+	}
+	c := list[len(list)-1]
+	list[len(list)-1] = zero
+	if len(list) == 1 {
+		delete(p.idle, key)
+		if p.spare == nil {
+			p.spare = list[:0] // for the next key Put finds empty
+		}
+	} else {
+		p.idle[key] = list[:len(list)-1]
+	}
+	if s := c.Idle(); s.timer != nil {
+		s.timer.Stop()
+	}
+	return c, true
+}
+
+// Put pools c, which the caller found reusable after a clean, complete
+// exchange, or closes it when the pool for its route is full.
+func (p *Idle[C]) Put(c C) {
+	s := c.Idle()
+	now := time.Now() // read before the lock every pool user takes
+	p.mu.Lock()
+	list, ok := p.idle[s.Key]
+	if len(list) >= p.max {
+		p.mu.Unlock()
+		c.Close()
+		return
+	}
+	defer p.limit.Notify(s.Key) // an attempt waiting at the limit may take it
+	defer p.mu.Unlock()
+	s.since = now
+	if p.timeout > 0 {
+		if s.timer == nil {
+			s.ref, s.timer = startIdleTimer(c, p.timeout, p.expire)
+		} else {
+			s.timer.Reset(p.timeout)
+		}
+	}
+	if !ok && p.spare != nil {
+		list, p.spare = p.spare, nil
+	}
+	p.idle[s.Key] = append(list, c)
+}
+
+// idleRef is what a connection's idle timer holds of it: the connection
+// until it closes, nothing after (drop). The runtime keeps a stopped
+// timer until it next cleans its timer heap, and one that was not
+// stopped until it fires: either way the timer then pins this small
+// value, not a closed connection with its buffers.
+type idleRef struct {
+	mu   sync.Mutex
+	conn any
+}
+
+// startIdleTimer returns conn's idle timer, which calls expire with
+// conn after d, and the idleRef through which it holds conn: once the ref
+// is dropped, the timer neither holds conn nor calls expire.
+func startIdleTimer[C any](conn C, d time.Duration, expire func(C)) (*idleRef, *time.Timer) {
+	ref := &idleRef{conn: conn}
+	return ref, time.AfterFunc(d, func() {
+		if c, ok := ref.get().(C); ok {
+			expire(c)
+		}
+	})
+}
+
+func (r *idleRef) get() any {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.conn
+}
+
+// drop lets go of the connection; on nil it does nothing.
+func (r *idleRef) drop() {
+	if r != nil {
+		r.mu.Lock()
+		r.conn = nil
+		r.mu.Unlock()
+	}
+}
+
+// expire closes c if it is still idle and has been for the whole limit:
+// a timer stopped too late for an earlier idle period finds it pooled
+// again more recently, and leaves it.
+func (p *Idle[C]) expire(c C) {
+	s := c.Idle()
+	p.mu.Lock()
+	if time.Since(s.since) < p.timeout {
+		p.mu.Unlock()
+		return
+	}
+	list := p.idle[s.Key]
+	found := false
+	for i, x := range list {
+		if x == c {
+			list = append(list[:i], list[i+1:]...)
+			found = true
+			break
+		}
+	}
+	if found {
+		if len(list) == 0 {
+			delete(p.idle, s.Key)
+		} else {
+			p.idle[s.Key] = list
+		}
+	}
+	p.mu.Unlock()
+	if found {
+		c.Close()
+	}
+}
+
+// CloseIdle closes every idle connection.
+func (p *Idle[C]) CloseIdle() {
+	p.mu.Lock()
+	var all []C
+	for key, list := range p.idle {
+		for _, c := range list {
+			if s := c.Idle(); s.timer != nil {
+				s.timer.Stop()
+			}
+			all = append(all, c)
+		}
+		delete(p.idle, key)
+	}
+	p.mu.Unlock()
+	for _, c := range all {
+		c.Close()
+	}
+}
+
+// IdleCount returns the number of idle connections.
+func (p *Idle[C]) IdleCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, list := range p.idle {
+		n += len(list)
+	}
+	return n
+}
+
+// Held returns what the connection's idle timer holds of it: the
+// connection while it may expire, nil once it closed or was never idle.
+func (s *IdleState) Held() any { return s.ref.get() }

@@ -1,0 +1,120 @@
+package replaysafe_test
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/replaysafe/replaysafe"
+
+// layer is a rule of the layout (../shared/DESIGN.md, "Layout"): a
+// package under one of prefixes may import, of this module, only the
+// packages under allowed.
+type layer struct {
+	name     string
+	prefixes []string
+	allowed  []string
+}
+
+// layers is the design card's table. A package matches the first layer
+// whose prefix it has; "" is the root package alone.
+var layers = []layer{
+	{"fsm (pure)", []string{"fsm"}, []string{"fsm"}},
+	{"transports", []string{"transports"}, []string{"transports", "fsm/route"}},
+	{"adapters", []string{"adapters"}, []string{"adapters", "fsm", "transports/h2"}},
+	{"test kit", []string{"replaysafetest"}, []string{"replaysafetest", "internal/selfsigned"}},
+	{"internal library", []string{"internal/driver", "internal/pool", "internal/dial", "internal/altsvc"},
+		[]string{"internal/driver", "internal/pool", "internal/dial", "internal/altsvc", "fsm", "adapters", "transports"}},
+	{"forward", []string{"forward"}, []string{"", "fsm"}},
+	{"root", []string{""}, []string{"fsm", "adapters", "transports", "internal/driver", "internal/pool", "internal/dial", "internal/altsvc"}},
+}
+
+// under reports whether package p (module-relative, "" for the root) is
+// prefix or below it.
+func under(p, prefix string) bool {
+	if prefix == "" {
+		return p == ""
+	}
+	return p == prefix || strings.HasPrefix(p, prefix+"/")
+}
+
+// TestLayers: every library package imports only the layers below it,
+// as the design card's table says: the face never imports the forwarder
+// or a harness, the forwarder only the face and fsm, transports never the
+// adapters, fsm nothing of the module but fsm; and no library package
+// imports a harness (internal/harness), a command or a test package.
+func TestLayers(t *testing.T) {
+	imports := map[string]map[string]bool{} // package → module packages it imports
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if base := d.Name(); p != "." && (strings.HasPrefix(base, ".") || base == "testdata" || base == "tools" || base == "otel") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), p, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		pkg := filepath.ToSlash(filepath.Dir(p))
+		if pkg == "." {
+			pkg = ""
+		}
+		if imports[pkg] == nil {
+			imports[pkg] = map[string]bool{}
+		}
+		for _, imp := range f.Imports {
+			q, _ := strconv.Unquote(imp.Path.Value)
+			if q == module {
+				imports[pkg][""] = true
+			} else if rel, ok := strings.CutPrefix(q, module+"/"); ok {
+				imports[pkg][rel] = true
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := map[string]int{}
+	for pkg, deps := range imports {
+		var l *layer
+		for i := range layers {
+			for _, prefix := range layers[i].prefixes {
+				if under(pkg, prefix) && l == nil {
+					l = &layers[i]
+				}
+			}
+		}
+		if l == nil {
+			continue // commands, harnesses, fuzz targets, the model, generators: not library code
+		}
+		checked[l.name]++
+		for dep := range deps {
+			ok := false
+			for _, a := range l.allowed {
+				ok = ok || under(dep, a)
+			}
+			if !ok {
+				t.Errorf("%s (%s) imports %s", path.Join(module, pkg), l.name, path.Join(module, dep))
+			}
+		}
+	}
+	for _, l := range layers {
+		if checked[l.name] == 0 {
+			t.Errorf("no package of layer %s found", l.name)
+		}
+	}
+}
