@@ -84,9 +84,10 @@ func WithRetry(ctx context.Context, r Retry) context.Context {
 	return context.WithValue(ctx, retryKey{}, r)
 }
 
-// retryFor returns the policy of req, in fsm terms, with its budget.
-func (t *Transport) retryFor(req *http.Request) (fsm.Retry, driver.Budget) {
-	r := t.opt.Retry
+// retryFor returns the retry policy of req, in fsm terms, with its
+// budget: the one WithRetry put in its context, else def (Options.Retry).
+func retryFor(req *http.Request, def Retry) (fsm.Retry, driver.Budget) {
+	r := def
 	if v, ok := req.Context().Value(retryKey{}).(Retry); ok {
 		r = v
 	}

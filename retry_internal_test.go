@@ -16,13 +16,12 @@ func TestRetryDefaults(t *testing.T) {
 	if p := (RetryBudget{Window: 1500 * time.Millisecond, MinPerSecond: -3}).normalized(); p.Window != time.Second || p.MinPerSecond != 0 {
 		t.Errorf("window rounds down to whole seconds and a negative floor is none: %+v", p)
 	}
-	tr := New(Options{Retry: Retry{MaxAttempts: 50, Statuses: []int{}}})
 	req := mustRequest(t)
-	r, _ := tr.retryFor(req)
+	r, _ := retryFor(req, Retry{MaxAttempts: 50, Statuses: []int{}})
 	if r.Attempts != driver.MaxAttempts || r.Statuses.Has(503) || r.Base != 100*time.Millisecond || r.Cap != 10*time.Second || r.MaxRetryAfter != 30*time.Second {
 		t.Errorf("policy %v", r)
 	}
-	r, _ = New(Options{Retry: Retry{MaxAttempts: 2}}).retryFor(req)
+	r, _ = retryFor(req, Retry{MaxAttempts: 2})
 	if !r.Statuses.Has(429) || !r.Statuses.Has(504) || r.Statuses.Has(500) {
 		t.Errorf("default statuses %v", r.Statuses)
 	}

@@ -53,7 +53,7 @@ func New(o Options) *Transport {
 // the reason. Like every RoundTripper it closes req.Body, also on error
 // (perhaps after it returns).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	pol, budget := t.retryFor(req)
+	pol, budget := retryFor(req, t.opt.Retry)
 	call, err := t.d.Start(req, pol, budget)
 	if err != nil {
 		return nil, err

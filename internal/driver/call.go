@@ -56,7 +56,8 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Cal
 	if err != nil {
 		return nil, closeBody(req, err)
 	}
-	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(t.factsOf(req), pol), statuses: pol.Statuses, budget: budget}
+	facts := t.factsOf(req)
+	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), statuses: pol.Statuses, budget: budget}
 	if pol.On() {
 		t.budgets.call(key.Addr, budget, time.Now())
 	}
@@ -275,6 +276,15 @@ func isExtendedConnect(req *http.Request) bool {
 
 func validMethod(m string) bool {
 	return len(m) > 0 && strings.IndexFunc(m, func(r rune) bool { return !httpguts.IsTokenRune(r) }) < 0
+}
+
+// closeBody closes req's body, as a RoundTripper must also on error, and
+// returns err.
+func closeBody(req *http.Request, err error) error {
+	if req != nil && req.Body != nil {
+		req.Body.Close()
+	}
+	return err
 }
 
 // factsOf returns the fsm facts of req's original attempt.

@@ -177,15 +177,6 @@ type Report struct {
 	Trace    string
 }
 
-// closeBody closes req's body, as a RoundTripper must also on error, and
-// returns err.
-func closeBody(req *http.Request, err error) error {
-	if req != nil && req.Body != nil {
-		req.Body.Close()
-	}
-	return err
-}
-
 // sleep waits d or until ctx ends, and returns ctx's cause then.
 func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
