@@ -2,6 +2,7 @@ package replaysafe
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,4 +35,21 @@ func mustRequest(t *testing.T) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// TestNewRefusesCallerRetriesWithRetry: CallerRetries says the caller
+// counts the attempts, Retry that replaysafe makes more: New refuses the
+// pair with a message naming both fields, and takes either alone.
+func TestNewRefusesCallerRetriesWithRetry(t *testing.T) {
+	defer func() {
+		r := recover()
+		err, ok := r.(error)
+		if !ok || !strings.Contains(err.Error(), "CallerRetries") || !strings.Contains(err.Error(), "Options.Retry") {
+			t.Errorf("New panicked with %v, want an error naming both fields", r)
+		}
+	}()
+	New(Options{CallerRetries: true}).CloseIdleConnections()
+	New(Options{Retry: Retry{MaxAttempts: 3}}).CloseIdleConnections()
+	New(Options{CallerRetries: true, Retry: Retry{MaxAttempts: 3}})
+	t.Error("New took CallerRetries with Retry")
 }

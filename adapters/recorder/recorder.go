@@ -2,9 +2,13 @@
 // its fsm.Machine, for every protocol: Core stamps and feeds the events,
 // keeps them as the attempt's trace, and arms the deadline timer the
 // machine asks for, calling back when a phase limit decided. The HTTP/1.1
-// recorder (adapters/h1) and the HTTP/2 and HTTP/3 one (the
-// root package's streamRec) embed it and add what their stack can
-// observe; neither keeps a machine, an event list or a timer of its own.
+// recorder (adapters/h1) and replaysafe's HTTP/2 and HTTP/3 one embed it
+// and add what their stack can observe; neither keeps a machine, an event
+// list or a timer of its own. An embedder driving fsm from its own client
+// embeds it the same way (docs/embedding.md).
+//
+// TimeoutError is what an attempt is aborted with when a phase limit
+// passed: the error replaysafe's calls wrap for a timeout.
 package recorder
 
 import (
