@@ -6,7 +6,6 @@ import (
 	"crypto/sha1"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 )
@@ -94,32 +93,11 @@ func (h *Forwarder) extendedConnect(w http.ResponseWriter, r *http.Request, resp
 // stream's request body.
 func (h *Forwarder) upgradeOverConnect(w http.ResponseWriter, resp *http.Response, d Dispatch, x *exchange, key string, upload *io.PipeWriter) {
 	defer resp.Body.Close()
-	conn, brw, err := http.NewResponseController(w).Hijack()
-	if err != nil {
-		x.err = fmt.Errorf("replaysafe: forward: hijacking the client connection for the upgrade: %w", err)
-		h.refuse(w, x, http.StatusInternalServerError, "cannot take over the client connection")
-		return
-	}
-	defer conn.Close()
 	cleanResponseHeader(resp.Header, http.StatusOK, d)
 	resp.Header.Set("Connection", "Upgrade")
 	resp.Header.Set("Upgrade", "websocket")
 	resp.Header.Set("Sec-Websocket-Accept", websocketAccept(key))
-	if !h.opt.DisableVia {
-		resp.Header.Add("Via", viaValue(resp.ProtoMajor, resp.ProtoMinor, h.via))
-	}
-	x.status = http.StatusSwitchingProtocols
-	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
-	if err := resp.Header.Write(brw); err != nil {
-		x.err = err
-		return
-	}
-	brw.WriteString("\r\n")
-	if err := brw.Flush(); err != nil {
-		x.err = fmt.Errorf("replaysafe: forward: writing the 101 response to the client: %w", err)
-		return
-	}
-	x.err = tunnel(conn, brw.Reader, streamRW{resp.Body, upload})
+	h.switchProtocols(w, x, resp, streamRW{resp.Body, upload})
 }
 
 // streamRW is an extended CONNECT stream as one ReadWriteCloser: the

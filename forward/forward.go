@@ -531,6 +531,15 @@ func (h *Forwarder) upgrade(w http.ResponseWriter, resp *http.Response, d Dispat
 		return
 	}
 	defer up.Close()
+	cleanResponseHeader(resp.Header, resp.StatusCode, d)
+	h.switchProtocols(w, x, resp, up)
+}
+
+// switchProtocols answers the client 101 Switching Protocols with resp's
+// header (cleaned by the caller; Via added here) on its hijacked
+// connection, and tunnels that connection into up until either side
+// ends.
+func (h *Forwarder) switchProtocols(w http.ResponseWriter, x *exchange, resp *http.Response, up io.ReadWriteCloser) {
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		x.err = fmt.Errorf("replaysafe: forward: hijacking the client connection for the upgrade: %w", err)
@@ -538,12 +547,11 @@ func (h *Forwarder) upgrade(w http.ResponseWriter, resp *http.Response, d Dispat
 		return
 	}
 	defer conn.Close()
-	cleanResponseHeader(resp.Header, resp.StatusCode, d)
 	if !h.opt.DisableVia {
 		resp.Header.Add("Via", viaValue(resp.ProtoMajor, resp.ProtoMinor, h.via))
 	}
 	x.status = http.StatusSwitchingProtocols
-	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\n")
+	brw.WriteString("HTTP/1.1 101 Switching Protocols\r\n")
 	if err := resp.Header.Write(brw); err != nil {
 		x.err = err
 		return

@@ -39,10 +39,8 @@ const egressCount = EgressNegotiate + 1
 // ParseEgress returns the policy named s (h1, h2, h3 or negotiate), the
 // inverse of its String.
 func ParseEgress(s string) (Egress, error) {
-	for e := range egressCount {
-		if s == e.String() {
-			return e, nil
-		}
+	if e, ok := fsm.ParseEnum(s, egressCount, true); ok {
+		return e, nil
 	}
 	return 0, fmt.Errorf("replaysafe: unknown egress %q (want h1, h2, h3 or negotiate)", s)
 }

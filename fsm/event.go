@@ -81,7 +81,7 @@ const EventKinds = int(eventKindCount)
 
 // ParseEventKind is the inverse of EventKind.String; "invalid" does not
 // parse.
-func ParseEventKind(s string) (EventKind, bool) { return parseEnum(s, eventKindCount, false) }
+func ParseEventKind(s string) (EventKind, bool) { return ParseEnum(s, eventKindCount, false) }
 
 // Failure reports whether the event kind is a failure.
 func (k EventKind) Failure() bool { return k >= EventClosed && k < eventKindCount }

@@ -17,9 +17,11 @@ func (i Instant) Add(d time.Duration) Instant { return i + Instant(d) }
 // String prints the instant as a duration since the clock's origin.
 func (i Instant) String() string { return time.Duration(i).String() }
 
-// parseEnum finds the value of an enum below n whose String is s. The zero
-// value is a valid result only when zero is set.
-func parseEnum[T interface {
+// ParseEnum is the inverse of an enum's String: it finds the value below
+// n whose String is s. The zero value is a valid result only when zero is
+// set (an enum whose zero means "not set" does not parse it). Every Parse
+// function of fsm and its sub-packages is one call of it.
+func ParseEnum[T interface {
 	~uint8
 	String() string
 }](s string, n T, zero bool) (T, bool) {
@@ -69,7 +71,7 @@ func ParseMethod(s string) Method {
 	if s == "" {
 		return MethodGET
 	}
-	if v, ok := parseEnum(s, MethodOther, false); ok {
+	if v, ok := ParseEnum(s, MethodOther, false); ok {
 		return v
 	}
 	return MethodOther
@@ -102,7 +104,7 @@ const (
 const bodyKindCount = BodyOneShotConsumed + 1
 
 // ParseBodyKind is the inverse of BodyKind.String.
-func ParseBodyKind(s string) (BodyKind, bool) { return parseEnum(s, bodyKindCount, true) }
+func ParseBodyKind(s string) (BodyKind, bool) { return ParseEnum(s, bodyKindCount, true) }
 
 // Reproducible reports whether the body can be sent again after it was read.
 func (b BodyKind) Reproducible() bool { return b == BodyNone || b == BodyBuffered }
@@ -122,7 +124,7 @@ const (
 const attemptCount = AttemptResend + 1
 
 // ParseAttempt is the inverse of Attempt.String.
-func ParseAttempt(s string) (Attempt, bool) { return parseEnum(s, attemptCount, true) }
+func ParseAttempt(s string) (Attempt, bool) { return ParseEnum(s, attemptCount, true) }
 
 // Request holds the facts about a request that the rules read. They are
 // fixed for the whole attempt; what happens on the wire arrives as events.
@@ -195,7 +197,7 @@ const (
 const protoCount = ProtoH3 + 1
 
 // ParseProto is the inverse of Proto.String; "unknown" does not parse.
-func ParseProto(s string) (Proto, bool) { return parseEnum(s, protoCount, false) }
+func ParseProto(s string) (Proto, bool) { return ParseEnum(s, protoCount, false) }
 
 // Phase names the part of an attempt a timeout belongs to.
 type Phase uint8
@@ -217,7 +219,7 @@ const (
 const phaseCount = PhaseBody + 1
 
 // ParsePhase is the inverse of Phase.String; "none" does not parse.
-func ParsePhase(s string) (Phase, bool) { return parseEnum(s, phaseCount, false) }
+func ParsePhase(s string) (Phase, bool) { return ParseEnum(s, phaseCount, false) }
 
 // Limits bounds how long each phase may take. A zero duration means no limit.
 // Each limit runs from the event that opens its phase.
@@ -262,7 +264,7 @@ const (
 const actionCount = ActionResend + 1
 
 // ParseAction is the inverse of Action.String.
-func ParseAction(s string) (Action, bool) { return parseEnum(s, actionCount, true) }
+func ParseAction(s string) (Action, bool) { return ParseEnum(s, actionCount, true) }
 
 // Final reports whether the action ends the attempt's decision.
 func (a Action) Final() bool { return a != ActionContinue }
@@ -283,7 +285,7 @@ const (
 const connVerdictCount = ConnDiscard + 1
 
 // ParseConnVerdict is the inverse of ConnVerdict.String.
-func ParseConnVerdict(s string) (ConnVerdict, bool) { return parseEnum(s, connVerdictCount, true) }
+func ParseConnVerdict(s string) (ConnVerdict, bool) { return ParseEnum(s, connVerdictCount, true) }
 
 // Decision is the machine's answer to one event.
 type Decision struct {

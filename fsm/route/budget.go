@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/replaysafe/replaysafe/fsm"
 )
 
 // Step names a part of connection acquisition.
@@ -39,7 +41,7 @@ const (
 const stepCount = StepOriginTLS + 1
 
 // ParseStep is the inverse of Step.String; "none" does not parse.
-func ParseStep(s string) (Step, bool) { return parseEnum(s, stepCount, false) }
+func ParseStep(s string) (Step, bool) { return fsm.ParseEnum(s, stepCount, false) }
 
 // PerHop reports whether the step runs once for every proxy hop.
 func (s Step) PerHop() bool { return s == StepProxyTLS || s == StepConnect || s == StepSOCKS }

@@ -41,20 +41,6 @@ import (
 // so an attempt's machine and its acquisition budget share instants.
 type Instant = fsm.Instant
 
-// parseEnum finds the value of an enum below n whose String is s. The zero
-// value is a valid result only when zero is set.
-func parseEnum[T interface {
-	~uint8
-	String() string
-}](s string, n T, zero bool) (T, bool) {
-	for v := T(0); v < n; v++ {
-		if (zero || v != 0) && v.String() == s {
-			return v, true
-		}
-	}
-	return 0, false
-}
-
 // Scheme is the origin's URI scheme.
 type Scheme uint8
 
@@ -73,7 +59,9 @@ const schemeCount = SchemeHTTPS + 1
 
 // ParseScheme maps "http" or "https", in any case (RFC 3986 §3.1), to a
 // Scheme.
-func ParseScheme(s string) (Scheme, bool) { return parseEnum(strings.ToLower(s), schemeCount, false) }
+func ParseScheme(s string) (Scheme, bool) {
+	return fsm.ParseEnum(strings.ToLower(s), schemeCount, false)
+}
 
 // DefaultPort is the port a URI of this scheme means when it names none
 // (RFC 9110 §4.2.1, §4.2.2): 80 for http, 443 for https, 0 otherwise.
@@ -107,7 +95,7 @@ const proxyKindCount = ProxySOCKS5 + 1
 
 // ParseProxyKind is the inverse of ProxyKind.String, in any case.
 func ParseProxyKind(s string) (ProxyKind, bool) {
-	return parseEnum(strings.ToLower(s), proxyKindCount, false)
+	return fsm.ParseEnum(strings.ToLower(s), proxyKindCount, false)
 }
 
 // DefaultPort is the port a proxy URL of this kind means when it names
@@ -145,7 +133,7 @@ const (
 const policyCount = PolicyH3 + 1
 
 // ParsePolicy is the inverse of Policy.String.
-func ParsePolicy(s string) (Policy, bool) { return parseEnum(s, policyCount, true) }
+func ParsePolicy(s string) (Policy, bool) { return fsm.ParseEnum(s, policyCount, true) }
 
 // ALPN returns a new slice of the protocol IDs to offer a TLS origin, in
 // preference order; nil for an invalid policy.
