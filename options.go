@@ -201,6 +201,16 @@ type Options struct {
 	// ProxyTLSClientConfig configures TLS with https proxies; nil means
 	// the system roots. ALPN always offers "http/1.1" alone.
 	ProxyTLSClientConfig *tls.Config
+	// ProxyConnectPlainHTTP tunnels plain http:// requests through an
+	// HTTP or HTTPS proxy with CONNECT, as https:// requests always go.
+	// By default they go to the proxy in absolute form ("GET
+	// http://host/path", RFC 9112 §3.2.2), as net/http sends them and a
+	// stock squid takes them (it refuses CONNECT to every port but 443):
+	// one proxy connection then carries requests to any origin, with the
+	// proxy's credentials on each (Proxy-Authorization), and it is that
+	// connection whose staleness the rules judge. A chain of more than
+	// one proxy, or a SOCKS5 one, always tunnels.
+	ProxyConnectPlainHTTP bool
 
 	// Protocol chooses the HTTP versions spoken:
 	// ProtocolHTTP1 (the zero value and the default), ProtocolHTTP2 (h2
@@ -265,6 +275,7 @@ func (o Options) config() driver.Config {
 		ProxyChain:                     o.ProxyChain,
 		AllowCleartextChainCredentials: o.AllowCleartextChainCredentials,
 		ProxyTLSClientConfig:           o.ProxyTLSClientConfig,
+		ConnectPlainHTTP:               o.ProxyConnectPlainHTTP,
 	}
 	if auth := o.ProxyAuth; auth != nil {
 		dc.ProxyAuth = func(req *http.Request, hop int, u *url.URL) (*dial.Credentials, error) {

@@ -69,7 +69,8 @@ func (s *selector) proxy(*http.Request) (*url.URL, error) {
 }
 
 // proxied returns a Transport for origin s through proxy p (Options.Proxy
-// counted by the returned selector), and what its Observer saw.
+// counted by the returned selector), tunneling plain http with CONNECT,
+// and what its Observer saw.
 func proxied(t *testing.T, s *replaysafetest.Server, p *connectproxy.Server, o replaysafe.Options) (*replaysafe.Transport, *observed, *selector) {
 	t.Helper()
 	sel := &selector{urls: []*url.URL{mustURL(t, p.URL())}}
@@ -79,6 +80,7 @@ func proxied(t *testing.T, s *replaysafetest.Server, p *connectproxy.Server, o r
 	if o.ProxyTLSClientConfig == nil {
 		o.ProxyTLSClientConfig = p.ClientTLSConfig() // nil for a plain proxy
 	}
+	o.ProxyConnectPlainHTTP = true // a CONNECT proxy: tunnel plain http too
 	tr, obs := client(t, s, o)
 	return tr, obs, sel
 }
@@ -166,6 +168,7 @@ func TestProxyPoolKeyedByRoute(t *testing.T) {
 	useProxy.Store(true)
 	pu := mustURL(t, p.URL())
 	tr, _ := client(t, s, replaysafe.Options{
+		ProxyConnectPlainHTTP: true,
 		Proxy: func(*http.Request) (*url.URL, error) {
 			if useProxy.Load() {
 				return pu, nil
@@ -231,7 +234,7 @@ func TestProxyAuthNeverReachesOrigin(t *testing.T) {
 	p := startProxy(t, connectproxy.Config{RequireAuth: &connectproxy.Credentials{Username: "u", Password: "secret"}})
 	u := mustURL(t, p.URL())
 	u.User = url.UserPassword("u", "secret")
-	tr, _ := client(t, s, replaysafe.Options{Proxy: func(*http.Request) (*url.URL, error) { return u, nil }})
+	tr, _ := client(t, s, replaysafe.Options{ProxyConnectPlainHTTP: true, Proxy: func(*http.Request) (*url.URL, error) { return u, nil }})
 	req := newRequest(t, t.Context(), "GET", s.URL()+"/target", "", "Proxy-Authorization", "Basic leak")
 	code, _, err := roundTrip(tr, req)
 	if err != nil || code != 200 {
@@ -372,7 +375,7 @@ func TestProxyPlainOriginEarlyBytesFail(t *testing.T) {
 	forged := "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nforged"
 	addr, requests := rawConnectProxy(t, "HTTP/1.1 200 Connection established\r\n\r\n"+forged)
 	u := mustURL(t, "http://"+addr)
-	tr, _ := client(t, s, replaysafe.Options{Proxy: func(*http.Request) (*url.URL, error) { return u, nil }})
+	tr, _ := client(t, s, replaysafe.Options{ProxyConnectPlainHTTP: true, Proxy: func(*http.Request) (*url.URL, error) { return u, nil }})
 	code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/target", ""))
 	if err == nil {
 		t.Fatalf("call succeeded: %d %q", code, body)

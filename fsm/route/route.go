@@ -208,6 +208,14 @@ type Spec struct {
 	// Chain lists the proxies in dial order. New copies it.
 	Chain  []Hop
 	Policy Policy
+	// Forward sends plain-http requests to the one HTTP or HTTPS proxy of
+	// Chain in absolute form (RFC 9112 §3.2.2), as a forward proxy takes
+	// them, instead of through a CONNECT tunnel to the origin: the
+	// connection is the proxy's, and the route's Key leaves the origin
+	// out, so one connection carries requests to any origin. It needs
+	// Scheme http, UseProxy with exactly one http or https hop, and
+	// PolicyH1.
+	Forward bool
 }
 
 // Route is the immutable route of one wire attempt. Build it with New;
@@ -217,9 +225,10 @@ type Route struct {
 	scheme Scheme
 	host   string
 	port   uint16
-	hops   []Hop // never written after New; nil when direct
-	policy Policy
-	key    Key
+	hops    []Hop // never written after New; nil when direct
+	policy  Policy
+	forward bool
+	key     Key
 }
 
 // Key is a route's identity, comparable and usable as a map key: two
@@ -227,7 +236,9 @@ type Route struct {
 // effective port, through the same proxies in the same order with the
 // same credential identities, under the same protocol policy. Direct
 // routes share a key whether or not a proxy was configured and bypassed,
-// since their connections are alike.
+// since their connections are alike. Forward routes (Spec.Forward) share
+// a key across origins: they have the same proxy, credential identity
+// and policy.
 type Key struct{ s string }
 
 // String prints the key in a canonical, readable form, for example
@@ -265,6 +276,9 @@ func New(s Spec) (Route, error) {
 	if r.port == 0 {
 		r.port = s.Scheme.DefaultPort()
 	}
+	if s.Forward && !s.UseProxy {
+		return Route{}, &SpecError{Field: "Forward", Value: "true", Reason: "absolute form needs a proxy"}
+	}
 	if s.UseProxy {
 		if len(s.Chain) == 0 {
 			return Route{}, &SpecError{Field: "Chain", Value: "", Reason: "a proxy applies but the chain is empty"}
@@ -276,6 +290,12 @@ func New(s Spec) (Route, error) {
 			// Reference: "HTTP/3 proxy tunneling through CONNECT-UDP is
 			// not supported."
 			return Route{}, &SpecError{Field: "Policy", Value: s.Policy.String(), Reason: "HTTP/3 cannot run through a TCP proxy tunnel; choose a TCP policy for proxied routes"}
+		}
+		if s.Forward {
+			if s.Scheme != SchemeHTTP || len(s.Chain) != 1 || s.Chain[0].Kind != ProxyHTTP && s.Chain[0].Kind != ProxyHTTPS || s.Policy != PolicyH1 {
+				return Route{}, &SpecError{Field: "Forward", Value: "true", Reason: "absolute form needs an http origin, one http or https proxy and the h1 policy"}
+			}
+			r.forward = true
 		}
 		r.hops = make([]Hop, len(s.Chain))
 		for i, h := range s.Chain {
@@ -303,7 +323,11 @@ func (r *Route) encode() string {
 	var b strings.Builder
 	b.WriteString(r.scheme.String())
 	b.WriteString("://")
-	b.WriteString(r.Addr())
+	if r.forward {
+		b.WriteString("* forward") // any origin: '*' is no host
+	} else {
+		b.WriteString(r.Addr())
+	}
 	b.WriteString(" policy=")
 	b.WriteString(r.policy.String())
 	for i, h := range r.hops {
@@ -396,6 +420,10 @@ func (r Route) Addr() string { return joinHostPort(r.host, r.port) }
 
 // Proxied reports whether the route goes through a proxy chain.
 func (r Route) Proxied() bool { return len(r.hops) > 0 }
+
+// Forward reports whether requests go to the route's proxy in absolute
+// form (Spec.Forward) rather than through a tunnel.
+func (r Route) Forward() bool { return r.forward }
 
 // NumHops returns the length of the proxy chain; zero when direct.
 func (r Route) NumHops() int { return len(r.hops) }

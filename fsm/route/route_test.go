@@ -341,3 +341,50 @@ func TestHopString(t *testing.T) {
 		}
 	}
 }
+
+// TestForwardKey: absolute-form routes through one proxy share a key
+// whatever their origin (one proxy connection carries requests to any
+// origin), differ by proxy, credentials and from the CONNECT route to
+// the same origin, and are refused where absolute form does not apply.
+func TestForwardKey(t *testing.T) {
+	proxy := Hop{Kind: ProxyHTTP, Host: "proxy.example", Port: 3128, CredentialID: "u#1"}
+	mk := func(host string, fwd bool, hop Hop) Route {
+		t.Helper()
+		r, err := New(Spec{Scheme: SchemeHTTP, Host: host, UseProxy: true, Chain: []Hop{hop}, Policy: PolicyH1, Forward: fwd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a, b := mk("a.example", true, proxy), mk("b.example", true, proxy)
+	if a.Key() != b.Key() || !a.Forward() {
+		t.Errorf("forward routes to two origins: %v, %v", a.Key(), b.Key())
+	}
+	if got := a.Key().String(); got != `http://* forward policy=h1 via http://proxy.example:3128 cred="u#1"` {
+		t.Errorf("forward key %q", got)
+	}
+	if a.Addr() != "a.example:80" {
+		t.Errorf("the origin is still the route's: %s", a.Addr())
+	}
+	other := proxy
+	other.CredentialID = "u#2"
+	if mk("a.example", true, other).Key() == a.Key() {
+		t.Error("other credentials share the forward key")
+	}
+	if mk("a.example", false, proxy).Key() == a.Key() {
+		t.Error("the CONNECT route shares the forward key")
+	}
+	socks := Hop{Kind: ProxySOCKS5, Host: "s.example"}
+	for name, s := range map[string]Spec{
+		"https origin": {Scheme: SchemeHTTPS, Host: "a.example", UseProxy: true, Chain: []Hop{proxy}, Policy: PolicyH1, Forward: true},
+		"no proxy":     {Scheme: SchemeHTTP, Host: "a.example", Policy: PolicyH1, Forward: true},
+		"socks5 hop":   {Scheme: SchemeHTTP, Host: "a.example", UseProxy: true, Chain: []Hop{socks}, Policy: PolicyH1, Forward: true},
+		"two hops":     {Scheme: SchemeHTTP, Host: "a.example", UseProxy: true, Chain: []Hop{proxy, proxy}, Policy: PolicyH1, Forward: true},
+		"h2 policy":    {Scheme: SchemeHTTP, Host: "a.example", UseProxy: true, Chain: []Hop{proxy}, Policy: PolicyH2, Forward: true},
+	} {
+		var se *SpecError
+		if _, err := New(s); !errors.As(err, &se) || se.Field != "Forward" {
+			t.Errorf("%s: %v, want a SpecError for Forward", name, err)
+		}
+	}
+}

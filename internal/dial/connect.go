@@ -40,7 +40,10 @@ type Opts struct {
 // through connectProxied. For https, TLS with the origin follows, offering
 // o.ALPN, with the wire counter under it when o.CountWire is set.
 func (d *Dialer) Connect(ctx context.Context, key pool.Key, snap *Route, o Opts) (Conn, error) {
-	if snap.Proxied() {
+	switch {
+	case snap.Forward():
+		return d.connectForward(ctx, snap, o)
+	case snap.Proxied():
 		return d.connectProxied(ctx, key, snap, o)
 	}
 	raw, err := d.cfg.DialContext(ctx, "tcp", key.Addr)

@@ -38,6 +38,9 @@ type Config struct {
 	AllowCleartextChainCredentials bool
 	// ProxyTLSClientConfig configures TLS with https proxies.
 	ProxyTLSClientConfig *tls.Config
+	// ConnectPlainHTTP tunnels plain-http requests through a proxy with
+	// CONNECT instead of sending them to it in absolute form.
+	ConnectPlainHTTP bool
 	// Clock is the attempts' clock: the acquisition budget is measured on
 	// it, from the instant the attempt's machine started.
 	Clock recorder.Clock

@@ -36,12 +36,7 @@ func (f dialFunc) DialContext(ctx context.Context, network, addr string) (net.Co
 // both measure the same deadline. Every attempt (a resend included) has
 // its own.
 func (d *Dialer) connectProxied(ctx context.Context, key pool.Key, snap *Route, o Opts) (Conn, error) {
-	clock := budgetClock{d.cfg.Clock}
-	start := route.Instant(o.Start)
-	if start == 0 {
-		start = clock.Now()
-	}
-	b := route.Start(start, d.cfg.AcquireTimeout)
+	clock, b := d.budget(o)
 	pd := &proxy.Dialer{TCP: dialFunc(d.cfg.DialContext), Clock: clock, AllowCleartextChainCredentials: d.cfg.AllowCleartextChainCredentials}
 	r := snap.route
 	hops := make([]proxy.Hop, r.NumHops())
@@ -75,6 +70,31 @@ func (d *Dialer) connectProxied(ctx context.Context, key pool.Key, snap *Route, 
 	}
 	cs := tc.ConnectionState()
 	return Conn{Conn: tc, Wire: wire, TLS: &cs}, nil
+}
+
+// budget returns the acquisition budget of an attempt that started its
+// acquire phase at o.Start (now, when zero), on the machine's clock.
+func (d *Dialer) budget(o Opts) (budgetClock, route.Budget) {
+	clock := budgetClock{d.cfg.Clock}
+	start := route.Instant(o.Start)
+	if start == 0 {
+		start = clock.Now()
+	}
+	return clock, route.Start(start, d.cfg.AcquireTimeout)
+}
+
+// connectForward connects to a forward route's proxy (proxy.DialProxy):
+// TCP through Config.DialContext, TLS with an https proxy, under the
+// attempt's acquisition budget as connectProxied's steps are. The
+// requests then go to the proxy in absolute form.
+func (d *Dialer) connectForward(ctx context.Context, snap *Route, o Opts) (Conn, error) {
+	clock, b := d.budget(o)
+	pd := &proxy.Dialer{TCP: dialFunc(d.cfg.DialContext), Clock: clock}
+	conn, err := proxy.DialProxy(ctx, pd, proxy.Hop{Hop: snap.route.Hop(0), HopConfig: snap.configs[0]}, b)
+	if err != nil {
+		return Conn{}, acquireErr(ctx, b, clock, err)
+	}
+	return Conn{Conn: conn}, nil
 }
 
 // machineGrace bounds the wait for the machine's timer after the budget

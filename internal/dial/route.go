@@ -145,6 +145,7 @@ func (d *Dialer) buildSnapshot(req *http.Request, key pool.Key, urls []*url.URL,
 			return key, nil, &proxy.ResolveError{Hop: ce.Hop, Err: err}
 		}
 	}
+	spec.Forward = d.forward(spec)
 	r, err := route.New(spec)
 	if !portOK {
 		err = fmt.Errorf("invalid port in %q", key.Addr)
@@ -159,7 +160,24 @@ func (d *Dialer) buildSnapshot(req *http.Request, key pool.Key, urls []*url.URL,
 		return key, nil, &proxy.ResolveError{Err: err}
 	}
 	key.Route = r.Key()
+	if r.Forward() {
+		// The connection is the proxy's, whatever the origin: the pool,
+		// the connection limit and the dial are keyed by the proxy.
+		h := r.Hop(0)
+		key.Addr, key.Host = h.Addr(), h.Host
+	}
 	return key, &Route{route: r, spec: spec, configs: configs}, nil
+}
+
+// forward reports whether a route of spec sends its requests to its
+// proxy in absolute form (route.Spec.Forward): plain http through one
+// HTTP or HTTPS proxy under the HTTP/1.1 policy, as net/http sends them,
+// unless Config.ConnectPlainHTTP asks for a CONNECT tunnel. A stock squid
+// refuses CONNECT to every port but 443, so a tunnel would fail most
+// plain-http origins behind it.
+func (d *Dialer) forward(spec route.Spec) bool {
+	return !d.cfg.ConnectPlainHTTP && spec.Scheme == route.SchemeHTTP && spec.UseProxy && len(spec.Chain) == 1 &&
+		(spec.Chain[0].Kind == route.ProxyHTTP || spec.Chain[0].Kind == route.ProxyHTTPS) && spec.Policy == route.PolicyH1
 }
 
 // hop turns proxy URL u, hop n of req's chain, into the route's view of
@@ -224,9 +242,10 @@ func (s *Route) WithPolicy(p route.Policy) (*Route, error) {
 }
 
 // Header returns the header to send to the origin over this route. Through
-// a proxy, Proxy-Authorization is for the proxy alone: the tunnel is
-// opaque to it, so a field the caller set would reach only the origin. It
-// is dropped from a copy.
+// a proxy, Proxy-Authorization is for the proxy alone: a tunnel is opaque
+// to it, so a field the caller set would reach only the origin, and in
+// absolute form the route's own credentials go instead (ProxyURL). It is
+// dropped from a copy.
 func (s *Route) Header(h http.Header) http.Header {
 	if s == nil || !s.route.Proxied() {
 		return h
@@ -237,6 +256,25 @@ func (s *Route) Header(h http.Header) http.Header {
 // Proxied reports whether the route goes through at least one proxy; a
 // nil Route is a direct one route.New could not build.
 func (s *Route) Proxied() bool { return s != nil && s.route.Proxied() }
+
+// Forward reports whether the route's requests go to its proxy in
+// absolute form (route.Route.Forward).
+func (s *Route) Forward() bool { return s != nil && s.route.Forward() }
+
+// ProxyURL returns, for a forward route, the proxy's URL with the hop's
+// credentials as user information, which net/http's client connection
+// turns into each request's Proxy-Authorization; nil otherwise.
+func (s *Route) ProxyURL() *url.URL {
+	if !s.Forward() {
+		return nil
+	}
+	h := s.route.Hop(0)
+	u := &url.URL{Scheme: h.Kind.String(), Host: h.Addr()}
+	if a := s.configs[0].Auth; a != nil {
+		u.User = url.UserPassword(a.Username, a.Password)
+	}
+	return u
+}
 
 // Key returns the route's identity, for the pool key.
 func (s *Route) Key() route.Key { return s.route.Key() }

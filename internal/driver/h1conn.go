@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"sync"
 	"time"
 
@@ -61,6 +62,12 @@ func (pc *persistConn) reusable() bool {
 // to the factory http.Transport's DialContext.
 type preDialedKey struct{}
 
+// proxyURLKey is the context key under which dialH1 hands a forward
+// route's proxy (with its credentials) to the factory's Proxy, so that
+// net/http sends the connection's requests in absolute form with
+// Proxy-Authorization.
+type proxyURLKey struct{}
+
 // errNoPreDialed means NewClientConn dialed without a connection in its
 // context: a broken invariant of this package, reported as an error
 // because it happens inside net/http.
@@ -68,19 +75,27 @@ var errNoPreDialed = errors.New("replaysafe: internal error: NewClientConn diale
 
 // newFactory returns the http.Transport whose only job is to build
 // single-connection clients (NewClientConn) over connections dialH1 made.
-// Its DialContext returns exactly the connection in the context, so
-// net/http never dials, never pools and never retries: a ClientConn
-// carries one request at a time and RoundTrip on it has no retry loop.
+// Its dialers return exactly the connection in the context (DialTLSContext
+// for one that is TLS with an https proxy already), so net/http never
+// dials, never pools and never retries: a ClientConn carries one request
+// at a time and RoundTrip on it has no retry loop. Its Proxy names a
+// forward route's proxy, and nothing otherwise.
 func newFactory(cfg Config) *http.Transport {
 	var protos http.Protocols
 	protos.SetHTTP1(true)
+	preDialed := func(ctx context.Context, _, _ string) (net.Conn, error) {
+		c, ok := ctx.Value(preDialedKey{}).(net.Conn)
+		if !ok {
+			return nil, errNoPreDialed
+		}
+		return c, nil
+	}
 	return &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			c, ok := ctx.Value(preDialedKey{}).(net.Conn)
-			if !ok {
-				return nil, errNoPreDialed
-			}
-			return c, nil
+		DialContext:    preDialed,
+		DialTLSContext: preDialed,
+		Proxy: func(req *http.Request) (*url.URL, error) {
+			u, _ := req.Context().Value(proxyURLKey{}).(*url.URL)
+			return u, nil
 		},
 		Protocols:              &protos,
 		DisableCompression:     cfg.DisableCompression,
@@ -90,19 +105,24 @@ func newFactory(cfg Config) *http.Transport {
 }
 
 // dialH1 makes a new connection for key over snap, the call's route (nil:
-// a direct route route.New could not build): the TCP connection or the
-// proxy tunnel and TLS with the origin for https (dial.Dialer.Connect),
-// the counting h1.Conn on top, and net/http's client
-// connection over that. The scheme given to NewClientConn is always
-// "http": TLS is already done, and net/http only ever sees the plaintext
-// side.
+// a direct route route.New could not build): the TCP connection, the
+// proxy tunnel and TLS with the origin for https, or the connection to a
+// forward route's proxy (dial.Dialer.Connect); the counting h1.Conn on
+// top, and net/http's client connection over that. The scheme given to
+// NewClientConn is always "http": TLS is already done, and net/http only
+// ever sees the plaintext side; through a forward route it writes each
+// request in absolute form, with the proxy's credentials.
 func (t *Transport) dialH1(ctx context.Context, key pool.Key, snap *dial.Route, alpn []string, start fsm.Instant) (*persistConn, error) {
 	c, err := t.dial.Connect(ctx, key, snap, dial.Opts{ALPN: alpn, CountWire: true, Start: start})
 	if err != nil {
 		return nil, err
 	}
 	conn := h1.NewConn(c.Conn, c.Wire)
-	cc, err := t.factory.NewClientConn(context.WithValue(ctx, preDialedKey{}, net.Conn(conn)), "http", key.Addr)
+	fctx := context.WithValue(ctx, preDialedKey{}, net.Conn(conn))
+	if u := snap.ProxyURL(); u != nil {
+		fctx = context.WithValue(fctx, proxyURLKey{}, u)
+	}
+	cc, err := t.factory.NewClientConn(fctx, "http", key.Addr)
 	if err != nil {
 		conn.Close()
 		return nil, err

@@ -506,3 +506,62 @@ func TestHugeChallenge(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardAbsoluteForm: with Forward the proxy takes plain-http
+// requests in absolute form on one kept-alive connection, forwards each
+// to its origin in origin form without Proxy-Authorization, and records
+// it; CloseAfterForwarding forwards the scripted request and then closes
+// unanswered, so the origin counts it while the client reads EOF.
+func TestForwardAbsoluteForm(t *testing.T) {
+	var got []string
+	var mu sync.Mutex
+	origin := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Method+" "+r.RequestURI+" auth="+r.Header.Get("Proxy-Authorization"))
+		mu.Unlock()
+		io.WriteString(w, "ok")
+	})}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go origin.Serve(ln)
+	defer origin.Close()
+	p, err := Start(Config{Forward: true, Conns: []Script{{CloseAfterForwarding: 2}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	for n, path := range []string{"/one", "/two"} {
+		io.WriteString(c, "GET http://"+ln.Addr().String()+path+" HTTP/1.1\r\nHost: "+ln.Addr().String()+"\r\nProxy-Authorization: Basic eDp5\r\n\r\n")
+		resp, err := http.ReadResponse(br, nil)
+		if n == 1 {
+			if err == nil {
+				t.Fatalf("request 2 answered %d, want the connection closed unanswered", resp.StatusCode)
+			}
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(b) != "ok" {
+			t.Fatalf("request 1: %d %q", resp.StatusCode, b)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []string{"GET /one auth=", "GET /two auth="}; !slices.Equal(got, want) {
+		t.Errorf("origin saw %q, want %q", got, want)
+	}
+	if reqs := p.Requests(); len(reqs) != 2 || reqs[0].Status != 200 || p.Conns() != 1 {
+		t.Errorf("proxy recorded %+v on %d connections", reqs, p.Conns())
+	}
+}

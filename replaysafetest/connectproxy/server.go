@@ -18,7 +18,11 @@
 // target itself, or, with Config.Upstream, by sending its own CONNECT to
 // an upstream proxy and relaying that proxy's answer. Config.IdleCut
 // closes a tunnel a set time after the last byte relayed to the client,
-// as commercial proxies cut idle CONNECT tunnels.
+// as commercial proxies cut idle CONNECT tunnels. With Config.Forward it
+// is a forward proxy for plain http as well: requests in absolute form
+// are forwarded to their origin one by one on a kept-alive connection,
+// and a Script closes that connection as a request arrives or after the
+// origin answered it, unanswered.
 //
 // The SOCKS5 proxy (StartSOCKS5) speaks RFC 1928 CONNECT with optional
 // RFC 1929 username/password authentication.
@@ -108,6 +112,16 @@ type Script struct {
 	// Raw, if set, is written instead of a response, and the connection
 	// is then closed.
 	Raw []byte
+	// CloseBeforeForwarding, with Config.Forward, closes the connection
+	// when its request number n (from 1) has been read, without
+	// forwarding it: a keep-alive close that crosses the request. Zero
+	// never does.
+	CloseBeforeForwarding int
+	// CloseAfterForwarding, with Config.Forward, forwards request number
+	// n (from 1) to its origin, then closes the connection without
+	// answering: the origin processed a request whose response the
+	// client never sees. Zero never does.
+	CloseAfterForwarding int
 }
 
 // PipelinedResponseBytes is what Pipelined writes after its 200: a
@@ -173,6 +187,14 @@ type Config struct {
 	// Upstream, if set, makes the proxy forward each CONNECT to an
 	// upstream proxy and relay its answer, instead of dialing the target.
 	Upstream *Upstream
+	// Forward makes the proxy a forward proxy for plain http too: a
+	// connection whose requests come in absolute form ("GET http://h/p")
+	// has each forwarded to its (loopback) origin in origin form, without
+	// Proxy-Authorization, and the origin's answer written back, the
+	// connection kept alive. Without it such a request is answered 405.
+	// Script.CloseBeforeForwarding and CloseAfterForwarding script its
+	// closes.
+	Forward bool
 	// Conns scripts connections in accept order; connections beyond it
 	// use Default, or else the zero Script.
 	Conns   []Script
@@ -387,6 +409,9 @@ func (s *Server) handle(raw net.Conn, index int) {
 	}
 	var challenge bool
 	switch {
+	case req.Method != http.MethodConnect && s.cfg.Forward:
+		s.forwardAbsolute(conn, br, req, i, index, sc)
+		return
 	case req.Method != http.MethodConnect:
 		status = http.StatusMethodNotAllowed
 	case s.cfg.RequireAuth != nil && req.Header.Get("Proxy-Authorization") != s.cfg.RequireAuth.basic():

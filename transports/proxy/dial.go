@@ -246,6 +246,47 @@ func (a *acquisition) dialFirst(d *Dialer, addr string, hop int) (net.Conn, erro
 	return nil, a.fail(last)
 }
 
+// DialProxy connects to the proxy h itself, for requests sent to it in
+// absolute form (RFC 9112 §3.2.2), as a forward proxy takes plain-http
+// requests: DNS and TCP, then TLS when h is an https proxy (ALPN
+// http/1.1 alone), under b as DialChain's steps are. It sends no CONNECT:
+// the connection carries requests to any origin through h, and h's
+// credentials go on each request (Proxy-Authorization), not here.
+func DialProxy(ctx context.Context, d *Dialer, h Hop, b route.Budget) (net.Conn, error) {
+	if d == nil {
+		d = &Dialer{}
+	}
+	if h.Host == "" || h.Kind != route.ProxyHTTP && h.Kind != route.ProxyHTTPS {
+		return nil, &StepError{Step: route.StepNone, Hop: 1, Addr: h.Addr(), Err: errors.New("absolute form needs an http or https proxy, not " + h.Kind.String())}
+	}
+	a := newAcquisition(ctx, d.clock(), b)
+	raw, err := a.dialFirst(d, h.Addr(), 1)
+	if err != nil {
+		return nil, err
+	}
+	release := a.guard(raw)
+	conn := raw
+	if h.Kind == route.ProxyHTTPS {
+		if err = a.enter(route.StepProxyTLS, 1, h.Addr()); err == nil {
+			var tc *tls.Conn
+			if tc, err = proxyTLS(raw, h); err != nil {
+				err = a.fail(err)
+			} else {
+				conn = tc
+			}
+		}
+	}
+	if !release() {
+		raw.Close()
+		return nil, &StepError{Step: a.step, Hop: a.hop, Addr: a.addr, Err: ctx.Err()}
+	}
+	if err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
 // passHops runs the per-hop steps on conn, which reaches hops[0].
 func (a *acquisition) passHops(conn net.Conn, hops []Hop, target string) (net.Conn, error) {
 	for i, h := range hops {

@@ -279,10 +279,9 @@ func (e *Env) newClient(c Case, client string, tlsCfg *tls.Config, obs replaysaf
 // startProxy starts the scenario's proxy, if it has one. Proxy scenarios
 // run both clients through one scripted CONNECT proxy, started fresh for
 // every run, both dialing through the run's Dialer. They run over TLS
-// only: net/http tunnels with CONNECT only to https origins (to an http
-// origin it sends absolute-form requests, which a CONNECT proxy
-// refuses), while replaysafe always tunnels, so only an https origin puts
-// both clients on the same wire path.
+// only: both clients tunnel with CONNECT to https origins, and send
+// requests for an http origin to the proxy in absolute form, which this
+// CONNECT proxy refuses.
 func (e *Env) startProxy(kind string, set Settings) error {
 	var cfg connectproxy.Config
 	switch kind {
