@@ -222,9 +222,9 @@ type Spec struct {
 // the zero Route is invalid and its Key matches no valid route. A Route
 // is safe to copy and to share between goroutines.
 type Route struct {
-	scheme Scheme
-	host   string
-	port   uint16
+	scheme  Scheme
+	host    string
+	port    uint16
 	hops    []Hop // never written after New; nil when direct
 	policy  Policy
 	forward bool
