@@ -18,7 +18,8 @@ const maxForwardBody = 1 << 20
 // response back, keeping the connection, until the client closes it,
 // reading times out, or the script closes it (Script.CloseBeforeForwarding,
 // Script.CloseAfterForwarding). Every request is recorded before it is
-// acted on. The origin must be a loopback address.
+// acted on. The origin must be a loopback address; with Config.Upstream
+// the request goes to that proxy, in absolute form too.
 func (s *Server) forwardAbsolute(conn net.Conn, br *bufio.Reader, req *http.Request, i, index int, sc Script) {
 	for n := 1; ; n++ {
 		if n > 1 {
@@ -71,6 +72,14 @@ func (s *Server) forwardOne(conn net.Conn, req *http.Request, i int, answer bool
 	origin := &http.Transport{
 		DialContext:       func(_ context.Context, _, addr string) (net.Conn, error) { return s.dial(addr) },
 		DisableKeepAlives: true,
+	}
+	if up := s.cfg.Upstream; up != nil {
+		// Through the upstream proxy, in absolute form too.
+		pu := &url.URL{Scheme: "http", Host: up.Addr}
+		if up.Auth != nil {
+			pu.User = url.UserPassword(up.Auth.Username, up.Auth.Password)
+		}
+		origin.Proxy = http.ProxyURL(pu)
 	}
 	defer origin.CloseIdleConnections()
 	resp, err := origin.RoundTrip(out)

@@ -185,7 +185,9 @@ type Config struct {
 	// (60 << 10 for a hostile 60 KB challenge).
 	ChallengeSize int
 	// Upstream, if set, makes the proxy forward each CONNECT to an
-	// upstream proxy and relay its answer, instead of dialing the target.
+	// upstream proxy and relay its answer, instead of dialing the target;
+	// with Forward, requests in absolute form go to it too (its TLS is
+	// not used then).
 	Upstream *Upstream
 	// Forward makes the proxy a forward proxy for plain http too: a
 	// connection whose requests come in absolute form ("GET http://h/p")
