@@ -63,12 +63,6 @@ func (o *Observer) request(req *http.Request) {
 	}
 }
 
-func (o *Observer) attempt(r AttemptReport) {
-	if o.OnAttempt != nil {
-		o.OnAttempt(r)
-	}
-}
-
 func (o *Observer) response(req *http.Request, resp *http.Response) {
 	if o.OnResponse != nil {
 		o.OnResponse(req, resp)

@@ -3,16 +3,12 @@ package replaysafe
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"net"
 	"net/http"
 	"net/url"
 	"time"
 
 	"github.com/quic-go/quic-go"
-
-	"github.com/replaysafe/replaysafe/internal/dial"
-	"github.com/replaysafe/replaysafe/internal/driver"
 )
 
 // Defaults for the zero fields of Options.
@@ -36,6 +32,16 @@ const (
 	// DefaultMaxResponseHeaderBytes bounds a response's header section,
 	// as in net/http's Transport and x/net's (10 MiB).
 	DefaultMaxResponseHeaderBytes = 10 << 20
+	// DefaultMaxIdleConns bounds the idle connections of all hosts
+	// together, as net/http's DefaultTransport does.
+	DefaultMaxIdleConns = 100
+	// DefaultTLSHandshakeTimeout bounds each TLS handshake, as net/http's
+	// DefaultTransport does.
+	DefaultTLSHandshakeTimeout = 10 * time.Second
+	// DefaultExpectContinueTimeout is how long a request with "Expect:
+	// 100-continue" waits for the server's 100 before it sends its body,
+	// as net/http's DefaultTransport waits.
+	DefaultExpectContinueTimeout = time.Second
 )
 
 // Options configures a Transport. The zero value is ready to use: every
@@ -61,6 +67,15 @@ type Options struct {
 	// acquisition deadline (AcquireTimeout) and the request's context.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
+	// DialTLSContext, if set, makes the TLS connections of https URLs on
+	// direct routes, TLS handshake included, as in net/http: replaysafe
+	// does no TLS of its own over it, and ALPN is what the returned
+	// connection negotiated (HTTP/1.1 when it is not a *tls.Conn).
+	// Through a proxy it is not used. Evidence of what reached the wire is
+	// then read above TLS only: a write the TLS layer failed counts as
+	// nothing written only when it reports zero bytes.
+	DialTLSContext func(ctx context.Context, network, addr string) (net.Conn, error)
+
 	// TLSClientConfig configures TLS for https URLs; nil means the zero
 	// tls.Config. It is cloned for each connection; an empty ServerName
 	// becomes the URL's host, and NextProtos is replaced by what Protocol
@@ -68,12 +83,31 @@ type Options struct {
 	// {"h2", "http/1.1"} for ProtocolNegotiate, {"h3"} over QUIC.
 	TLSClientConfig *tls.Config
 
+	// TLSHandshakeTimeout bounds each TLS handshake: with the origin, and
+	// with every HTTPS proxy of a route, each within the acquisition
+	// deadline (AcquireTimeout). Zero means DefaultTLSHandshakeTimeout; a
+	// negative value means no bound but that deadline. A handshake that
+	// outlives it fails the acquisition (RS04: nothing was sent) with an
+	// error whose Timeout reports true.
+	TLSHandshakeTimeout time.Duration
+
 	// MaxIdleConnsPerHost bounds the idle connections kept for one
 	// scheme and host:port. Zero means DefaultMaxIdleConnsPerHost; a
 	// negative value keeps none (every connection closes after its
 	// exchange). It holds for every protocol: an HTTP/2 or HTTP/3
 	// connection left without a stream beyond this many closes.
 	MaxIdleConnsPerHost int
+
+	// MaxIdleConns bounds the idle connections of every host and
+	// protocol together; beyond it the connection idle the longest
+	// closes. Zero means DefaultMaxIdleConns; a negative value means no
+	// bound but MaxIdleConnsPerHost.
+	MaxIdleConns int
+
+	// DisableKeepAlives closes every connection after one exchange, as
+	// in net/http: HTTP/1.1 requests carry "Connection: close", and no
+	// connection of any protocol stays idle in the pool. Off by default.
+	DisableKeepAlives bool
 
 	// MaxConnsPerHost bounds the connections of one scheme, host:port and
 	// route, in any state: dialing, in use, idle, and (over HTTP/2 and
@@ -124,6 +158,12 @@ type Options struct {
 	// section once the request is written (fsm PhaseHeader). Zero means no
 	// limit. A timeout is never resent (RS06).
 	ResponseHeaderTimeout time.Duration
+
+	// ExpectContinueTimeout is how long an HTTP/1.1 request with "Expect:
+	// 100-continue" waits for the server's 100 (Continue) before it sends
+	// its body anyway. Zero means DefaultExpectContinueTimeout; a negative
+	// value sends the body at once, as a zero one does in net/http.
+	ExpectContinueTimeout time.Duration
 
 	// DisableResend switches automatic resending off: every failure goes
 	// to the caller (RS09), and Retry makes no retries either, so no
@@ -179,9 +219,14 @@ type Options struct {
 	// wrapped in *Error).
 	//
 	// Proxy returns the proxy URL (http, https, socks5, socks5h) for a
-	// request, or nil for none, as net/http's Transport.Proxy; nil means
-	// no proxy. ProxyFromEnvironment reads the environment.
+	// request, or nil for none, as net/http's Transport.Proxy. nil means
+	// ProxyFromEnvironment, as in net/http's DefaultTransport, unless
+	// IgnoreProxyEnvironment is set.
 	Proxy func(*http.Request) (*url.URL, error)
+	// IgnoreProxyEnvironment keeps a Transport whose Proxy and ProxyChain
+	// are nil from reading HTTP_PROXY, HTTPS_PROXY and NO_PROXY: it then
+	// uses no proxy, as net/http's zero Transport. Off by default.
+	IgnoreProxyEnvironment bool
 	// ProxyChain, if set, replaces Proxy: the proxies in dial order, the
 	// first one dialed directly; an empty chain means no proxy.
 	ProxyChain func(*http.Request) ([]*url.URL, error)
@@ -211,6 +256,18 @@ type Options struct {
 	// connection whose staleness the rules judge. A chain of more than
 	// one proxy, or a SOCKS5 one, always tunnels.
 	ProxyConnectPlainHTTP bool
+	// ProxyConnectHeader holds header fields sent with every CONNECT to
+	// an HTTP or HTTPS proxy, as in net/http (nil: none).
+	// GetProxyConnectHeader, if set, returns them instead, per proxy and
+	// target ("host:port"), once per call of the route; an error fails
+	// the call before anything is dialed (a *ProxyError).
+	ProxyConnectHeader    http.Header
+	GetProxyConnectHeader func(ctx context.Context, proxyURL *url.URL, target string) (http.Header, error)
+	// OnProxyConnectResponse, if set, is called with each proxy's 2xx
+	// answer to a CONNECT, as in net/http; an error it returns fails the
+	// acquisition (RS04: nothing of the request was sent), the tunnel
+	// closed.
+	OnProxyConnectResponse func(ctx context.Context, proxyURL *url.URL, connectReq *http.Request, connectRes *http.Response) error
 
 	// Protocol chooses the HTTP versions spoken:
 	// ProtocolHTTP1 (the zero value and the default), ProtocolHTTP2 (h2
@@ -257,85 +314,6 @@ type Options struct {
 	// fails. Set MaxIdleTimeout (with KeepAlivePeriod below it) to bound
 	// that wait.
 	HTTP3HeadStart time.Duration
-}
-
-// check reports options that contradict each other.
-func (o Options) check() error {
-	if o.CallerRetries && o.Retry.MaxAttempts > 0 {
-		return errors.New("replaysafe: Options.CallerRetries (the caller retries) and Options.Retry (replaysafe retries) are both set; choose one")
-	}
-	return nil
-}
-
-// config returns the driver's configuration of o, normalized.
-func (o Options) config() driver.Config {
-	dc := dial.Config{
-		DialContext:                    o.DialContext,
-		Proxy:                          o.Proxy,
-		ProxyChain:                     o.ProxyChain,
-		AllowCleartextChainCredentials: o.AllowCleartextChainCredentials,
-		ProxyTLSClientConfig:           o.ProxyTLSClientConfig,
-		ConnectPlainHTTP:               o.ProxyConnectPlainHTTP,
-	}
-	if auth := o.ProxyAuth; auth != nil {
-		dc.ProxyAuth = func(req *http.Request, hop int, u *url.URL) (*dial.Credentials, error) {
-			c, err := auth(req, hop, u)
-			if c == nil || err != nil {
-				return nil, err
-			}
-			return &dial.Credentials{ID: c.ID, Username: c.Username, Password: c.Password}, nil
-		}
-	}
-	c := driver.Config{
-		Dial:                   dc,
-		TLSClientConfig:        o.TLSClientConfig,
-		Protocol:               o.Protocol,
-		MaxIdleConnsPerHost:    o.MaxIdleConnsPerHost,
-		MaxConnsPerHost:        o.MaxConnsPerHost,
-		IdleConnTimeout:        o.IdleConnTimeout,
-		AcquireTimeout:         o.AcquireTimeout,
-		WriteTimeout:           o.WriteTimeout,
-		ResponseHeaderTimeout:  o.ResponseHeaderTimeout,
-		BodyReadTimeout:        o.BodyReadTimeout,
-		UploadStallTimeout:     o.UploadStallTimeout,
-		DisableResend:          o.DisableResend,
-		CallerRetries:          o.CallerRetries,
-		DisableCompression:     o.DisableCompression,
-		MaxResponseHeaderBytes: o.MaxResponseHeaderBytes,
-		QUICConfig:             o.QUICConfig,
-		HTTP3HeadStart:         o.HTTP3HeadStart,
-		H3RetryAfter:           H3RetryAfter,
-		BackgroundDialTimeout:  o.AcquireTimeout,
-		KeepAlive:              DefaultKeepAlive,
-	}
-	if c.BackgroundDialTimeout <= 0 {
-		c.BackgroundDialTimeout = DefaultAcquireTimeout
-	}
-	if f := o.Observer.OnAttempt; f != nil {
-		c.OnAttempt = func(r driver.Report) { f(AttemptReport(r)) }
-	}
-	return c
-}
-
-// normalized returns o with its defaults filled in.
-func (o Options) normalized() Options {
-	if o.DialContext == nil {
-		d := &net.Dialer{KeepAlive: DefaultKeepAlive}
-		o.DialContext = d.DialContext
-	}
-	if o.MaxIdleConnsPerHost == 0 {
-		o.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
-	}
-	if o.IdleConnTimeout == 0 {
-		o.IdleConnTimeout = DefaultIdleConnTimeout
-	}
-	if o.AcquireTimeout == 0 {
-		o.AcquireTimeout = DefaultAcquireTimeout
-	}
-	if o.HTTP3HeadStart == 0 {
-		o.HTTP3HeadStart = DefaultHTTP3HeadStart
-	}
-	return o
 }
 
 // H3RetryAfter is how long, under ProtocolPreferHTTP3, a route whose QUIC

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -564,14 +566,16 @@ func TestProxySOCKS5ThenConnect(t *testing.T) {
 	wantCopies(t, s, "/b", 1)
 }
 
-// ProxyFromEnvironment reads HTTPS_PROXY and NO_PROXY with implicit ports.
+// ProxyFromEnvironment reads HTTPS_PROXY and NO_PROXY with implicit
+// ports. It reads the environment once per process, so the check runs in
+// a child process of the test binary with the variables set.
 func TestProxyFromEnvironment(t *testing.T) {
-	t.Setenv("HTTP_PROXY", "http://proxy.example:3128")
-	t.Setenv("HTTPS_PROXY", "")
-	t.Setenv("NO_PROXY", "direct.example:80")
-	t.Setenv("http_proxy", "")
-	t.Setenv("https_proxy", "")
-	t.Setenv("no_proxy", "")
+	if os.Getenv("REPLAYSAFE_ENV_SELECTOR_CHILD") != "1" {
+		inChild(t, "TestProxyFromEnvironment", "REPLAYSAFE_ENV_SELECTOR_CHILD=1",
+			"HTTP_PROXY=http://proxy.example:3128", "HTTPS_PROXY=", "NO_PROXY=direct.example:80",
+			"http_proxy=", "https_proxy=", "no_proxy=")
+		return
+	}
 	for _, tc := range []struct{ url, want string }{
 		{"http://via.example/", "http://proxy.example:3128"},
 		{"http://direct.example/", ""}, // implicit :80 matches
@@ -587,6 +591,18 @@ func TestProxyFromEnvironment(t *testing.T) {
 		if err != nil || got != tc.want {
 			t.Errorf("%s: %q, %v; want %q", tc.url, got, err, tc.want)
 		}
+	}
+}
+
+// inChild runs test name again in a child process of the test binary
+// with env added to the environment, and fails when it fails.
+func inChild(t *testing.T, name string, env ...string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+name) {
+		t.Fatalf("child: %v\n%s", err, out)
 	}
 }
 

@@ -8,7 +8,9 @@ import (
 
 	"github.com/replaysafe/replaysafe/adapters/h1"
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/fsm/route"
 	"github.com/replaysafe/replaysafe/internal/pool"
+	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
 // Conn is a new connection, before any HTTP runs on it.
@@ -46,6 +48,9 @@ func (d *Dialer) Connect(ctx context.Context, key pool.Key, snap *Route, o Opts)
 	case snap.Proxied():
 		return d.connectProxied(ctx, key, snap, o)
 	}
+	if key.Scheme == "https" && d.cfg.DialTLSContext != nil {
+		return d.dialTLS(ctx, key)
+	}
 	raw, err := d.cfg.DialContext(ctx, "tcp", key.Addr)
 	if err != nil {
 		return Conn{}, err
@@ -55,12 +60,54 @@ func (d *Dialer) Connect(ctx context.Context, key pool.Key, snap *Route, o Opts)
 	}
 	under, wire := o.underTLS(raw)
 	tc := tls.Client(under, d.TLSConfig(key.Host, o.ALPN))
-	if err := tc.HandshakeContext(ctx); err != nil {
+	if err := d.handshake(ctx, tc, key.Addr); err != nil {
 		raw.Close()
-		return Conn{}, fmt.Errorf("replaysafe: TLS handshake with %s: %w", key.Addr, err)
+		return Conn{}, err
 	}
 	cs := tc.ConnectionState()
 	return Conn{Conn: tc, Wire: wire, TLS: &cs}, nil
+}
+
+// handshake runs tc's handshake with the origin at addr under ctx, and
+// Config.TLSHandshakeTimeout when set: one that outlives it is a
+// *proxy.HandshakeTimeoutError.
+func (d *Dialer) handshake(ctx context.Context, tc *tls.Conn, addr string) error {
+	limit := d.cfg.TLSHandshakeTimeout
+	hctx := ctx
+	if limit > 0 {
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
+	err := tc.HandshakeContext(hctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() == nil && hctx.Err() != nil:
+		return &proxy.HandshakeTimeoutError{Step: route.StepOriginTLS, Addr: addr, Limit: limit}
+	}
+	return fmt.Errorf("replaysafe: TLS handshake with %s: %w", addr, err)
+}
+
+// dialTLS makes an https origin's connection with Config.DialTLSContext,
+// as net/http does: the handshake is run here when the dialer left it to
+// the caller, and ALPN is what the connection negotiated. A connection
+// that is no *tls.Conn negotiated nothing: it speaks HTTP/1.1.
+func (d *Dialer) dialTLS(ctx context.Context, key pool.Key) (Conn, error) {
+	c, err := d.cfg.DialTLSContext(ctx, "tcp", key.Addr)
+	if err != nil {
+		return Conn{}, err
+	}
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return Conn{Conn: c, TLS: &tls.ConnectionState{HandshakeComplete: true}}, nil
+	}
+	if err := d.handshake(ctx, tc, key.Addr); err != nil {
+		c.Close()
+		return Conn{}, err
+	}
+	cs := tc.ConnectionState()
+	return Conn{Conn: tc, TLS: &cs}, nil
 }
 
 // underTLS returns the connection TLS with the origin runs over: c, or

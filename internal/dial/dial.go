@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/replaysafe/replaysafe/adapters/recorder"
+	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
 // Config is what resolving routes and establishing connections take from
@@ -41,6 +42,17 @@ type Config struct {
 	// ConnectPlainHTTP tunnels plain-http requests through a proxy with
 	// CONNECT instead of sending them to it in absolute form.
 	ConnectPlainHTTP bool
+	// DialTLSContext, if set, makes the TLS connection of an https origin
+	// on a direct route, handshake included.
+	DialTLSContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	// TLSHandshakeTimeout, when positive, bounds each TLS handshake.
+	TLSHandshakeTimeout time.Duration
+	// ConnectHeader returns the extra header fields of the CONNECT to the
+	// proxy at proxyURL for target, or nil; an error refuses the call.
+	ConnectHeader func(ctx context.Context, proxyURL *url.URL, target string) (http.Header, error)
+	// OnConnectResponse, if set, is shown each proxy's 2xx answer to a
+	// CONNECT; an error fails the acquisition.
+	OnConnectResponse func(ctx context.Context, hop proxy.Hop, req proxy.ConnectRequest, resp *proxy.Response) error
 	// Clock is the attempts' clock: the acquisition budget is measured on
 	// it, from the instant the attempt's machine started.
 	Clock recorder.Clock

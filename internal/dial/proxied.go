@@ -37,7 +37,7 @@ func (f dialFunc) DialContext(ctx context.Context, network, addr string) (net.Co
 // its own.
 func (d *Dialer) connectProxied(ctx context.Context, key pool.Key, snap *Route, o Opts) (Conn, error) {
 	clock, b := d.budget(o)
-	pd := &proxy.Dialer{TCP: dialFunc(d.cfg.DialContext), Clock: clock, AllowCleartextChainCredentials: d.cfg.AllowCleartextChainCredentials}
+	pd := d.proxyDialer(ctx, clock)
 	r := snap.route
 	hops := make([]proxy.Hop, r.NumHops())
 	for i := range hops {
@@ -72,6 +72,16 @@ func (d *Dialer) connectProxied(ctx context.Context, key pool.Key, snap *Route, 
 	return Conn{Conn: tc, Wire: wire, TLS: &cs}, nil
 }
 
+// proxyDialer returns the proxy.Dialer of one acquisition under ctx.
+func (d *Dialer) proxyDialer(ctx context.Context, clock budgetClock) *proxy.Dialer {
+	pd := &proxy.Dialer{TCP: dialFunc(d.cfg.DialContext), Clock: clock,
+		AllowCleartextChainCredentials: d.cfg.AllowCleartextChainCredentials, TLSHandshakeTimeout: d.cfg.TLSHandshakeTimeout}
+	if f := d.cfg.OnConnectResponse; f != nil {
+		pd.OnConnectResponse = func(h proxy.Hop, req proxy.ConnectRequest, resp *proxy.Response) error { return f(ctx, h, req, resp) }
+	}
+	return pd
+}
+
 // budget returns the acquisition budget of an attempt that started its
 // acquire phase at o.Start (now, when zero), on the machine's clock.
 func (d *Dialer) budget(o Opts) (budgetClock, route.Budget) {
@@ -89,7 +99,7 @@ func (d *Dialer) budget(o Opts) (budgetClock, route.Budget) {
 // requests then go to the proxy in absolute form.
 func (d *Dialer) connectForward(ctx context.Context, snap *Route, o Opts) (Conn, error) {
 	clock, b := d.budget(o)
-	pd := &proxy.Dialer{TCP: dialFunc(d.cfg.DialContext), Clock: clock}
+	pd := d.proxyDialer(ctx, clock)
 	conn, err := proxy.DialProxy(ctx, pd, proxy.Hop{Hop: snap.route.Hop(0), HopConfig: snap.configs[0]}, b)
 	if err != nil {
 		return Conn{}, acquireErr(ctx, b, clock, err)

@@ -1,6 +1,7 @@
 package dial
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -134,6 +135,12 @@ func (d *Dialer) buildSnapshot(req *http.Request, key pool.Key, urls []*url.URL,
 		spec.Chain = append(spec.Chain, h)
 		configs = append(configs, cfg)
 	}
+	spec.Forward = d.forward(spec)
+	if !spec.Forward {
+		if err := d.connectHeaders(req, key, urls, spec.Chain, configs); err != nil {
+			return key, nil, err
+		}
+	}
 	if len(configs) > 1 {
 		hops := make([]proxy.Hop, len(configs))
 		for i := range hops {
@@ -145,7 +152,6 @@ func (d *Dialer) buildSnapshot(req *http.Request, key pool.Key, urls []*url.URL,
 			return key, nil, &proxy.ResolveError{Hop: ce.Hop, Err: err}
 		}
 	}
-	spec.Forward = d.forward(spec)
 	r, err := route.New(spec)
 	if !portOK {
 		err = fmt.Errorf("invalid port in %q", key.Addr)
@@ -167,6 +173,37 @@ func (d *Dialer) buildSnapshot(req *http.Request, key pool.Key, urls []*url.URL,
 		key.Addr, key.Host = h.Addr(), h.Host
 	}
 	return key, &Route{route: r, spec: spec, configs: configs}, nil
+}
+
+// connectHeaders sets the extra CONNECT header fields of each HTTP or
+// HTTPS hop of chain (Config.ConnectHeader), asked once per hop for its
+// target: the next hop, or the origin at the last. An error refuses the
+// call as a *proxy.ResolveError naming the hop.
+func (d *Dialer) connectHeaders(req *http.Request, key pool.Key, urls []*url.URL, chain []route.Hop, configs []proxy.HopConfig) error {
+	if d.cfg.ConnectHeader == nil {
+		return nil
+	}
+	ctx := context.Background()
+	if req != nil {
+		ctx = req.Context()
+	}
+	for i, h := range chain {
+		if h.Kind != route.ProxyHTTP && h.Kind != route.ProxyHTTPS {
+			continue
+		}
+		target := key.Addr
+		if i+1 < len(chain) {
+			target = chain[i+1].Addr()
+		}
+		bare := *urls[i]
+		bare.User = nil
+		hdr, err := d.cfg.ConnectHeader(ctx, &bare, target)
+		if err != nil {
+			return &proxy.ResolveError{Hop: i + 1, Err: fmt.Errorf("CONNECT header: %w", err)}
+		}
+		configs[i].Header = hdr
+	}
+	return nil
 }
 
 // forward reports whether a route of spec sends its requests to its

@@ -1,4 +1,5 @@
 // Package driver is what replaysafe's Transport runs on: one call driver
+
 // for every protocol. A call resolves its route and dispatch plan, runs
 // its wire attempts on its protocol's connections (HTTP/1.1 over
 // net/http's ClientConn, HTTP/2, HTTP/3 over quic-go's ClientConn), feeds
@@ -10,6 +11,8 @@
 // into its *Error and calls the caller's Observer; nothing here is
 // promised to anyone else.
 package driver
+
+//lint:file-ignore SA1019 the driver keeps x/net's http2.Transport as the HTTP/2 connection factory until transports/h2 replaces it.
 
 import (
 	"context"
@@ -36,10 +39,15 @@ import (
 type Config struct {
 	Dial dial.Config
 
-	TLSClientConfig        *tls.Config
-	Protocol               plan.Policy
-	MaxIdleConnsPerHost    int
-	MaxConnsPerHost        int
+	TLSClientConfig     *tls.Config
+	Protocol            plan.Policy
+	MaxIdleConnsPerHost int
+	MaxIdleConns        int // every pool together; <= 0: no bound
+	MaxConnsPerHost     int
+	DisableKeepAlives   bool
+	// ExpectContinueTimeout is how long an HTTP/1.1 request expecting
+	// 100-continue waits before its body; 0 sends it at once.
+	ExpectContinueTimeout  time.Duration
 	IdleConnTimeout        time.Duration
 	AcquireTimeout         time.Duration
 	WriteTimeout           time.Duration
@@ -105,6 +113,10 @@ type Transport struct {
 // New returns a Transport configured by cfg.
 func New(cfg Config) *Transport {
 	limit := pool.NewLimit(cfg.MaxConnsPerHost)
+	idle := pool.NewIdleCap(cfg.MaxIdleConns)
+	if cfg.DisableKeepAlives {
+		cfg.MaxIdleConnsPerHost = -1 // every connection closes after its exchange
+	}
 	clock := recorder.NewClock()
 	cfg.Dial.Clock = clock
 	cfg.Dial.TLSClientConfig = cfg.TLSClientConfig
@@ -115,14 +127,14 @@ func New(cfg Config) *Transport {
 		dial:    dial.New(cfg.Dial),
 		factory: newFactory(cfg),
 		limit:   limit,
-		h1pool:  pool.NewIdle[*persistConn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit),
+		h1pool:  pool.NewIdle[*persistConn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit, idle),
 
 		h2factory: newH2Factory(cfg),
-		h2pool:    pool.NewMux[*h2Conn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit),
+		h2pool:    pool.NewMux[*h2Conn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit, idle),
 
 		h3factory: newH3Factory(cfg),
 		altSvc:    altsvc.NewCache(),
-		h3pool:    pool.NewMux[*h3Conn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit),
+		h3pool:    pool.NewMux[*h3Conn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit, idle),
 	}
 	t.h3Broken.Stale = func(at time.Time) bool { return time.Since(at) >= cfg.H3RetryAfter }
 	if cfg.AcquireTimeout > 0 {

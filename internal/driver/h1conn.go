@@ -100,7 +100,8 @@ func newFactory(cfg Config) *http.Transport {
 		Protocols:              &protos,
 		DisableCompression:     cfg.DisableCompression,
 		MaxResponseHeaderBytes: cfg.MaxResponseHeaderBytes,
-		ExpectContinueTimeout:  time.Second,
+		ExpectContinueTimeout:  cfg.ExpectContinueTimeout,
+		DisableKeepAlives:      cfg.DisableKeepAlives,
 	}
 }
 

@@ -27,7 +27,8 @@ type IdleState struct {
 
 	since time.Time
 	timer *time.Timer
-	ref   *idleRef // what timer's function holds of the connection
+	ref   *idleRef  // what timer's function holds of the connection
+	entry IdleEntry // its place in the IdleCap while idle
 }
 
 // IdleSince returns when the connection was last put in the pool.
@@ -50,6 +51,7 @@ type Idle[C IdleConn] struct {
 	max     int           // per key; <= 0 keeps none
 	timeout time.Duration // idle limit; <= 0 none
 	limit   *Limit        // woken when a connection comes back
+	cap     *IdleCap      // every pool's idle connections together; nil: no bound
 
 	mu    sync.Mutex
 	idle  map[Key][]C
@@ -58,9 +60,10 @@ type Idle[C IdleConn] struct {
 
 // NewIdle returns a pool that keeps at most max idle connections per
 // route (none when max <= 0), each for at most timeout (no limit when
-// timeout <= 0), and wakes limit's waiters when one comes back.
-func NewIdle[C IdleConn](max int, timeout time.Duration, limit *Limit) *Idle[C] {
-	return &Idle[C]{max: max, timeout: timeout, limit: limit, idle: map[Key][]C{}}
+// timeout <= 0), within cap's bound on every pool's idle connections
+// (nil: none), and wakes limit's waiters when one comes back.
+func NewIdle[C IdleConn](max int, timeout time.Duration, limit *Limit, cap *IdleCap) *Idle[C] {
+	return &Idle[C]{max: max, timeout: timeout, limit: limit, cap: cap, idle: map[Key][]C{}}
 }
 
 // Get removes and returns the most recently pooled connection for key,
@@ -83,14 +86,18 @@ func (p *Idle[C]) Get(key Key) (C, bool) {
 	} else {
 		p.idle[key] = list[:len(list)-1]
 	}
-	if s := c.Idle(); s.timer != nil {
+	s := c.Idle()
+	if s.timer != nil {
 		s.timer.Stop()
 	}
+	p.cap.remove(&s.entry)
 	return c, true
 }
 
 // Put pools c, which the caller found reusable after a clean, complete
-// exchange, or closes it when the pool for its route is full.
+// exchange, or closes it when the pool for its route is full. When every
+// pool's idle connections together pass the IdleCap, the one idle the
+// longest closes.
 func (p *Idle[C]) Put(c C) {
 	s := c.Idle()
 	now := time.Now() // read before the lock every pool user takes
@@ -101,6 +108,10 @@ func (p *Idle[C]) Put(c C) {
 		c.Close()
 		return
 	}
+	if p.cap != nil && s.entry.evict == nil {
+		s.entry.evict = func() { p.evict(c) } // made once per connection
+	}
+	defer func() { evictAll(p.cap.add(&s.entry)) }()
 	defer p.limit.Notify(s.Key) // an attempt waiting at the limit may take it
 	defer p.mu.Unlock()
 	s.since = now
@@ -160,10 +171,17 @@ func (r *idleRef) drop() {
 // expire closes c if it is still idle and has been for the whole limit:
 // a timer stopped too late for an earlier idle period finds it pooled
 // again more recently, and leaves it.
-func (p *Idle[C]) expire(c C) {
+func (p *Idle[C]) expire(c C) { p.drop(c, true) }
+
+// evict closes c if it is still idle: the IdleCap chose it.
+func (p *Idle[C]) evict(c C) { p.drop(c, false) }
+
+// drop takes c out of the pool and closes it, if it is still idle (and,
+// with timed, has been for the whole limit).
+func (p *Idle[C]) drop(c C, timed bool) {
 	s := c.Idle()
 	p.mu.Lock()
-	if time.Since(s.since) < p.timeout {
+	if timed && time.Since(s.since) < p.timeout {
 		p.mu.Unlock()
 		return
 	}
@@ -182,6 +200,7 @@ func (p *Idle[C]) expire(c C) {
 		} else {
 			p.idle[s.Key] = list
 		}
+		p.cap.remove(&s.entry)
 	}
 	p.mu.Unlock()
 	if found {
@@ -195,9 +214,11 @@ func (p *Idle[C]) CloseIdle() {
 	var all []C
 	for key, list := range p.idle {
 		for _, c := range list {
-			if s := c.Idle(); s.timer != nil {
+			s := c.Idle()
+			if s.timer != nil {
 				s.timer.Stop()
 			}
+			p.cap.remove(&s.entry)
 			all = append(all, c)
 		}
 		delete(p.idle, key)

@@ -29,7 +29,7 @@ func (c *fakeIdleConn) Close() {
 // nor a late firing keeps a closed connection reachable.
 func TestIdleTimerStopsAndLetsGo(t *testing.T) {
 	limit := NewLimit(0)
-	p := NewIdle[*fakeIdleConn](2, time.Hour, limit)
+	p := NewIdle[*fakeIdleConn](2, time.Hour, limit, nil)
 	key := Key{Scheme: "http", Addr: "a:80", Host: "a"}
 	limit.TryOpen(key)
 	c := &fakeIdleConn{state: IdleState{Key: key}, limit: limit}
@@ -49,5 +49,45 @@ func TestIdleTimerStopsAndLetsGo(t *testing.T) {
 	}
 	if n := p.IdleCount(); n != 0 {
 		t.Errorf("%d idle after CloseIdle", n)
+	}
+}
+
+// TestIdleCapAcrossPools: one IdleCap bounds the idle connections of an
+// Idle pool and a Mux pool together. With a cap of 2, the third
+// connection to go idle evicts the one idle the longest, whichever pool
+// holds it; a connection an attempt takes leaves the count, and one the
+// cap chose after an attempt took it stays open.
+func TestIdleCapAcrossPools(t *testing.T) {
+	limit := NewLimit(0)
+	cap := NewIdleCap(2)
+	h1 := NewIdle[*fakeIdleConn](4, time.Hour, limit, cap)
+	mux := NewMux[*fakeMuxConn](4, time.Hour, limit, cap)
+	defer h1.CloseIdle()
+	defer mux.CloseIdle()
+
+	a := &fakeIdleConn{state: IdleState{Key: Key{Addr: "a:80"}}, limit: limit}
+	limit.TryOpen(a.state.Key)
+	h1.Put(a) // idle: 1
+	m1 := &fakeMuxConn{state: MuxState{Key: Key{Addr: "m:443"}}}
+	mux.add(m1)
+	mux.Done(m1, true) // idle: 2
+	if n := cap.Len(); n != 2 || a.closed || m1.isClosed() {
+		t.Fatalf("cap holds %d, closed %v %v", n, a.closed, m1.isClosed())
+	}
+	if got, _, _ := mux.Take(Key{Addr: "m:443"}, 0, nil); got != m1 || cap.Len() != 1 {
+		t.Fatalf("take: %v, cap holds %d, want m1 and 1", got, cap.Len())
+	}
+	b := &fakeIdleConn{state: IdleState{Key: Key{Addr: "b:80"}}, limit: limit}
+	limit.TryOpen(b.state.Key)
+	h1.Put(b) // idle: a, b
+	mux.Done(m1, true) // idle: a, b, m1: a goes
+	if !a.closed || b.closed || m1.isClosed() || cap.Len() != 2 {
+		t.Fatalf("after the third: closed a=%v b=%v m1=%v, cap %d; want only a closed and 2 held", a.closed, b.closed, m1.isClosed(), cap.Len())
+	}
+	if _, ok := h1.Get(Key{Addr: "a:80"}); ok {
+		t.Error("the evicted connection is still pooled")
+	}
+	if n := h1.IdleCount() + mux.IdleCount(); n != 2 {
+		t.Errorf("%d idle in the pools, want 2", n)
 	}
 }

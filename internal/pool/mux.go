@@ -27,6 +27,7 @@ type MuxState struct {
 	idleRef   *idleRef // what idleTimer's function holds of the connection
 	idleSince time.Time
 	idleArmed bool
+	entry     IdleEntry // its place in the IdleCap while idle
 }
 
 // Active returns the attempts running on the connection; call it with
@@ -64,6 +65,7 @@ type Mux[C MuxConn] struct {
 	maxIdle     int           // idle connections kept per route, when keep
 	idleTimeout time.Duration // > 0: close a connection idle this long
 	limit       *Limit        // shared with the Transport's other pools
+	cap         *IdleCap      // every pool's idle connections together; nil: no bound
 	gate        dialGate      // attempts that missed the pool share a dial
 
 	mu    sync.Mutex
@@ -99,8 +101,8 @@ const minLearned = 2
 // maxLearned bounds the routes with a learned budget.
 const maxLearned = 1024
 
-func NewMux[C MuxConn](maxIdle int, idleTimeout time.Duration, limit *Limit) *Mux[C] {
-	return &Mux[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit,
+func NewMux[C MuxConn](maxIdle int, idleTimeout time.Duration, limit *Limit, cap *IdleCap) *Mux[C] {
+	return &Mux[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit, cap: cap,
 		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}}
 }
 
@@ -179,6 +181,9 @@ func (p *Mux[C]) Take(key Key, after uint64, same C) (got C, reused, pending boo
 			kept = append(kept, c)
 		case c.Reserve():
 			got = c
+			if m.active == 0 {
+				p.cap.remove(&m.entry) // idle no more
+			}
 			m.active++
 			m.started++
 			kept = append(kept, c)
@@ -250,15 +255,36 @@ func (p *Mux[C]) Done(c C, clean bool) {
 		}
 	}
 	closeIt := m.retired && m.active == 0
-	if !closeIt && m.active == 0 && p.idleTimeout > 0 {
+	idle := !closeIt && m.active == 0
+	if idle && p.idleTimeout > 0 {
 		m.idleSince = time.Now()
 		p.armIdleLocked(c, p.idleTimeout)
+	}
+	if idle && p.cap != nil && m.entry.evict == nil {
+		m.entry.evict = func() { p.evictIdle(c) } // made once per connection
 	}
 	p.mu.Unlock()
 	if closeIt {
 		p.shut(c)
-	} else {
-		p.limit.Notify(m.Key) // room for a stream: wake an attempt waiting at the limit
+		return
+	}
+	if idle {
+		evictAll(p.cap.add(&m.entry))
+	}
+	p.limit.Notify(m.Key) // room for a stream: wake an attempt waiting at the limit
+}
+
+// evictIdle closes c if no attempt runs on it: the IdleCap chose it.
+func (p *Mux[C]) evictIdle(c C) {
+	p.mu.Lock()
+	m := c.Mux()
+	idle := m.active == 0 && !m.retired
+	if idle {
+		p.retireLocked(c)
+	}
+	p.mu.Unlock()
+	if idle {
+		p.shut(c)
 	}
 }
 
@@ -282,6 +308,7 @@ func (p *Mux[C]) shut(c C) {
 	m.shut = true
 	p.stopIdleLocked(m)
 	m.idleRef.drop()
+	p.cap.remove(&m.entry)
 	p.mu.Unlock()
 	if first {
 		c.Close()

@@ -12,7 +12,7 @@ import (
 // TestMuxIdleTimerLetsGoOfShutConnections is the same for the HTTP/2 and
 // HTTP/3 pool: shut stops the idle timer and empties its idleRef.
 func TestMuxIdleTimerLetsGoOfShutConnections(t *testing.T) {
-	p := NewMux[*fakeMuxConn](2, time.Hour, NewLimit(0))
+	p := NewMux[*fakeMuxConn](2, time.Hour, NewLimit(0), nil)
 	c := &fakeMuxConn{}
 	p.add(c)
 	p.Done(c, true) // idle: the timer starts
@@ -112,7 +112,7 @@ func TestMuxIdleTimerSetForTheRest(t *testing.T) {
 // connection, whose attempt ended at start (now): its idle timer is set
 // for 1 s.
 func idleMuxConn() (*Mux[*fakeMuxConn], *fakeMuxConn, time.Time) {
-	p := NewMux[*fakeMuxConn](2, time.Second, NewLimit(0))
+	p := NewMux[*fakeMuxConn](2, time.Second, NewLimit(0), nil)
 	c := &fakeMuxConn{}
 	p.add(c)
 	start := time.Now()
@@ -148,7 +148,7 @@ func expectIdleClose(t *testing.T, c *fakeMuxConn, start time.Time, steps []idle
 // With nothing added, the first attempt at the gate dials and the next
 // waits for it.
 func TestDialTurnAfterAnotherDialEnded(t *testing.T) {
-	p := NewMux[*fakeMuxConn](2, 0, NewLimit(0))
+	p := NewMux[*fakeMuxConn](2, 0, NewLimit(0), nil)
 	key := Key{Addr: "a:1"}
 	seen := p.Mark()
 	if got, _, _ := p.Take(key, 0, nil); got != nil {
@@ -195,7 +195,7 @@ func (c *waitingMuxConn) Pending() bool { return true }
 // Fake time (testing/synctest).
 func TestPendingWaitBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := NewMux[*waitingMuxConn](2, 0, NewLimit(0))
+		p := NewMux[*waitingMuxConn](2, 0, NewLimit(0), nil)
 		key := Key{Addr: "a:1"}
 		c := &waitingMuxConn{fakeMuxConn: fakeMuxConn{state: MuxState{Key: key}}}
 		p.add(c) // its first attempt runs

@@ -42,7 +42,41 @@ type Dialer struct {
 	// an http or socks5 hop after the first, where every earlier hop can
 	// read them (see CheckChainCredentials). Off by default.
 	AllowCleartextChainCredentials bool
+	// TLSHandshakeTimeout, when positive, bounds each TLS handshake (with
+	// an HTTPS proxy, or with the origin in HandshakeOrigin) within the
+	// budget: one that outlives it fails with a *HandshakeTimeoutError.
+	TLSHandshakeTimeout time.Duration
+	// OnConnectResponse, if set, is called with each proxy's 2xx answer
+	// to a CONNECT before the tunnel is used; an error it returns fails
+	// the dial with a *StepError (step connect) wrapping it.
+	OnConnectResponse func(hop Hop, req ConnectRequest, resp *Response) error
 }
+
+// HandshakeTimeoutError reports a TLS handshake that outlived
+// Dialer.TLSHandshakeTimeout: with the proxy at Hop (1-based), or with
+// the origin (Hop 0) at Addr. It is a net.Error timeout, as net/http's
+// TLS handshake timeout is.
+type HandshakeTimeoutError struct {
+	Step  route.Step
+	Hop   int
+	Addr  string
+	Limit time.Duration
+}
+
+// Error names the handshake and the bound.
+func (e *HandshakeTimeoutError) Error() string {
+	s := "replaysafe: TLS handshake with " + e.Addr
+	if e.Hop > 0 {
+		s += " (proxy hop " + strconv.Itoa(e.Hop) + ")"
+	}
+	return s + " timed out after " + e.Limit.String()
+}
+
+// Timeout reports true.
+func (e *HandshakeTimeoutError) Timeout() bool { return true }
+
+// Temporary reports true, as net/http's TLS handshake timeout does.
+func (e *HandshakeTimeoutError) Temporary() bool { return true }
 
 func (d *Dialer) resolver() Resolver {
 	if d.Resolver == nil {
@@ -81,6 +115,7 @@ type acquisition struct {
 	step     route.Step
 	hop      int
 	addr     string
+	raw      net.Conn // the guarded connection, whose deadline bounds each step
 }
 
 func newAcquisition(ctx context.Context, clock Clock, b route.Budget) *acquisition {
@@ -123,6 +158,7 @@ func (a *acquisition) stepContext() (context.Context, context.CancelFunc) {
 // interrupt blocked I/O. The returned release clears the deadline and
 // reports false if the context ended meanwhile.
 func (a *acquisition) guard(raw net.Conn) (release func() bool) {
+	a.raw = raw
 	if !a.deadline.IsZero() {
 		raw.SetDeadline(a.deadline)
 	}
@@ -194,7 +230,7 @@ func DialChain(ctx context.Context, d *Dialer, hops []Hop, target string, b rout
 		return nil, err
 	}
 	release := a.guard(raw)
-	conn, err := a.passHops(raw, hops, target)
+	conn, err := a.passHops(d, raw, hops, target)
 	if !release() {
 		raw.Close()
 		return nil, &StepError{Step: a.step, Hop: a.hop, Addr: a.addr, Err: ctx.Err()}
@@ -269,7 +305,7 @@ func DialProxy(ctx context.Context, d *Dialer, h Hop, b route.Budget) (net.Conn,
 	if h.Kind == route.ProxyHTTPS {
 		if err = a.enter(route.StepProxyTLS, 1, h.Addr()); err == nil {
 			var tc *tls.Conn
-			if tc, err = proxyTLS(raw, h); err != nil {
+			if tc, err = a.proxyTLS(d, raw, h, 1); err != nil {
 				err = a.fail(err)
 			} else {
 				conn = tc
@@ -288,7 +324,7 @@ func DialProxy(ctx context.Context, d *Dialer, h Hop, b route.Budget) (net.Conn,
 }
 
 // passHops runs the per-hop steps on conn, which reaches hops[0].
-func (a *acquisition) passHops(conn net.Conn, hops []Hop, target string) (net.Conn, error) {
+func (a *acquisition) passHops(d *Dialer, conn net.Conn, hops []Hop, target string) (net.Conn, error) {
 	for i, h := range hops {
 		n := i + 1
 		next := target
@@ -299,7 +335,7 @@ func (a *acquisition) passHops(conn net.Conn, hops []Hop, target string) (net.Co
 			if err := a.enter(route.StepProxyTLS, n, h.Addr()); err != nil {
 				return nil, err
 			}
-			tc, err := proxyTLS(conn, h)
+			tc, err := a.proxyTLS(d, conn, h, n)
 			if err != nil {
 				return nil, a.fail(err)
 			}
@@ -311,13 +347,18 @@ func (a *acquisition) passHops(conn net.Conn, hops []Hop, target string) (net.Co
 				return nil, err
 			}
 			req := ConnectRequest{Target: next, Auth: h.Auth, Header: h.Header, Hop: n, Proxy: h.Addr()}
-			tunnel, _, err := exchange(conn, req)
+			tunnel, resp, err := exchange(conn, req)
 			if err != nil {
 				var ce *ConnectError
 				if errors.As(err, &ce) {
 					return nil, err
 				}
 				return nil, a.fail(err)
+			}
+			if d.OnConnectResponse != nil {
+				if err := d.OnConnectResponse(h, req, resp); err != nil {
+					return nil, &StepError{Step: route.StepConnect, Hop: n, Addr: h.Addr(), Err: err}
+				}
 			}
 			conn = tunnel
 		case route.ProxySOCKS5:
@@ -332,10 +373,10 @@ func (a *acquisition) passHops(conn net.Conn, hops []Hop, target string) (net.Co
 	return conn, nil
 }
 
-// proxyTLS does TLS with an HTTPS proxy, offering only HTTP/1.1: the
-// CONNECT exchange that follows is HTTP/1.1 text, and advertising h2
-// would promise a protocol the client does not speak.
-func proxyTLS(conn net.Conn, h Hop) (*tls.Conn, error) {
+// proxyTLS does TLS with an HTTPS proxy, hop n, on conn, offering only
+// HTTP/1.1: the CONNECT exchange that follows is HTTP/1.1 text, and
+// advertising h2 would promise a protocol the client does not speak.
+func (a *acquisition) proxyTLS(d *Dialer, conn net.Conn, h Hop, n int) (*tls.Conn, error) {
 	cfg := h.TLSConfig.Clone()
 	if cfg == nil {
 		cfg = &tls.Config{}
@@ -345,13 +386,39 @@ func proxyTLS(conn net.Conn, h Hop) (*tls.Conn, error) {
 	}
 	cfg.NextProtos = []string{"http/1.1"}
 	tc := tls.Client(conn, cfg)
-	if err := tc.Handshake(); err != nil {
+	if err := a.handshake(tc, d.TLSHandshakeTimeout, route.StepProxyTLS, n, h.Addr()); err != nil {
 		return nil, err
 	}
 	if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
 		return nil, errors.New("proxy: HTTPS proxy negotiated ALPN " + strconv.Quote(p) + ", want http/1.1")
 	}
 	return tc, nil
+}
+
+// handshake runs tc's handshake, bounded by limit (when positive and
+// earlier than the budget's deadline) as well as by the budget: the
+// guarded connection's deadline is moved for it and put back after. A
+// handshake the limit ended is a *HandshakeTimeoutError; one the
+// caller's context ended reports that.
+func (a *acquisition) handshake(tc *tls.Conn, limit time.Duration, step route.Step, hop int, addr string) error {
+	bounded := false
+	if limit > 0 && a.raw != nil {
+		if at := time.Now().Add(limit); a.deadline.IsZero() || at.Before(a.deadline) {
+			a.raw.SetDeadline(at)
+			bounded = true
+		}
+	}
+	err := tc.Handshake()
+	if bounded {
+		if a.ctx.Err() != nil {
+			return a.ctx.Err() // the guard's cancellation stands
+		}
+		a.raw.SetDeadline(a.deadline) // zero: none
+		if err != nil && isTimeout(err) {
+			return &HandshakeTimeoutError{Step: step, Hop: hop, Addr: addr, Limit: limit}
+		}
+	}
+	return err
 }
 
 // socks runs SOCKS5 negotiation for next on conn with x/net/proxy. The
@@ -392,7 +459,7 @@ func HandshakeOrigin(ctx context.Context, d *Dialer, conn net.Conn, cfg *tls.Con
 	}
 	release := a.guard(conn)
 	tc := tls.Client(conn, cfg)
-	err := tc.Handshake()
+	err := a.handshake(tc, d.TLSHandshakeTimeout, route.StepOriginTLS, 0, cfg.ServerName)
 	if !release() {
 		conn.Close()
 		return nil, &StepError{Step: route.StepOriginTLS, Addr: cfg.ServerName, Err: ctx.Err()}
