@@ -79,7 +79,7 @@ func TestIdleCapAcrossPools(t *testing.T) {
 	}
 	b := &fakeIdleConn{state: IdleState{Key: Key{Addr: "b:80"}}, limit: limit}
 	limit.TryOpen(b.state.Key)
-	h1.Put(b) // idle: a, b
+	h1.Put(b)          // idle: a, b
 	mux.Done(m1, true) // idle: a, b, m1: a goes
 	if !a.closed || b.closed || m1.isClosed() || cap.Len() != 2 {
 		t.Fatalf("after the third: closed a=%v b=%v m1=%v, cap %d; want only a closed and 2 held", a.closed, b.closed, m1.isClosed(), cap.Len())
