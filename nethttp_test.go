@@ -21,6 +21,7 @@ import (
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/connectproxy"
 	"github.com/replaysafe/replaysafe/transports/proxy"
+	"go.uber.org/goleak"
 )
 
 // pipeDialer returns a DialContext whose connections are in-memory
@@ -316,7 +317,9 @@ func TestFromTransport(t *testing.T) {
 	}
 	var dialed, dialedTLS bool
 	custom := &http.Transport{
-		Dial:                   func(string, string) (net.Conn, error) { dialed = true; return nil, errors.New("x") },
+		//lint:ignore SA1019 FromTransport takes the deprecated dialers too
+		Dial: func(string, string) (net.Conn, error) { dialed = true; return nil, errors.New("x") },
+		//lint:ignore SA1019 as above
 		DialTLS:                func(string, string) (net.Conn, error) { dialedTLS = true; return nil, errors.New("x") },
 		TLSClientConfig:        &tls.Config{ServerName: "s"},
 		DisableKeepAlives:      true,
@@ -354,4 +357,76 @@ func TestFromTransport(t *testing.T) {
 			t.Errorf("Protocols %v: %v, want %v", p, got, c.want)
 		}
 	}
+}
+
+// TestClientTimeoutError: when http.Client.Timeout passes, net/http
+// replaces the transport's error with one of its own that keeps only the
+// text ("Client.Timeout exceeded"), unless the transport's error reached
+// it first: errors.As may find no *replaysafe.Error in what Client.Do
+// returns. The Observer's OnError always receives it (the documented
+// way), naming the rule: RS06 for the deadline, or RS05 for the request's
+// Cancel channel that net/http closes for a RoundTripper it does not
+// know. With the request's context deadline instead, the *Error always
+// comes back through Client.Do. The server never answers; it sees each
+// request once.
+func TestClientTimeoutError(t *testing.T) {
+	hang := replaysafetest.Script(replaysafetest.Hang(5 * time.Second))
+	s := start(t, replaysafetest.Config{Default: &hang})
+	var seen atomic.Value
+	tr, _ := client(t, s, replaysafe.Options{})
+	tr2 := replaysafe.New(replaysafe.Options{TLSClientConfig: s.ClientTLSConfig(), Observer: replaysafe.Observer{
+		OnError: func(_ *http.Request, err error) { seen.Store(err) },
+	}})
+	defer tr2.CloseIdleConnections()
+
+	c := &http.Client{Transport: tr2, Timeout: 100 * time.Millisecond}
+	_, err := c.Get(s.URL() + "/client-timeout")
+	var rerr *replaysafe.Error
+	if err == nil || !errors.As(err, &rerr) && !strings.Contains(err.Error(), "Client.Timeout exceeded") {
+		t.Fatalf("Client.Timeout: %v, want the *Error or net/http's flat timeout error", err)
+	}
+	got, _ := seen.Load().(error)
+	if !errors.As(got, &rerr) || rerr.Rule != fsm.RuleTimeout && rerr.Rule != fsm.RuleCanceled || rerr.Attempts != 1 {
+		t.Errorf("OnError saw %v, want the call's *Error (RS05 or RS06, 1 attempt)", got)
+	}
+
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.URL()+"/ctx-timeout", nil)
+	_, err = (&http.Client{Transport: tr}).Do(req)
+	if !errors.As(err, &rerr) || rerr.Rule != fsm.RuleTimeout || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("request deadline: %v, want an *Error by RS06 that is context.DeadlineExceeded", err)
+	}
+	wantCopies(t, s, "/client-timeout", 1)
+	wantCopies(t, s, "/ctx-timeout", 1)
+}
+
+// TestCancelChannelWatchReleased: a request with the deprecated Cancel
+// channel (http.Client sets one under Timeout for a RoundTripper it does
+// not know) is watched by replaysafe until its call is over; a channel
+// never closed, on a context that never ends, leaves no goroutine behind
+// once each response body is read, nor after a failed call.
+func TestCancelChannelWatchReleased(t *testing.T) {
+	s := start(t, replaysafetest.Config{})
+	tr, _ := client(t, s, replaysafe.Options{})
+	get(t, tr, s, "/warm")
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	for range 20 {
+		req, _ := http.NewRequestWithContext(context.Background(), "GET", s.URL()+"/call", nil)
+		//lint:ignore SA1019 the deprecated field, as http.Client sets it
+		req.Cancel = make(chan struct{})
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	req, _ := http.NewRequestWithContext(context.Background(), "GET", "http://127.0.0.1:1/refused", nil)
+	//lint:ignore SA1019 as above
+	req.Cancel = make(chan struct{})
+	if _, err := tr.RoundTrip(req); err == nil {
+		t.Fatal("a call to a closed port succeeded")
+	}
+	wantCopies(t, s, "/call", 20)
 }

@@ -52,6 +52,13 @@ func New(o Options) *Transport {
 // before (an invalid request, a proxy that could not be decided) returns
 // the reason. Like every RoundTripper it closes req.Body, also on error
 // (perhaps after it returns).
+//
+// Bound a call with its request's context (http.NewRequestWithContext
+// and a deadline): the *Error then reaches the caller through
+// http.Client.Do, decided by RS06. http.Client.Timeout may replace it
+// with net/http's own error, which keeps only the text, so errors.As
+// finds nothing; Options.Observer's OnError receives the *Error in every
+// case.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	pol, budget := retryFor(req, t.opt.Retry)
 	call, err := t.d.Start(req, pol, budget)

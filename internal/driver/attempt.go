@@ -407,6 +407,7 @@ func (a *attempt) deliver(resp *http.Response) *http.Response {
 		if a.body != nil {
 			a.body.release(false)
 		}
+		a.tr.call.done()
 		return resp
 	}
 	if resp.Body == nil || resp.Body == http.NoBody {
@@ -448,6 +449,9 @@ func (a *attempt) finishBody(err error) {
 		a.body.release(false)
 	}
 	a.report(err)
+	if a.cd.Action == fsm.ActionDeliver {
+		a.tr.call.done() // the call's response is over
+	}
 }
 
 // abandon ends the attempt's context when the caller closed the

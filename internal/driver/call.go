@@ -43,6 +43,44 @@ type Call struct {
 	in    plan.Input
 	plan  plan.Plan
 	first try // the first try, in the same allocation
+
+	// ctx is the caller's context; for a request with the deprecated
+	// Cancel channel, one that also ends when that closes (legacyCancel),
+	// released by done.
+	ctx        context.Context
+	stopLegacy context.CancelCauseFunc
+}
+
+// errRequestCanceled is the cause of a call whose request's deprecated
+// Cancel channel was closed, as http.Client closes it when its Timeout
+// passes for a RoundTripper it does not know.
+var errRequestCanceled = errors.New("replaysafe: request canceled (Request.Cancel closed)")
+
+// legacyCancel returns a context that ends with ctx or when cancel
+// closes, and the function that releases its watcher once the call is
+// over. net/http's ClientConn watches a request's Cancel channel itself
+// and fails with an error that says only "request canceled"; with the
+// context ended too, that failure is decided as the caller's (RS05), not
+// as a connection's.
+func legacyCancel(ctx context.Context, cancel <-chan struct{}) (context.Context, context.CancelCauseFunc) {
+	ctx, stop := context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-cancel:
+			stop(errRequestCanceled)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, stop
+}
+
+// done releases what the call holds beyond its attempts: the watcher of
+// its request's Cancel channel. The call's error, or the end of the
+// response body it delivered, calls it.
+func (c *Call) done() {
+	if c.stopLegacy != nil {
+		c.stopLegacy(nil)
+	}
 }
 
 // MaxAttempts bounds the wire attempts of a call (Retry.MaxAttempts).
@@ -57,12 +95,16 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Cal
 		return nil, closeBody(req, err)
 	}
 	facts := t.factsOf(req)
-	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), statuses: pol.Statuses, budget: budget}
+	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), statuses: pol.Statuses, budget: budget, ctx: req.Context()}
 	if pol.On() {
 		t.budgets.call(key.Addr, budget, time.Now())
 	}
 	if err := c.resolve(&c.first, resend{facts: c.cm.Next(), body: req.Body}); err != nil {
 		return nil, closeBody(req, err)
+	}
+	if req.Cancel != nil {
+		c.ctx, c.stopLegacy = legacyCancel(c.ctx, req.Cancel)
+		c.first.ctx = c.ctx
 	}
 	return c, nil
 }
@@ -73,6 +115,14 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Cal
 // an attempt was decided, else the cause (a retry whose route could not
 // be resolved).
 func (c *Call) Run() (*http.Response, error) {
+	resp, err := c.run()
+	if err != nil {
+		c.done()
+	}
+	return resp, err
+}
+
+func (c *Call) run() (*http.Response, error) {
 	for {
 		resp, err := c.tr.run(c.in, c.plan)
 		rn, ok := err.(*retryNext)
@@ -82,7 +132,7 @@ func (c *Call) Run() (*http.Response, error) {
 			}
 			return resp, err
 		}
-		if err = sleep(c.req.Context(), rn.decision.Delay); err != nil {
+		if err = sleep(c.ctx, rn.decision.Delay); err != nil {
 			if rn.start.body != nil {
 				rn.start.body.Close()
 			}
@@ -126,7 +176,7 @@ func (c *Call) resolve(tr *try, start resend) error {
 	if err != nil {
 		return err
 	}
-	*tr = try{t: t, req: c.req, ctx: c.req.Context(), key: key, snap: snap, call: c, start: start}
+	*tr = try{t: t, req: c.req, ctx: c.ctx, key: key, snap: snap, call: c, start: start}
 	c.tr = tr
 	return nil
 }
