@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -48,7 +49,10 @@ func TestSeedCorpora(t *testing.T) {
 			dir := filepath.Join("testdata", "fuzz", c.target)
 			want := map[string]string{}
 			for name, v := range seeds {
-				want[generatedPrefix+name] = fmt.Sprintf("go test fuzz v1\n%s(%q)\n", c.typ, v)
+				// QuoteToASCII, not %q: %q leaves the runes it finds
+				// printable as they are, and which those are changes
+				// with the Unicode tables of each Go release.
+				want[generatedPrefix+name] = fmt.Sprintf("go test fuzz v1\n%s(%s)\n", c.typ, strconv.QuoteToASCII(v))
 			}
 			if *update {
 				writeCorpus(t, dir, want)
