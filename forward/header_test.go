@@ -2,7 +2,12 @@ package forward
 
 import (
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net/http"
+	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"strings"
@@ -53,6 +58,12 @@ func TestForwardCleanRequestHeader(t *testing.T) {
 		{"trailers to ALPN: no TE (either encoder may take it)", header("Te", "trailers"),
 			Dispatch{Version: VersionALPN, Trailers: true}, header()},
 		{"no trailers: TE stripped", header("Te", "gzip"), h2, header()},
+		// The counterexample rapid found (testdata/rapid/
+		// TestForwardCleanRequestHeaderProperty/*.fail, which the property
+		// replays): a field named in Connection whose value is empty is
+		// still removed; an empty value is a field all the same.
+		{"a Connection-named field with an empty value", header("X-A", "", "Connection", "X-A"), h1, header()},
+		{"a Connection-named field with an empty value, to HTTP/2", header("X-A", "", "Connection", "x-a", "X-B", ""), h2, header("X-B", "")},
 		{"upgrade keeps only its connection fields", header("Connection", "Upgrade, X-Hop", "Upgrade", "websocket", "X-Hop", "1",
 			"Keep-Alive", "timeout=1", "Sec-Websocket-Key", "k"),
 			Dispatch{Version: VersionHTTP11, Mode: ModeUpgrade, Upgrade: "websocket"},
@@ -155,5 +166,46 @@ func TestRemoveConnectionFieldsInPlace(t *testing.T) {
 	}
 	if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
 		t.Errorf("%d bytes allocated for a %d-byte Connection field", n, list.Len())
+	}
+}
+
+// TestRapidFailFilesAreReplayed: rapid replays a fail file only from
+// testdata/rapid/<test name>/<test name>-*.fail of the test's own
+// package, so a test renamed or moved leaves its counterexamples behind
+// unread. Every fail file here belongs to a rapid test of this package.
+func TestRapidFailFilesAreReplayed(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "rapid", "*", "*.fail"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no rapid fail file under testdata/rapid")
+	}
+	tests := map[string]bool{}
+	sources, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range sources {
+		src, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, src, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Test") &&
+				strings.Contains(string(src[fn.Pos()-1:fn.End()-1]), "rapid.Check(") {
+				tests[fn.Name.Name] = true
+			}
+		}
+	}
+	for _, f := range files {
+		dir := filepath.Base(filepath.Dir(f))
+		if !tests[dir] || !strings.HasPrefix(filepath.Base(f), dir+"-") {
+			t.Errorf("%s is replayed by no rapid test of package forward (rapid tests: %v)", f, tests)
+		}
 	}
 }

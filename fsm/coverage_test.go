@@ -192,6 +192,9 @@ func TestCoveragePhasesAndDeadlines(t *testing.T) {
 		{"header", []fsm.Event{conn, covEv(fsm.EventFirstByteWritten, 4*covMs), covEv(fsm.EventRequestWritten, 5*covMs)}, fsm.PhaseHeader, 35 * covMs},
 		{"body", []fsm.Event{conn, covEv(fsm.EventFirstByteWritten, 4*covMs), covEv(fsm.EventRequestWritten, 5*covMs), covEv(fsm.EventFinalHeaders, 7*covMs)}, fsm.PhaseBody, 47 * covMs},
 		{"early response", []fsm.Event{conn, covEv(fsm.EventFirstByteWritten, 4*covMs), covEv(fsm.EventFinalHeaders, 6*covMs)}, fsm.PhaseBody, 23 * covMs}, // the write limit still runs
+		// The body phase runs from the final headers, not from a later
+		// fact such as the request body's first read.
+		{"body, request body read after the headers", []fsm.Event{conn, covEv(fsm.EventFirstByteWritten, 4*covMs), covEv(fsm.EventRequestWritten, 5*covMs), covEv(fsm.EventFinalHeaders, 7*covMs), covEv(fsm.EventBodyRead, 9*covMs)}, fsm.PhaseBody, 47 * covMs},
 		{"complete", []fsm.Event{conn, covEv(fsm.EventFirstByteWritten, 4*covMs), covEv(fsm.EventRequestWritten, 5*covMs), covEv(fsm.EventFinalHeaders, 7*covMs), covEv(fsm.EventResponseComplete, 8*covMs)}, fsm.PhaseNone, 0},
 		{"failed", []fsm.Event{conn, covEv(fsm.EventClosed, 4*covMs)}, fsm.PhaseNone, 0},
 		{"resent", []fsm.Event{conn, covEv(fsm.EventHandedBack, 4*covMs)}, fsm.PhaseNone, 0},
@@ -324,6 +327,10 @@ func TestCoverageEnums(t *testing.T) {
 		if e.parse != nil {
 			if _, ok := e.parse("no-such-value"); ok {
 				t.Errorf("%s parses no-such-value", e.name)
+			}
+			// The first value past the enum prints, but does not parse.
+			if v, ok := e.parse(e.str(e.n)); ok {
+				t.Errorf("%s parses %q as %d", e.name, e.str(e.n), v)
 			}
 		}
 	}

@@ -159,6 +159,7 @@ func TestCallExhaustive(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		depth = callShortDepth
 	}
+	requireFullDepth(t, depth < 1<<30)
 	type config struct {
 		req fsm.Request
 		p   fsm.Retry
@@ -219,6 +220,18 @@ func TestCallExhaustive(t *testing.T) {
 		if n := total.diverged[d.ID]; n > 0 {
 			t.Logf("  %d sequences explained by known divergence %s", n, d.ID)
 		}
+	}
+	if failures.Load() > 0 {
+		return // the walk stops after a few failures; they say why
+	}
+	for _, p := range (walk{configs: len(configs), walked: int(total.configs), left: total.frontierLeft, full: depth == 1<<30}).problems() {
+		t.Error(p)
+	}
+	// A call ends after at most five attempts (the largest policy): the
+	// walk must have reached calls going on after four outcomes, where
+	// RS26, the budget and the backoff of the fifth attempt decide.
+	if depth == 1<<30 && total.maxDepth < 4 {
+		t.Errorf("the deepest call going on was after %d outcomes, want 4", total.maxDepth)
 	}
 }
 

@@ -2,7 +2,10 @@ package modeltest
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -29,7 +32,9 @@ import (
 //
 // Depth: exhaustiveDepth normally, which is past the deepest state (the
 // walk ends when no new state appears); smaller under -race and -short.
-// The whole walk is time-boxed by exhaustiveBudget.
+// The whole walk is time-boxed by exhaustiveBudget, and running out of it
+// fails the test: a walk that did not finish checked less than it claims.
+// At full depth no state may be left at the depth limit either.
 const (
 	exhaustiveDepth      = 32
 	exhaustiveRaceDepth  = 3
@@ -158,6 +163,7 @@ func TestExhaustive(t *testing.T) {
 	case raceEnabled:
 		depth = exhaustiveRaceDepth
 	}
+	requireFullDepth(t, depth < exhaustiveDepth)
 	var configs []exhaustiveConfig
 	for _, lim := range limitSets {
 		for _, req := range requests() {
@@ -174,8 +180,92 @@ func TestExhaustive(t *testing.T) {
 			t.Logf("  %d traces explained by known divergence %v", n, ids)
 		}
 	}
-	if partial {
-		t.Logf("the time box of %v ran out: the counts above are partial", exhaustiveBudget)
+	if t.Failed() {
+		return // the walk stops after a few mismatches; they say why
+	}
+	for _, p := range (walk{configs: len(configs), walked: int(counts.configs), left: counts.frontierLeft,
+		full: depth == exhaustiveDepth, partial: partial, budget: exhaustiveBudget}).problems() {
+		t.Error(p)
+	}
+}
+
+// TestExhaustiveTimeBoxIsAFailure: a walk whose time box ran out, or a
+// full-depth walk that left states at its depth limit, is a failure of
+// TestExhaustive; the same walk with time to spare and depth enough is
+// not.
+func TestExhaustiveTimeBoxIsAFailure(t *testing.T) {
+	configs := []exhaustiveConfig{
+		{fsm.Request{Method: fsm.MethodGET}, limitSets[1]},
+		{fsm.Request{Method: fsm.MethodPOST, Body: fsm.BodyOneShotUntouched}, limitSets[1]},
+	}
+	result := func(depth int, budget time.Duration) walk {
+		counts, partial := exhaust(t, configs, depth, budget)
+		return walk{configs: len(configs), walked: int(counts.configs), left: counts.frontierLeft,
+			full: depth == exhaustiveDepth, partial: partial, budget: budget}
+	}
+	// A time box that has already run out: nothing is walked.
+	w := result(exhaustiveDepth, 0)
+	if p := w.problems(); !w.partial || w.walked != 0 || len(p) != 1 || !strings.Contains(p[0], "time box of 0s ran out after 0 of 2") {
+		t.Errorf("an expired time box: %+v, problems %q", w, p)
+	}
+	// Time to spare: the two combinations are walked to the end.
+	w = result(exhaustiveDepth, exhaustiveBudget)
+	if p := w.problems(); w.partial || w.walked != 2 || w.left != 0 || len(p) != 0 {
+		t.Errorf("a full walk: %+v, problems %q", w, p)
+	}
+	// Two events deep, states are left at the limit: a problem only for
+	// a walk that claims full depth.
+	w = result(2, exhaustiveBudget)
+	if w.left == 0 || len(w.problems()) != 0 {
+		t.Errorf("a walk of depth 2: %+v, problems %q", w, w.problems())
+	}
+	w.full = true
+	if p := w.problems(); len(p) != 1 || !strings.Contains(p[0], "left at the depth limit") {
+		t.Errorf("states left at full depth: problems %q", p)
+	}
+	// Combinations not walked without the time box running out.
+	if p := (walk{configs: 3, walked: 2}).problems(); len(p) != 1 || p[0] != "walked 2 of 3 combinations" {
+		t.Errorf("a combination not walked: problems %q", p)
+	}
+}
+
+// walk is what an exhaustive walk covered, for the checks that it
+// covered what it claims.
+type walk struct {
+	configs, walked int   // the combinations to walk, and walked to the end
+	left            int64 // states left at the depth limit
+	full            bool  // the walk ran at full depth
+	partial         bool  // the time box ran out
+	budget          time.Duration
+}
+
+// problems says why the walk checked less than it should have: its time
+// box ran out, a combination was not walked to the end, or, at full
+// depth, a state was left unexplored. A walk cut short by its own
+// failures (it stops after a few) is reported by them, not here.
+func (w walk) problems() []string {
+	var out []string
+	if w.partial {
+		out = append(out, fmt.Sprintf("the time box of %v ran out after %d of %d combinations: the walk is incomplete", w.budget, w.walked, w.configs))
+	} else if w.walked != w.configs {
+		out = append(out, fmt.Sprintf("walked %d of %d combinations", w.walked, w.configs))
+	}
+	if w.full && w.left > 0 {
+		out = append(out, fmt.Sprintf("%d states left at the depth limit of a full-depth walk: raise the depth", w.left))
+	}
+	return out
+}
+
+// fullDepthEnv, set to 1, makes the exhaustive walks fail instead of
+// running at a reduced depth (-race, -short): .ci/run sets it for the
+// step that runs them at full depth, so that the step cannot quietly
+// check less.
+const fullDepthEnv = "REPLAYSAFE_EXHAUSTIVE_FULL_DEPTH"
+
+func requireFullDepth(t *testing.T, reduced bool) {
+	t.Helper()
+	if reduced && os.Getenv(fullDepthEnv) == "1" {
+		t.Fatalf("%s=1, but the walk would run at a reduced depth (race detector %v, -short %v)", fullDepthEnv, raceEnabled, testing.Short())
 	}
 }
 

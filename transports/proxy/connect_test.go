@@ -183,28 +183,3 @@ func pipe(t *testing.T) (net.Conn, net.Conn) {
 
 // drain reads and drops n bytes from c.
 func drain(c net.Conn, n int) { io.CopyN(io.Discard, c, int64(n)) }
-
-// TestParseConnectResponseSplit feeds responses in two pieces at every
-// byte: the first piece is incomplete until the header section has
-// ended, and the result never depends on where the data was split.
-func TestParseConnectResponseSplit(t *testing.T) {
-	for _, in := range []string{
-		"HTTP/1.1 200 Connection established\r\nVia: 1.1 p\r\n\r\ntunnel bytes",
-		"HTTP/1.0 407 Proxy Authentication Required\nProxy-Authenticate: Basic realm=\"x\"\n\n",
-		"HTTP/1.1 200 OK\r\nbad line\r\n\r\n",
-	} {
-		status, reason, n, err := ParseConnectResponse([]byte(in))
-		for k := 0; k <= len(in); k++ {
-			ps, pr, pn, perr := ParseConnectResponse([]byte(in[:k]))
-			if errors.Is(perr, ErrIncomplete) {
-				if err == nil && k >= n {
-					t.Errorf("%q split at %d: incomplete after the header section", in, k)
-				}
-				continue
-			}
-			if ps != status || pr != reason || pn != n || (perr == nil) != (err == nil) {
-				t.Errorf("%q split at %d: %d %q %d %v, whole: %d %q %d %v", in, k, ps, pr, pn, perr, status, reason, n, err)
-			}
-		}
-	}
-}

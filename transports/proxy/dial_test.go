@@ -455,7 +455,9 @@ func (blockingTCP) DialContext(ctx context.Context, _, _ string) (net.Conn, erro
 // Reference: "One absolute connection-acquisition deadline ... covers
 // DNS resolution and TCP connection; TLS to every HTTPS proxy; CONNECT or
 // SOCKS negotiation for every hop; TLS to the origin inside the completed
-// tunnel." Every step that stalls hits the deadline and is named.
+// tunnel." Every step that stalls hits the deadline and is named, here
+// against the scripted proxies over loopback TCP; the same steps under
+// fake time (TestDeadlineNamesStepFakeTime) end at the deadline exactly.
 func TestDeadlineNamesStep(t *testing.T) {
 	type setup struct {
 		d      *Dialer
@@ -553,37 +555,12 @@ func TestDeadlineNamesStep(t *testing.T) {
 			if !errors.As(err, &ne) || !ne.Timeout() {
 				t.Error("not a net.Error timeout")
 			}
-			if took < limit || took > limit+2*time.Second {
+			// Not before the budget ran out. How soon after is exact in
+			// TestDeadlineNamesStepFakeTime, where nothing else runs.
+			if took < limit {
 				t.Errorf("gave up after %v with a %v budget", took, limit)
 			}
 		})
-	}
-}
-
-// One deadline, not one per step: two hops that each take 400ms of a
-// 600ms budget fail at the second hop, when the budget runs out, not
-// when a fresh allowance for that hop would.
-func TestOneDeadlineAcrossHops(t *testing.T) {
-	const (
-		stall = 400 * time.Millisecond
-		total = 600 * time.Millisecond
-	)
-	slow := &connectproxy.Script{Stall: connectproxy.StallAfterRequest, StallFor: stall}
-	p1 := startProxy(t, connectproxy.Config{Default: slow})
-	p2 := startProxy(t, connectproxy.Config{Default: slow})
-	e := startEcho(t)
-	begin := time.Now()
-	_, err := DialChain(context.Background(), nil, []Hop{hopTo(p1, nil, ""), hopTo(p2, nil, "")}, e.addr(), budget(total))
-	took := time.Since(begin)
-	var de *route.DeadlineError
-	if !errors.As(err, &de) || de.Step != route.StepConnect || de.Hop != 2 {
-		t.Fatalf("err = %v, want deadline at connect hop 2", err)
-	}
-	if de.Elapsed < total || de.Elapsed >= 2*stall || took >= 2*stall {
-		t.Errorf("Elapsed %v, took %v: want the %v budget to end it, before the second hop's %v stall is over", de.Elapsed, took, total, stall)
-	}
-	if p1.Tunnels() != 1 || p2.Tunnels() != 0 {
-		t.Errorf("tunnels %d %d", p1.Tunnels(), p2.Tunnels())
 	}
 }
 
@@ -604,25 +581,6 @@ func TestExpiredBudgetStartsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
-}
-
-func TestContextCanceled(t *testing.T) {
-	p := startProxy(t, connectproxy.Config{Default: &connectproxy.Script{Stall: connectproxy.StallAfterRequest}})
-	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(20*time.Millisecond, cancel)
-	begin := time.Now()
-	_, err := DialChain(ctx, nil, []Hop{hopTo(p, nil, "")}, "127.0.0.1:9", budget(ample))
-	var se *StepError
-	if !errors.As(err, &se) || !errors.Is(err, context.Canceled) || se.Step != route.StepConnect || se.Hop != 1 {
-		t.Fatalf("err = %v, want canceled during connect at hop 1", err)
-	}
-	var de *route.DeadlineError
-	if errors.As(err, &de) {
-		t.Error("cancellation reported as a deadline")
-	}
-	if took := time.Since(begin); took > 2*time.Second {
-		t.Errorf("cancellation took %v", took)
-	}
 }
 
 func TestSOCKSHops(t *testing.T) {

@@ -1,9 +1,11 @@
 package conformance
 
 import (
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -19,7 +21,8 @@ var (
 // attempts, and the exact number of identical copies the server
 // received. Every replaysafe attempt's trace goes through tracecheck.
 // With -rewrite it writes what the runs did back into the files instead
-// (a row whose runs differed becomes "measured").
+// (a peer's row whose runs differed becomes "measured"; a replaysafe row
+// whose runs differed fails and keeps its line).
 func TestScenarios(t *testing.T) {
 	scenarios, err := Load(os.DirFS("."), "testdata")
 	if err != nil {
@@ -39,7 +42,12 @@ func TestScenarios(t *testing.T) {
 					for _, cl := range s.Clients {
 						rep := RunCase(c, cl, set)
 						traces.Add(int64(rep.Traces))
-						exps = append(exps, rep.Expectation())
+						exp, err := rep.Expectation()
+						if err != nil {
+							t.Error(err)
+							exp, _ = c.Expectation(cl)
+						}
+						exps = append(exps, exp)
 						if *rewrite {
 							continue
 						}
@@ -71,6 +79,8 @@ func checkReport(t *testing.T, c Case, rep Report) {
 		t.Errorf("%s %s: tracecheck:\n%s", c.Name(), rep.Client, rep.Trace)
 	case exp.NA != rep.Skipped:
 		t.Errorf("%s %s: n/a is %v in the file, skipped %v", c.Name(), rep.Client, exp.NA, rep.Skipped)
+	case rep.Measured && rep.Client == Replaysafe:
+		t.Errorf("%s %s: a replaysafe row is measured, not checked", c.Name(), rep.Client)
 	case rep.Measured:
 		t.Logf("%s %s (measured): %s, copies %s, conns %s, slowest %s, errors %q",
 			c.Name(), rep.Client, rep.OutcomeCell(), rep.CopiesCell(), rep.ConnsCell(), rep.Elapsed, rep.Errors)
@@ -137,9 +147,54 @@ func TestParseErrors(t *testing.T) {
 		{"bad-server", "title t\nproto h2\nserver max-requests=0\nstep target GET none\n"},
 		{"bad-window", "title t\nproto h2\nserver initial-window=x\nstep target GET none\n"},
 		{"unknown", "title t\nproto h1\nfrobnicate\nstep target GET none\n"},
+		{"replaysafe-measured", "title t\nproto h1\nnets tcp\nstep target GET none\n----\ntcp replaysafe measured\ntcp net/http 200 copies=1\n"},
 	} {
 		if _, err := Parse("x", tc.text); err == nil {
 			t.Errorf("%s: parsed", tc.name)
 		}
+	}
+}
+
+// A replaysafe row is never "measured": the parser refuses the line, and
+// a report of replaysafe runs that differed cannot be written back as
+// one; a peer's row can be measured either way.
+func TestReplaysafeRowsAreChecked(t *testing.T) {
+	const head = "title t\nproto h1\nnets tcp\nstep target GET none\n----\n"
+	_, err := Parse("x", head+"tcp replaysafe measured\ntcp net/http measured\n")
+	if err == nil || !strings.Contains(err.Error(), "line 6: tcp replaysafe measured: replaysafe rows are checked") {
+		t.Errorf("replaysafe measured: %v", err)
+	}
+	s, err := Parse("x", head+"tcp replaysafe 200 copies=1 rules=RS02\ntcp net/http measured\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, _ := Cases([]*Scenario{s})[0].Expectation(NetHTTP); !e.Measured {
+		t.Errorf("a peer's measured row: %+v", e)
+	}
+	differ := Report{Case: "x/tcp", Network: "tcp", Runs: 2, Outcomes: []Count{{"200", 1}, {"error", 1}}, Copies: []int{1, 2}}
+	rs, peer := differ, differ
+	rs.Client, peer.Client = Replaysafe, NetHTTP
+	if _, err := rs.Expectation(); !errors.Is(err, ErrReplaysafeRunsDiffer) {
+		t.Errorf("replaysafe runs that differ: %v", err)
+	}
+	if e, err := peer.Expectation(); err != nil || !e.Measured {
+		t.Errorf("a peer's runs that differ: %+v, %v", e, err)
+	}
+	agree := rs
+	agree.Observed = &Want{Status: 200, Copies: 1, Rules: "RS02"}
+	if e, err := agree.Expectation(); err != nil || e.Measured || e.Want != *agree.Observed {
+		t.Errorf("replaysafe runs that agree: %+v, %v", e, err)
+	}
+	// Were a measured replaysafe line to reach RunCase past the parser,
+	// the row would still be checked: against the zero expectation here,
+	// which one delivered GET does not meet.
+	s, err = Parse("x", "title t\nproto h1\nnets tcp\nconn ok\nstep target GET none\n----\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Expect = []Expectation{{Net: "tcp", Client: Replaysafe, Measured: true}}
+	rep := RunCase(Cases([]*Scenario{s})[0], Replaysafe, Settings{Runs: 1})
+	if rep.Measured || rep.OK || rep.OutcomeCell() != "200 1/1" {
+		t.Errorf("a measured replaysafe row past the parser: measured %v, ok %v, %s", rep.Measured, rep.OK, rep.OutcomeCell())
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -395,7 +396,7 @@ const maxErrors = 3
 func RunCase(c Case, client string, set Settings) Report {
 	exp, _ := c.Expectation(client)
 	rep := Report{Case: c.Name(), Title: c.Title, Network: c.Network.Name, Client: client, Identical: true, OK: true,
-		Want: exp.Want, Measured: exp.Measured}
+		Want: exp.Want, Measured: exp.Measured && client != Replaysafe}
 	if client != Replaysafe && len(c.Options) > 0 {
 		rep.Skipped = true
 		return rep
@@ -423,7 +424,7 @@ func RunCase(c Case, client string, set Settings) Report {
 		if r.Setup != nil || !r.Identical || r.Partial > 0 {
 			same = false
 		}
-		rep.add(r, !exp.Measured)
+		rep.add(r, !rep.Measured)
 	}
 	if !same {
 		rep.Observed = nil
@@ -470,19 +471,27 @@ func addCount(cs []Count, v string) []Count {
 	return append(cs, Count{Value: v, N: 1})
 }
 
+// ErrReplaysafeRunsDiffer is returned by Report.Expectation for a
+// replaysafe row whose runs did not all do the same: such a row is never
+// written as measured, and -rewrite keeps the file's line.
+var ErrReplaysafeRunsDiffer = errors.New("conformance: replaysafe's runs differ: its row cannot be rewritten as measured")
+
 // Expectation returns the report as an expectation line for -rewrite:
-// what every run did, or measured when runs differed.
-func (r Report) Expectation() Expectation {
+// what every run did, or, for a peer, measured when runs differed. A
+// replaysafe row whose runs differed is an error.
+func (r Report) Expectation() (Expectation, error) {
 	e := Expectation{Net: r.Network, Client: r.Client}
 	switch {
 	case r.Skipped:
 		e.NA = true
+	case r.Observed == nil && r.Client == Replaysafe:
+		return e, fmt.Errorf("%s: %w (outcomes %s, copies %s, rules %s)", r.Case, ErrReplaysafeRunsDiffer, r.OutcomeCell(), r.CopiesCell(), r.RulesCell())
 	case r.Observed == nil:
 		e.Measured = true
 	default:
 		e.Want = *r.Observed
 	}
-	return e
+	return e, nil
 }
 
 // Workers is how many cases run at once: most of a case's time is spent

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/internal/harness/tracecheck"
 )
 
@@ -56,9 +57,34 @@ type client struct {
 	rt           http.RoundTripper
 	dials        *atomic.Int64
 	unknownConns bool
-	// resends counts replaysafe's resent attempts; nil for the others.
-	resends *atomic.Int64
-	close   func()
+	// resends counts replaysafe's resent attempts, crossed its attempts
+	// that crossed the server's close (crossedClose); nil for the others,
+	// which do not tell.
+	resends, crossed *atomic.Int64
+	close            func()
+}
+
+// crossedClose reports whether a replaysafe attempt crossed the server's
+// close: it ran on a reused connection, wrote request bytes, and the
+// connection failed under it (closed, reset, TLS failure, a GOAWAY)
+// before a response byte arrived. An attempt that saw the close before
+// writing (handed back, RS12; nothing written, RS16) met no crossing.
+func crossedClose(r replaysafe.AttemptReport) bool {
+	if !r.Reused {
+		return false
+	}
+	wrote := false
+	for _, e := range r.Events {
+		switch e.Kind {
+		case fsm.EventFirstByteWritten:
+			wrote = true
+		case fsm.EventFirstResponseByte, fsm.EventInformational, fsm.EventFinalHeaders, fsm.EventMalformed:
+			return false
+		case fsm.EventClosed, fsm.EventReset, fsm.EventTLSFailure, fsm.EventH2GoAway, fsm.EventH3GoAway:
+			return wrote
+		}
+	}
+	return false
 }
 
 // clientOptions are what a row may change in the clients it builds.
@@ -73,7 +99,7 @@ type clientOptions struct {
 
 // newClient builds a fresh client named name for wire w.
 func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Checker, o clientOptions) (*client, error) {
-	dials, resends := new(atomic.Int64), new(atomic.Int64)
+	dials, resends, crossed := new(atomic.Int64), new(atomic.Int64), new(atomic.Int64)
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		dials.Add(1)
@@ -90,6 +116,9 @@ func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Che
 				if r.Number > 1 {
 					resends.Add(1)
 				}
+				if crossedClose(r) {
+					crossed.Add(1)
+				}
 				checker.Observe(r)
 			}},
 		}
@@ -105,7 +134,7 @@ func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Che
 		}
 		t := replaysafe.New(opts)
 		// QUIC connections are not dialed through DialContext.
-		return &client{rt: t, dials: dials, resends: resends, unknownConns: w >= WireH3, close: t.CloseIdleConnections}, nil
+		return &client{rt: t, dials: dials, resends: resends, crossed: crossed, unknownConns: w >= WireH3, close: t.CloseIdleConnections}, nil
 	case NetHTTP:
 		if w >= WireH3 {
 			return nil, fmt.Errorf("interop: %s speaks no HTTP/3", name)

@@ -16,7 +16,12 @@
 // net/http, x/net/http2 and quic-go/http3 where they apply; every
 // replaysafe attempt trace goes through package tracecheck. Run prints
 // one table per server and fails when a request was received more than
-// twice, a POST twice, a trace check failed, or replaysafe missed a
-// delivery in a row where it must deliver. docs/interop.md holds the
+// twice, a POST twice, a trace check failed, replaysafe missed a
+// delivery in a row where it must deliver, or a row did not show what it
+// exists to show (Row.Shows): a request crossing the server's close, a
+// resend (both from replaysafe's observer), HTTP/3 (every response
+// delivered over it, and the copies in the server's log). Which runs
+// cross a close depends on timing, so a crossing row runs more batches
+// of its sweep, up to a bound, until one does. docs/interop.md holds the
 // tables of a full run and what to configure against each server.
 package interop

@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -11,8 +13,9 @@ import (
 )
 
 var (
-	full  = flag.Bool("interop.full", false, "run every row FullRuns times (the tables of docs/interop.md)")
-	match = flag.String("interop.run", "", "run only the rows whose ID matches this regular expression")
+	full     = flag.Bool("interop.full", false, "run every row FullRuns times (the tables of docs/interop.md)")
+	match    = flag.String("interop.run", "", "run only the rows whose ID matches this regular expression")
+	markdown = flag.String("interop.markdown", "", "write each server's results as docs/interop.md's Markdown table to DIR/SERVER.md")
 )
 
 // Each server's rows in the quick mode: the safety bounds (no request
@@ -38,6 +41,13 @@ func TestRealServers(t *testing.T) {
 			var out strings.Builder
 			sum, err := Run(ctx, &out, cfg)
 			t.Log("\n" + out.String())
+			if *markdown != "" {
+				var md strings.Builder
+				WriteMarkdown(&md, sum, commit(t))
+				if werr := os.WriteFile(filepath.Join(*markdown, server+".md"), []byte(md.String()), 0o644); werr != nil {
+					t.Error(werr)
+				}
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,4 +64,19 @@ func TestRealServers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// commit names the tree the tests run in: git's short commit, marked
+// "+changes" when the working tree differs from it.
+func commit(t *testing.T) string {
+	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		t.Logf("git rev-parse: %v", err)
+		return "unknown"
+	}
+	c := strings.TrimSpace(string(out))
+	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err != nil || len(st) > 0 {
+		c += "+changes"
+	}
+	return c
 }

@@ -20,6 +20,18 @@ type Counter interface {
 	Counts() (map[string]int, error)
 }
 
+// ProtoCounter is a Counter that also knows the protocol each copy came
+// over: a server that logs it (nginx's $server_protocol, caddy's
+// request.proto). haproxy's origin sees only haproxy's own requests.
+type ProtoCounter interface {
+	Counter
+	// H3Counts returns the copies received over HTTP/3 per request id.
+	H3Counts() (map[string]int, error)
+}
+
+// logH3 is how both servers log an HTTP/3 request's protocol.
+const logH3 = "HTTP/3.0"
+
 // IDHeader is the header field carrying each request's id, which the
 // servers log and the origin counts.
 const IDHeader = "X-Request-Id"
@@ -147,36 +159,49 @@ func StartNginx(dir string, c NginxConfig, certs *Certs) (*Nginx, error) {
 }
 
 // Counts counts the access log's lines per request id.
-func (n *Nginx) Counts() (map[string]int, error) { return n.log.counts() }
+func (n *Nginx) Counts() (map[string]int, error) { return n.log.counts("") }
 
-// nginxID returns the id of an access log line: its first field ("-"
-// when the request had none).
-func nginxID(line string) string {
-	id, _, _ := strings.Cut(line, " ")
-	return id
+// H3Counts counts the access log's HTTP/3 lines per request id: none,
+// nginx here serves HTTP/1.1 and HTTP/2.
+func (n *Nginx) H3Counts() (map[string]int, error) { return n.log.counts(logH3) }
+
+// nginxID returns the id of an access log line (its first field, "-"
+// when the request had none) and its protocol (the fourth,
+// $server_protocol).
+func nginxID(line string) (id, proto string) {
+	f := strings.Fields(line)
+	if len(f) < 4 {
+		id, _, _ = strings.Cut(line, " ")
+		return id, ""
+	}
+	return f[0], f[3]
 }
 
-// caddyID returns the id of a caddy JSON access log line.
-func caddyID(line string) string {
+// caddyID returns the id and the protocol of a caddy JSON access log
+// line.
+func caddyID(line string) (id, proto string) {
 	var e struct {
 		Request struct {
+			Proto   string      `json:"proto"`
 			Headers http.Header `json:"headers"`
 		} `json:"request"`
 	}
 	if json.Unmarshal([]byte(line), &e) != nil {
-		return ""
+		return "", ""
 	}
-	return e.Request.Headers.Get(IDHeader)
+	return e.Request.Headers.Get(IDHeader), e.Request.Proto
 }
 
 // logFile counts ids in an access log, one request a line.
 type logFile struct {
 	path  string
-	parse func(line string) string
+	parse func(line string) (id, proto string)
 	mu    sync.Mutex
 }
 
-func (l *logFile) counts() (map[string]int, error) {
+// counts counts the lines per id, only those logged with protocol proto
+// when it is not empty.
+func (l *logFile) counts(proto string) (map[string]int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f, err := os.Open(l.path)
@@ -191,7 +216,7 @@ func (l *logFile) counts() (map[string]int, error) {
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		if id := l.parse(sc.Text()); id != "" && id != "-" {
+		if id, p := l.parse(sc.Text()); id != "" && id != "-" && (proto == "" || p == proto) {
 			out[id]++
 		}
 	}

@@ -232,4 +232,7 @@ func (c *Caddy) Start() error {
 }
 
 // Counts counts the access log's lines per request id.
-func (c *Caddy) Counts() (map[string]int, error) { return c.log.counts() }
+func (c *Caddy) Counts() (map[string]int, error) { return c.log.counts("") }
+
+// H3Counts counts the access log's HTTP/3 lines per request id.
+func (c *Caddy) H3Counts() (map[string]int, error) { return c.log.counts(logH3) }

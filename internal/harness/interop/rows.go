@@ -57,6 +57,9 @@ type Row struct {
 	// of every run; the safety bounds hold for every row and client
 	// anyway.
 	MustDeliver bool
+	// Shows is what the row exists to show; the row fails when its runs
+	// did not show it (Point.Missing).
+	Shows Point
 	// Note is shown under the table.
 	Note   string
 	start  func(dir string, certs *Certs) (*target, error)
@@ -66,11 +69,12 @@ type Row struct {
 	quickSkip string
 }
 
-// runEnv is what one run gets.
+// runEnv is what one run gets: n numbers the run in the row (request ids
+// carry it, and the crossing sweep places the run by it).
 type runEnv struct {
 	t      *target
 	c      *client
-	n, of  int
+	n      int
 	prefix string
 }
 
@@ -107,13 +111,15 @@ func (e *runEnv) do(ctx context.Context, method string, k int) request {
 // the server's keep-alive timeout plus an offset swept across the runs
 // (from -spread to +spread), and sends method on it: the request meets
 // the server's close.
+//
+// Run n waits at the fraction sweep(n) of the interval: every batch of
+// runs lands between the offsets the earlier ones tried, so a row that
+// repeats batches until it crosses (the window is tens of microseconds
+// wide) closes in on it instead of trying the same offsets again.
 func crossing(method string, timeout, spread time.Duration) func(ctx context.Context, e *runEnv) run {
 	return func(ctx context.Context, e *runEnv) run {
 		warm := e.do(ctx, http.MethodGet, 0)
-		offset := -spread
-		if e.of > 1 {
-			offset += time.Duration(int64(2*spread) * int64(e.n) / int64(e.of-1))
-		}
+		offset := -spread + time.Duration(float64(2*spread)*sweep(e.n))
 		if waitCtx(ctx, timeout+offset) != nil {
 			return run{requests: []request{warm}}
 		}
@@ -121,6 +127,20 @@ func crossing(method string, timeout, spread time.Duration) func(ctx context.Con
 		r := e.do(ctx, method, 1)
 		return run{requests: []request{warm, r}, wall: time.Since(start)}
 	}
+}
+
+// sweep returns the base-2 radical inverse of n, in [0, 1): 0, 1/2, 1/4,
+// 3/4, 1/8, 5/8... (the van der Corput sequence): each run halves the
+// largest gap the earlier ones left.
+func sweep(n int) float64 {
+	f, scale := 0.0, 0.5
+	for u := uint(n); u > 0; u >>= 1 {
+		if u&1 == 1 {
+			f += scale
+		}
+		scale /= 2
+	}
+	return f
 }
 
 // sequence is a run of n requests one after another, cycling GET, PUT
@@ -205,8 +225,16 @@ type Result struct {
 	// Resends counts replaysafe's resent attempts, -1 for the other
 	// clients (they do not tell).
 	Resends int
-	// H3 counts responses that came over HTTP/3.
-	H3 int
+	// Crossed counts replaysafe's attempts that crossed the server's
+	// close (written on a reused connection that then failed before a
+	// response byte), -1 for the other clients.
+	Crossed int
+	// H3 counts responses that came over HTTP/3; H3Runs the runs with at
+	// least one.
+	H3, H3Runs int
+	// ServerH3 counts the copies the server logged as HTTP/3, -1 when it
+	// cannot tell (haproxy's origin).
+	ServerH3 int
 	// Wall is the mean duration of the timed part of a run.
 	Wall time.Duration
 	// FirstErr is the first error seen, if any.
@@ -226,14 +254,80 @@ func (r Result) Unsafe() string {
 	return strings.Join(p, "; ")
 }
 
+// Point is what a row exists to show. A row whose runs did not show it
+// shows nothing, whatever its other columns say, and fails.
+type Point uint8
+
+// Points.
+const (
+	// ShowsNothing: the row checks the safety bounds and deliveries only.
+	ShowsNothing Point = iota
+	// ShowsCrossing: a request crossed the server's close, as replaysafe's
+	// attempts report it (Result.Crossed).
+	ShowsCrossing
+	// ShowsResend: replaysafe resent a request (Result.Resends).
+	ShowsResend
+	// ShowsHTTP3: every response delivered came over HTTP/3, and the
+	// server logged copies over HTTP/3 (Result.H3, Result.ServerH3).
+	ShowsHTTP3
+	// ShowsDiscovery: every run moved to HTTP/3 (Result.H3Runs), and the
+	// server logged copies over HTTP/3.
+	ShowsDiscovery
+)
+
+// Missing says how res falls short of what p needs, or "" when it shows
+// it. Crossings and resends are replaysafe's, from its observer; HTTP/3
+// holds for every client of the row.
+func (p Point) Missing(res Result) string {
+	serverH3 := func() string {
+		if res.ServerH3 == 0 || res.ServerH3 > 0 && res.ServerH3 < res.H3 {
+			return fmt.Sprintf("; the server logged %d copies over HTTP/3, for %d HTTP/3 responses", res.ServerH3, res.H3)
+		}
+		return ""
+	}
+	switch {
+	case p == ShowsCrossing && res.Client == Replaysafe && res.Crossed <= 0:
+		return "no request crossed the server's close"
+	case p == ShowsResend && res.Client == Replaysafe && res.Resends <= 0:
+		return "no request was resent"
+	case p == ShowsHTTP3 && (res.Delivered == 0 || res.H3 != res.Delivered || serverH3() != ""):
+		return fmt.Sprintf("%d of %d responses delivered came over HTTP/3%s", res.H3, res.Delivered, serverH3())
+	case p == ShowsDiscovery && (res.H3Runs != res.Runs || serverH3() != ""):
+		return fmt.Sprintf("%d of %d runs moved to HTTP/3%s", res.H3Runs, res.Runs, serverH3())
+	}
+	return ""
+}
+
+// String names the point for the tables.
+func (p Point) String() string {
+	switch p {
+	case ShowsCrossing:
+		return "a crossing"
+	case ShowsResend:
+		return "a resend"
+	case ShowsHTTP3:
+		return "HTTP/3"
+	case ShowsDiscovery:
+		return "HTTP/3 discovered"
+	}
+	return "-"
+}
+
 // result tallies a row's runs for one client against the server's
-// counts.
-func result(row, clientName string, runs []run, counts map[string]int, dials int64) Result {
-	res := Result{Row: row, Client: clientName, Runs: len(runs), Conns: int(dials)}
+// counts (h3: the copies it logged over HTTP/3, nil when it cannot tell).
+func result(row, clientName string, runs []run, counts, h3 map[string]int, dials int64) Result {
+	res := Result{Row: row, Client: clientName, Runs: len(runs), Conns: int(dials), Resends: -1, Crossed: -1, ServerH3: -1}
+	if h3 != nil {
+		res.ServerH3 = 0
+	}
 	var wall time.Duration
 	for _, r := range runs {
 		wall += r.wall
+		h3Run := false
 		for _, q := range r.requests {
+			if h3 != nil {
+				res.ServerH3 += h3[q.id]
+			}
 			res.Requests++
 			if q.err == nil && q.status == http.StatusOK {
 				res.Delivered++
@@ -249,6 +343,7 @@ func result(row, clientName string, runs []run, counts map[string]int, dials int
 			}
 			if q.protoMajor == 3 {
 				res.H3++
+				h3Run = true
 			}
 			n := counts[q.id]
 			res.Copies += n
@@ -261,6 +356,9 @@ func result(row, clientName string, runs []run, counts map[string]int, dials int
 			if n > 1 && q.method == http.MethodPost {
 				res.DuplicatePOST++
 			}
+		}
+		if h3Run {
+			res.H3Runs++
 		}
 	}
 	if len(runs) > 0 {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -112,7 +113,7 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (Summary, error) {
 			fmt.Fprintf(w, "  %s: %s\n", row.ID, row.Title)
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "row\tclient\truns\treqs\tdelivered\terrors\tcopies\tmax\tlost\tdup POST\tconns\tresends\th3\twall/run\t")
+		fmt.Fprintln(tw, strings.Join(Columns, "\t")+"\t")
 		var notes []string
 		for i, row := range rows {
 			runs := cfg.Runs
@@ -121,6 +122,10 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (Summary, error) {
 				if cfg.Quick {
 					runs = row.quickRuns()
 				}
+			}
+			maxRuns := runs
+			if row.Shows == ShowsCrossing {
+				maxRuns = crossingBatches(cfg.Quick) * runs
 			}
 			rdir := filepath.Join(dir, fmt.Sprintf("%s-%02d", server, i))
 			if err := os.MkdirAll(rdir, 0o700); err != nil {
@@ -135,7 +140,7 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (Summary, error) {
 				}
 				row.Clients = kept
 			}
-			results, err := runRow(ctx, row, runs, rdir, certs, &checker)
+			results, err := runRow(ctx, row, runs, maxRuns, rdir, certs, &checker)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("row %s: %w", row.ID, err))
 				fmt.Fprintf(tw, "%s\terror: %v\t\n", row.ID, err)
@@ -143,18 +148,12 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (Summary, error) {
 			}
 			for _, res := range results {
 				sum.Results = append(sum.Results, res)
-				conns := "-"
-				if res.Conns >= 0 {
-					conns = fmt.Sprint(res.Conns)
-				}
-				resent := "-"
-				if res.Resends >= 0 {
-					resent = fmt.Sprint(res.Resends)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%d\t%s\t\n",
-					res.Row, res.Client, res.Runs, res.Requests, res.Delivered, res.Errors, res.Copies, res.MaxCopies, res.Lost, res.DuplicatePOST, conns, resent, res.H3, res.Wall.Round(time.Millisecond))
+				fmt.Fprintln(tw, strings.Join(res.Cells(), "\t")+"\t")
 				if u := res.Unsafe(); u != "" {
 					sum.Failures = append(sum.Failures, fmt.Sprintf("%s %s: unsafe: %s", res.Row, res.Client, u))
+				}
+				if m := row.Shows.Missing(res); m != "" {
+					sum.Failures = append(sum.Failures, fmt.Sprintf("%s %s: meant to show %v: %s", res.Row, res.Client, row.Shows, m))
 				}
 				if res.Client == Replaysafe && row.MustDeliver && res.Delivered != res.Requests {
 					sum.Failures = append(sum.Failures, fmt.Sprintf("%s %s: delivered %d of %d (first error: %s)", res.Row, res.Client, res.Delivered, res.Requests, res.FirstErr))
@@ -190,34 +189,49 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (Summary, error) {
 	return sum, nil
 }
 
+// crossingBatches is how many batches of runs a crossing row makes at
+// most: which runs cross the server's close depends on timing, so while
+// no request of replaysafe's has crossed it (Result.Crossed), another
+// batch runs the same sweep, every client again. In the full mode a row
+// crosses in the first batch on the development machine; four quick runs
+// often do not.
+func crossingBatches(quick bool) int {
+	if quick {
+		return 16
+	}
+	return 3
+}
+
 // runRow starts the row's server, runs its clients side by side (one
-// after another for a row that restarts its server), and tallies each.
-func runRow(ctx context.Context, row Row, runs int, dir string, certs *Certs, checker *tracecheck.Checker) ([]Result, error) {
+// after another for a row that restarts its server) in batches of runs,
+// more batches up to maxRuns while a crossing row has not crossed, and
+// tallies each client.
+func runRow(ctx context.Context, row Row, runs, maxRuns int, dir string, certs *Certs, checker *tracecheck.Checker) ([]Result, error) {
 	t, err := row.start(dir, certs)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { t.stop() }()
-	results := make([]Result, len(row.Clients))
-	allRuns := make([][]run, len(row.Clients))
-	dials := make([]int64, len(row.Clients))
-	resends := make([]int64, len(row.Clients))
-	var firstErr error
-	var mu sync.Mutex
-	one := func(ci int, name string) {
-		par := row.Parallel
-		if par < 1 {
-			par = 1
-		}
+	n := len(row.Clients)
+	var (
+		mu       sync.Mutex // guards everything below and firstErr
+		allRuns  = make([][]run, n)
+		dials    = make([]int64, n)
+		resends  = make([]int64, n)
+		crossed  = make([]int64, n)
+		observed = make([]bool, n) // the client reports its attempts (replaysafe)
+		unknown  = make([]bool, n) // the client's connections are not counted
+		firstErr error
+	)
+	one := func(ci int, name string, first int) {
+		par := max(row.Parallel, 1)
 		sem := make(chan struct{}, par)
 		out := make([]run, runs)
 		var wg sync.WaitGroup
-		var dmu sync.Mutex
-		for n := 0; n < runs; n++ {
+		for i := range runs {
 			sem <- struct{}{}
-			wg.Add(1)
-			go func(n int) {
-				defer func() { <-sem; wg.Done() }()
+			wg.Go(func() {
+				defer func() { <-sem }()
 				c, err := newClient(name, row.Wire, certs.TLS(), checker, row.client)
 				if err != nil {
 					mu.Lock()
@@ -226,38 +240,49 @@ func runRow(ctx context.Context, row Row, runs int, dir string, certs *Certs, ch
 					return
 				}
 				defer c.close()
-				out[n] = row.run(ctx, &runEnv{t: t, c: c, n: n, of: runs, prefix: shortName(name)})
-				dmu.Lock()
-				if c.unknownConns {
-					dials[ci] = -1
-				} else if dials[ci] >= 0 {
-					dials[ci] += c.dials.Load()
-				}
-				if c.resends == nil {
-					resends[ci] = -1
-				} else {
+				out[i] = row.run(ctx, &runEnv{t: t, c: c, n: first + i, prefix: shortName(name)})
+				mu.Lock()
+				defer mu.Unlock()
+				unknown[ci] = unknown[ci] || c.unknownConns
+				dials[ci] += c.dials.Load()
+				if c.resends != nil {
+					observed[ci] = true
 					resends[ci] += c.resends.Load()
+					crossed[ci] += c.crossed.Load()
 				}
-				dmu.Unlock()
-			}(n)
+			})
 		}
 		wg.Wait()
-		allRuns[ci] = out
+		mu.Lock()
+		allRuns[ci] = append(allRuns[ci], out...)
+		mu.Unlock()
 	}
-	if row.Parallel == 1 {
-		for ci, name := range row.Clients {
-			one(ci, name)
+	batch := func(first int) {
+		if row.Parallel == 1 {
+			for ci, name := range row.Clients {
+				one(ci, name, first)
+			}
+			return
 		}
-	} else {
 		var wg sync.WaitGroup
 		for ci, name := range row.Clients {
-			wg.Add(1)
-			go func(ci int, name string) { defer wg.Done(); one(ci, name) }(ci, name)
+			wg.Go(func() { one(ci, name, first) })
 		}
 		wg.Wait()
 	}
-	if firstErr != nil {
-		return nil, firstErr
+	ri := slices.Index(row.Clients, Replaysafe)
+	for done := 0; ; {
+		batch(done)
+		done += runs
+		if firstErr != nil {
+			return nil, firstErr
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if row.Shows != ShowsCrossing || ri < 0 || crossed[ri] > 0 || done+runs > maxRuns {
+			break
+		}
 	}
 	// Let the server finish logging requests whose clients went away.
 	if err := waitCtx(ctx, 300*time.Millisecond); err != nil {
@@ -267,9 +292,22 @@ func runRow(ctx context.Context, row Row, runs int, dir string, certs *Certs, ch
 	if err != nil {
 		return nil, err
 	}
+	var h3 map[string]int
+	if pc, ok := t.counter.(ProtoCounter); ok {
+		if h3, err = pc.H3Counts(); err != nil {
+			return nil, err
+		}
+	}
+	results := make([]Result, n)
 	for ci, name := range row.Clients {
-		results[ci] = result(row.ID, name, allRuns[ci], counts, dials[ci])
-		results[ci].Resends = int(resends[ci])
+		d := dials[ci]
+		if unknown[ci] {
+			d = -1
+		}
+		results[ci] = result(row.ID, name, allRuns[ci], counts, h3, d)
+		if observed[ci] {
+			results[ci].Resends, results[ci].Crossed = int(resends[ci]), int(crossed[ci])
+		}
 	}
 	return results, nil
 }
@@ -321,6 +359,7 @@ func Rows() []Row {
 				ID: name + "-idle-1s/" + m, Server: "nginx", Wire: WireH1, Clients: h1, Parallel: 15,
 				Title:       "keepalive_timeout 1s; the " + m + " is sent 1s ± 5ms after the first response",
 				MustDeliver: m != http.MethodPost,
+				Shows:       ShowsCrossing,
 				start:       startNginx(NginxConfig{TLS: tls, KeepaliveTimeout: "1s"}),
 				run:         crossing(m, idle, spread),
 			})
@@ -352,7 +391,7 @@ func Rows() []Row {
 	}
 	for _, n := range []int{32, 64} {
 		rows = append(rows, Row{
-			ID: fmt.Sprintf("nginx-h2-requests-10/burst-%d", n), Server: "nginx", Wire: WireH2, Clients: h2, Parallel: 5, MustDeliver: true,
+			ID: fmt.Sprintf("nginx-h2-requests-10/burst-%d", n), Server: "nginx", Wire: WireH2, Clients: h2, Parallel: 5, MustDeliver: true, Shows: ShowsResend,
 			quickSkip: XNetHTTP2, // its GOAWAY backoff takes seconds a run
 			Title:     fmt.Sprintf("keepalive_requests 10 (GOAWAY after 10 streams); %d requests at once, GET and POST alternating", n),
 			start:     startNginx(NginxConfig{TLS: true, HTTP2: true, KeepaliveRequests: 10}),
@@ -365,7 +404,7 @@ func Rows() []Row {
 		start: startNginx(NginxConfig{TLS: true, HTTP2: true, MaxConcurrentStreams: 4}),
 		run:   burst(32),
 	}, Row{
-		ID: "nginx-h2-preread-1k/first-POST", Server: "nginx", Wire: WireH2, Clients: h2, Parallel: 10,
+		ID: "nginx-h2-preread-1k/first-POST", Server: "nginx", Wire: WireH2, Clients: h2, Parallel: 10, Shows: ShowsResend,
 		Title: "http2_body_preread_size 1k; a POST with a body as the first request of a new connection",
 		Note:  "nginx refuses (RST_STREAM REFUSED_STREAM) a stream that carries data before the client acknowledged its SETTINGS when the preread size is below 64k; the refused request was not processed and may be sent again",
 		start: startNginx(NginxConfig{TLS: true, HTTP2: true, BodyPreread: "1k"}),
@@ -373,7 +412,7 @@ func Rows() []Row {
 	})
 	for _, m := range methods {
 		rows = append(rows, Row{
-			ID: "nginx-h2-idle-1s/" + m, Server: "nginx", Wire: WireH2, Clients: h2, Parallel: 15, MustDeliver: m != http.MethodPost,
+			ID: "nginx-h2-idle-1s/" + m, Server: "nginx", Wire: WireH2, Clients: h2, Parallel: 15, MustDeliver: m != http.MethodPost, Shows: ShowsCrossing,
 			Title: "keepalive_timeout 1s (idle GOAWAY); the " + m + " is sent 1s ± 5ms after the first response",
 			start: startNginx(NginxConfig{TLS: true, HTTP2: true, KeepaliveTimeout: "1s"}),
 			run:   crossing(m, idle, spread),
@@ -388,6 +427,7 @@ func Rows() []Row {
 			rows = append(rows, Row{
 				ID: "haproxy-" + front.name + "-keepalive-1s/" + m, Server: "haproxy", Wire: front.wire, Clients: front.clients, Parallel: 15,
 				MustDeliver: m != http.MethodPost,
+				Shows:       ShowsCrossing,
 				Title:       "timeout http-keep-alive 1s; the " + m + " is sent 1s ± 5ms after the first response",
 				start:       startHAProxy(front.name, "1s"),
 				run:         crossing(m, idle, spread),
@@ -398,9 +438,14 @@ func Rows() []Row {
 		id      string
 		wire    Wire
 		clients []string
-	}{{"caddy-h3/http3", WireH3, []string{Replaysafe, QuicGo}}, {"caddy-h3/prefer-http3", WirePreferH3, []string{Replaysafe}}, {"caddy-h3/discover-http3", WireDiscoverH3, []string{Replaysafe}}} {
+		shows   Point
+	}{
+		{"caddy-h3/http3", WireH3, []string{Replaysafe, QuicGo}, ShowsHTTP3},
+		{"caddy-h3/prefer-http3", WirePreferH3, []string{Replaysafe}, ShowsHTTP3},
+		{"caddy-h3/discover-http3", WireDiscoverH3, []string{Replaysafe}, ShowsDiscovery},
+	} {
 		rows = append(rows, Row{
-			ID: p.id, Server: "caddy", Wire: p.wire, Clients: p.clients, Parallel: 10, MustDeliver: true,
+			ID: p.id, Server: "caddy", Wire: p.wire, Clients: p.clients, Parallel: 10, MustDeliver: true, Shows: p.shows,
 			Title: "HTTP/3 with Alt-Svc; 6 requests (GET, PUT, POST) one after another",
 			start: startCaddy,
 			run:   sequence(6),
@@ -408,20 +453,20 @@ func Rows() []Row {
 	}
 	quicIdle := &quic.Config{MaxIdleTimeout: 2 * time.Second, KeepAlivePeriod: time.Second}
 	rows = append(rows, Row{
-		ID: "caddy-h3-restart/GET", Server: "caddy", Wire: WireH3, Clients: []string{Replaysafe, QuicGo}, Parallel: 1,
+		ID: "caddy-h3-restart/GET", Server: "caddy", Wire: WireH3, Clients: []string{Replaysafe, QuicGo}, Parallel: 1, Shows: ShowsHTTP3,
 		Title:  "a GET, caddy stopped gracefully (SIGINT) and started again on the same port, at once a GET on the same client; QUIC MaxIdleTimeout 2s",
 		Note:   "caddy 2.6 closes no QUIC connection on its way down: the GET goes out on the dead connection and fails when MaxIdleTimeout passes (a timeout, not resent: RS06); wall/run is that wait",
 		start:  startCaddy,
 		run:    restart(http.MethodGet, false, 0),
 		client: clientOptions{quic: quicIdle},
 	}, Row{
-		ID: "caddy-h3-kill/GET", Server: "caddy", Wire: WireH3, Clients: []string{Replaysafe, QuicGo}, Parallel: 1,
+		ID: "caddy-h3-kill/GET", Server: "caddy", Wire: WireH3, Clients: []string{Replaysafe, QuicGo}, Parallel: 1, Shows: ShowsHTTP3,
 		Title:  "a GET, caddy killed (SIGKILL) and started again, at once a GET on the same client; QUIC MaxIdleTimeout 2s",
 		start:  startCaddy,
 		run:    restart(http.MethodGet, true, 0),
 		client: clientOptions{quic: quicIdle},
 	}, Row{
-		ID: "caddy-h3-kill-wait/GET", Server: "caddy", Wire: WireH3, Clients: []string{Replaysafe, QuicGo}, Parallel: 1, MustDeliver: true,
+		ID: "caddy-h3-kill-wait/GET", Server: "caddy", Wire: WireH3, Clients: []string{Replaysafe, QuicGo}, Parallel: 1, MustDeliver: true, Shows: ShowsHTTP3,
 		Title:  "as caddy-h3-kill, but the GET waits 3.5s, past MaxIdleTimeout (2s) plus KeepAlivePeriod (1s)",
 		Note:   "the unanswered keep-alive PING ends the dead connection MaxIdleTimeout after it was sent (the idle timer restarts when it goes out, RFC 9000 section 10.1), so KeepAlivePeriod + MaxIdleTimeout after the last packet received; a request after that dials afresh",
 		start:  startCaddy,
