@@ -68,14 +68,38 @@ func NewIdle[C IdleConn](max int, timeout time.Duration, limit *Limit, cap *Idle
 
 // Get removes and returns the most recently pooled connection for key,
 // and whether there was one. The caller checks that it is still usable.
+// A connection idle for the whole limit is never handed out, even when
+// its timer has not fired yet (a loaded machine runs timers late, and a
+// server that closes idle connections at the same limit may be closing
+// it now): Get closes it, and every older one for key with it.
 func (p *Idle[C]) Get(key Key) (C, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	var zero C
+	var now time.Time
+	if p.timeout > 0 {
+		now = time.Now() // read before the lock every pool user takes
+	}
+	p.mu.Lock()
 	list := p.idle[key]
 	if len(list) == 0 {
+		p.mu.Unlock()
 		return zero, false
 	}
+	if last := list[len(list)-1].Idle(); p.timeout > 0 && now.Sub(last.since) >= p.timeout {
+		// Most recently used last: every connection of the list is as
+		// old or older.
+		stale := append([]C(nil), list...)
+		for _, c := range list {
+			p.cap.remove(&c.Idle().entry)
+		}
+		clear(list)
+		delete(p.idle, key)
+		p.mu.Unlock()
+		for _, c := range stale {
+			c.Close()
+		}
+		return zero, false
+	}
+	defer p.mu.Unlock()
 	c := list[len(list)-1]
 	list[len(list)-1] = zero
 	if len(list) == 1 {

@@ -2,6 +2,7 @@ package pool
 
 import (
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -90,4 +91,36 @@ func TestIdleCapAcrossPools(t *testing.T) {
 	if n := h1.IdleCount() + mux.IdleCount(); n != 2 {
 		t.Errorf("%d idle in the pools, want 2", n)
 	}
+}
+
+// TestIdleGetRefusesExpired: a connection idle for the whole limit is
+// never handed out, even when its timer has not fired (here stopped, as a
+// loaded machine runs timers late, and as a server closing idle
+// connections at the same limit may be doing now): Get closes it, and
+// the older ones with it. Fake time (testing/synctest).
+func TestIdleGetRefusesExpired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		limit := NewLimit(0)
+		p := NewIdle[*fakeIdleConn](4, time.Second, limit, nil)
+		key := Key{Scheme: "http", Addr: "a:80", Host: "a"}
+		conns := make([]*fakeIdleConn, 3)
+		for i := range conns {
+			limit.TryOpen(key)
+			conns[i] = &fakeIdleConn{state: IdleState{Key: key}, limit: limit}
+			p.Put(conns[i])
+			conns[i].state.timer.Stop() // late
+			time.Sleep(100 * time.Millisecond)
+		}
+		// At 0.3 s: the newest is handed out.
+		if got, ok := p.Get(key); !ok || got != conns[2] {
+			t.Fatalf("get within the limit: %v %v, want the newest", got, ok)
+		}
+		time.Sleep(time.Second) // the other two are past the limit
+		if got, ok := p.Get(key); ok {
+			t.Fatalf("get after the limit handed out %v", got)
+		}
+		if !conns[0].closed || !conns[1].closed || conns[2].closed || p.IdleCount() != 0 {
+			t.Errorf("closed %v %v %v, %d idle; want the two expired closed, none idle", conns[0].closed, conns[1].closed, conns[2].closed, p.IdleCount())
+		}
+	})
 }

@@ -179,6 +179,11 @@ func (p *Mux[C]) Take(key Key, after uint64, same C) (got C, reused, pending boo
 		switch m := c.Mux(); {
 		case got != zero || m.seq <= after && c != same || budget > 0 && m.started >= budget:
 			kept = append(kept, c)
+		case m.active == 0 && m.idleArmed && time.Since(m.idleSince) >= p.idleTimeout:
+			// Idle for the whole limit, its timer late: as Idle.Get,
+			// never handed out.
+			m.retired, m.pooled = true, false
+			dead = append(dead, c)
 		case c.Reserve():
 			got = c
 			if m.active == 0 {

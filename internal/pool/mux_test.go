@@ -223,3 +223,26 @@ func TestPendingWaitBacksOff(t *testing.T) {
 		}
 	})
 }
+
+// TestMuxTakeRefusesExpired: a connection idle for the whole limit is
+// never handed out, even when its timer has not fired (here stopped, as a
+// loaded machine runs timers late): Take closes it and finds nothing.
+// Fake time (testing/synctest).
+func TestMuxTakeRefusesExpired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, c, _ := idleMuxConn()
+		time.Sleep(999 * time.Millisecond)
+		if got, _, _ := p.Take(Key{}, 0, nil); got != c {
+			t.Fatalf("take within the limit: %v", got)
+		}
+		p.Done(c, true)
+		c.Mux().idleTimer.Stop() // late
+		time.Sleep(time.Second)
+		if got, _, _ := p.Take(Key{}, 0, nil); got != nil {
+			t.Fatalf("take after the limit handed out %v", got)
+		}
+		if !c.isClosed() || p.IdleCount() != 0 {
+			t.Errorf("closed %v, %d idle; want closed and none", c.isClosed(), p.IdleCount())
+		}
+	})
+}
