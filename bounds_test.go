@@ -17,9 +17,9 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe"
-	"github.com/replaysafe/replaysafe/adapters/h2"
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/transports/h2"
 )
 
 // processed returns the streams for path the server ran its action for:
@@ -329,14 +329,14 @@ func TestH2ResendAfterConnectionLossDialsItsOwn(t *testing.T) {
 
 // TestH2StreamsPerConnBounded: a server that allows 2³¹−1 concurrent
 // streams gets 1,200 GETs at once, and holds every one until all have
-// arrived. replaysafe runs at most h2.MaxConcurrentStreams (1,000) of
+// arrived. replaysafe runs at most h2.DefaultMaxConcurrentStreams (1,000) of
 // them on one connection and opens a second for the rest, so that the
 // Wire watching each connection keeps the record of every running
 // stream (it keeps 4,096, and would forget a running stream's evidence
 // beyond that). Every GET is answered after one attempt, the server got
 // one copy of each, and no connection was dialed beyond the two needed.
 func TestH2StreamsPerConnBounded(t *testing.T) {
-	const n, limit = 1200, h2.MaxConcurrentStreams
+	const n, limit = 1200, h2.DefaultMaxConcurrentStreams
 	var (
 		mu      sync.Mutex
 		running = map[string]int{} // by connection (remote address)

@@ -510,8 +510,9 @@ func TestH2ThroughProxyRefusedResentInSameTunnel(t *testing.T) {
 }
 
 // Under ProtocolNegotiate an origin behind the proxy that selects
-// http/1.1 gets the request over HTTP/1.1, through a new tunnel: the
-// first one was closed unused after ALPN.
+// http/1.1 gets the request over HTTP/1.1 in the same tunnel: the
+// connection ALPN answered on carries it, as a fresh one, and the origin
+// accepted one connection.
 func TestNegotiateThroughProxyHTTP1Origin(t *testing.T) {
 	s := start(t, replaysafetest.Config{TLS: true})
 	p := startProxy(t, connectproxy.Config{})
@@ -521,8 +522,11 @@ func TestNegotiateThroughProxyHTTP1Origin(t *testing.T) {
 	if as := obs.attemptsFor("/x"); len(as) != 1 || as[0].Events[0].Proto != fsm.ProtoH1 {
 		t.Errorf("attempts %+v", as)
 	}
-	if n := p.Tunnels(); n != 2 {
-		t.Errorf("%d tunnels, want 2 (the h2 one closed after ALPN, then HTTP/1.1)", n)
+	if as := obs.attemptsFor("/x"); len(as) == 1 && as[0].Reused {
+		t.Error("the connection ALPN answered on counts as reused")
+	}
+	if n, c := p.Tunnels(), s.Conns(); n != 1 || c != 1 {
+		t.Errorf("%d tunnels and %d origin connections, want 1 and 1: the one ALPN answered on", n, c)
 	}
 }
 

@@ -1,11 +1,13 @@
 package replaysafe_test
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -116,5 +118,65 @@ func TestLayers(t *testing.T) {
 		if checked[l.name] == 0 {
 			t.Errorf("no package of layer %s found", l.name)
 		}
+	}
+}
+
+// TestNoXNetHTTP2Transport: no library file uses x/net's HTTP/2 Transport
+// or ClientConn (on Go 1.27 they wrap net/http and lose the GOAWAY
+// evidence, issue 32); HTTP/2 runs on transports/h2, which takes only
+// x/net's Framer, frame types and hpack. Harnesses may still measure
+// x/net as a peer.
+func TestNoXNetHTTP2Transport(t *testing.T) {
+	banned := []string{"Transport", "ClientConn", "ConfigureTransport", "ConfigureTransports"}
+	files := 0
+	err := filepath.WalkDir(".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			base := d.Name()
+			if p != "." && (strings.HasPrefix(base, ".") || base == "testdata" || base == "tools" || base == "otel" || base == "cmd" || base == "fuzz" || base == "model_test" || p == filepath.Join("internal", "harness")) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(p, ".go") || strings.HasSuffix(p, "_test.go") {
+			return nil
+		}
+		fset := token.NewFileSet()
+		f, err := parser.ParseFile(fset, p, nil, 0)
+		if err != nil {
+			return err
+		}
+		files++
+		var local string // the name x/net/http2 is imported as
+		for _, imp := range f.Imports {
+			if q, _ := strconv.Unquote(imp.Path.Value); q == "golang.org/x/net/http2" {
+				local = "http2"
+				if imp.Name != nil {
+					local = imp.Name.Name
+				}
+			}
+		}
+		if local == "" {
+			return nil
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == local && slices.Contains(banned, sel.Sel.Name) {
+				t.Errorf("%s: uses x/net's http2.%s", fset.Position(sel.Pos()), sel.Sel.Name)
+			}
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if files < 50 {
+		t.Fatalf("scanned %d library files; the walk missed the tree", files)
 	}
 }

@@ -4,9 +4,7 @@ package forward_test
 
 import (
 	"bufio"
-	"context"
 	"crypto/sha1"
-	"crypto/tls"
 	"encoding/base64"
 	"fmt"
 	"io"
@@ -20,8 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
-
+	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/forward"
 )
 
@@ -80,14 +77,13 @@ func wantEcho(t *testing.T, w io.Writer, r io.Reader) {
 }
 
 // h2cExtendedClient is an HTTP/2 client over cleartext that sends
-// extended CONNECT: x/net's, since net/http's client refuses the
-// ":protocol" field.
+// extended CONNECT: a replaysafe Transport speaking h2c, on its own
+// connection (transports/h2). net/http's client refuses the ":protocol"
+// field, and so does x/net's on Go 1.27, where it wraps net/http's.
 func h2cExtendedClient(t *testing.T) *http.Client {
-	h2t := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
-	t.Cleanup(h2t.CloseIdleConnections)
-	return &http.Client{Transport: h2t, Timeout: 10 * time.Second}
+	tr := replaysafe.New(replaysafe.Options{Protocol: replaysafe.ProtocolHTTP2, IgnoreProxyEnvironment: true})
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 }
 
 // TestForwardUpgradeTunnel: an HTTP/1.1 Upgrade handshake goes through with only

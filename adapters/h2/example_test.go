@@ -1,7 +1,5 @@
 package h2_test
 
-//lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn, GoAwayError) so that x/net's own retry loop never runs; DESIGN.md "Dependencies" chose it, and x/net's deprecation points to net/http, which would bring that loop back.
-
 import (
 	"errors"
 	"fmt"
@@ -10,21 +8,24 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/adapters/h2"
+	conn "github.com/replaysafe/replaysafe/transports/h2"
 )
 
 func ExampleClassify() {
 	for _, err := range []error{
-		http2.StreamError{StreamID: 3, Code: http2.ErrCodeRefusedStream},
-		http2.GoAwayError{LastStreamID: 1},
-		http2.StreamError{StreamID: 3, Code: http2.ErrCodeInternal},
-		io.ErrUnexpectedEOF,
-		errors.New("http2: Transport received Server's graceful shutdown GOAWAY"),
+		&conn.StreamError{StreamID: 3, Code: http2.ErrCodeRefusedStream, Remote: true},
+		&conn.GoAwayError{LastStreamID: 1, StreamID: 3},
+		&conn.UnsentError{Cause: conn.ErrShutdown},
+		&conn.StreamError{StreamID: 3, Code: http2.ErrCodeInternal, Remote: true},
+		&conn.ReadError{Err: io.ErrUnexpectedEOF},
+		errors.New("something the connection does not type"),
 	} {
-		fmt.Println(h2.Classify(err, 3))
+		fmt.Println(h2.Classify(err))
 	}
 	// Output:
 	// @0s refused-stream
 	// @0s h2-goaway last=1 stream=3
+	// @0s handed-back
 	// @0s reset
 	// @0s closed
 	// @0s closed

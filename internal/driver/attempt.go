@@ -202,10 +202,15 @@ func (a *attempt) abortCause() error {
 }
 
 // outgoing returns the request to hand the stack: the caller's, on the
-// attempt's context with trace installed, the route's header and the
-// attempt's body.
+// attempt's context with trace installed (nil: none, for a stack that
+// reports its evidence otherwise), the route's header and the attempt's
+// body.
 func (a *attempt) outgoing(body io.ReadCloser, trace func(context.Context) context.Context) *http.Request {
-	out := a.tr.req.WithContext(trace(a.stackContext()))
+	ctx := a.stackContext()
+	if trace != nil {
+		ctx = trace(ctx)
+	}
+	out := a.tr.req.WithContext(ctx)
 	out.Header = a.tr.snap.Header(out.Header)
 	if a.body != nil {
 		out.Body = a.body

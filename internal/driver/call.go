@@ -102,8 +102,9 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Cal
 	if err := c.resolve(&c.first, resend{facts: c.cm.Next(), body: req.Body}); err != nil {
 		return nil, closeBody(req, err)
 	}
-	if req.Cancel != nil {
-		c.ctx, c.stopLegacy = legacyCancel(c.ctx, req.Cancel)
+	//lint:ignore SA1019 net/http still honours the deprecated Cancel channel, and a caller moving from it expects the same
+	if cancel := req.Cancel; cancel != nil {
+		c.ctx, c.stopLegacy = legacyCancel(c.ctx, cancel)
 		c.first.ctx = c.ctx
 	}
 	return c, nil
@@ -222,6 +223,9 @@ func (tr *try) run(in plan.Input, p plan.Plan) (*http.Response, error) {
 			in.H3Broken = true // for this call: no QUIC connection now
 		case leg.Next == plan.FallbackALPN && errors.Is(err, errFallbackH1):
 			in.ALPNChoseH1 = true
+			if h, ok := err.(*alpnH1); ok {
+				tr.handoff = &h.conn // the HTTP/1.1 leg's first attempt runs on it
+			}
 		default:
 			return resp, err
 		}
@@ -373,6 +377,10 @@ type try struct {
 	leg   plan.Leg    // the leg running
 	call  *Call
 	start resend // the try's first attempt
+	// handoff is the TLS connection on which ALPN chose HTTP/1.1 for the
+	// leg before, nothing sent on it: the HTTP/1.1 leg's first attempt
+	// takes it as a fresh connection instead of dialing.
+	handoff *dial.Conn
 }
 
 // retryNext ends a try with a configured retry: the next try starts from

@@ -12,8 +12,6 @@
 // promised to anyone else.
 package driver
 
-//lint:file-ignore SA1019 the driver keeps x/net's http2.Transport as the HTTP/2 connection factory until transports/h2 replaces it.
-
 import (
 	"context"
 	"crypto/tls"
@@ -24,7 +22,8 @@ import (
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
-	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/transports/h2"
 
 	"github.com/replaysafe/replaysafe/adapters/recorder"
 	"github.com/replaysafe/replaysafe/fsm"
@@ -85,11 +84,11 @@ type Transport struct {
 	limit   *pool.Limit // connections per route, every protocol (MaxConnsPerHost)
 	h1pool  *pool.Idle[*persistConn]
 
-	// HTTP/2: x/net's connection factory, the multiplexed pool, and the
-	// routes ALPN answered with HTTP/1.1 under negotiation.
-	h2factory *http2.Transport
-	h2pool    *pool.Mux[*h2Conn]
-	h1Only    pool.Memo[pool.Key, struct{}]
+	// HTTP/2: the connections' configuration, the multiplexed pool, and
+	// the routes ALPN answered with HTTP/1.1 under negotiation.
+	h2cfg  h2.Config
+	h2pool *pool.Mux[*h2Conn]
+	h1Only pool.Memo[pool.Key, struct{}]
 
 	// HTTP/3: quic-go's connection factory, the pool, and under
 	// plan.PreferHTTP3 the destinations (host:port) whose QUIC
@@ -129,8 +128,8 @@ func New(cfg Config) *Transport {
 		limit:   limit,
 		h1pool:  pool.NewIdle[*persistConn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit, idle),
 
-		h2factory: newH2Factory(cfg),
-		h2pool:    pool.NewMux[*h2Conn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit, idle),
+		h2cfg:  h2Config(cfg),
+		h2pool: pool.NewMux[*h2Conn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit, idle),
 
 		h3factory: newH3Factory(cfg),
 		altSvc:    altsvc.NewCache(),

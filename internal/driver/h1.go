@@ -25,7 +25,11 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	// and the acquisition deadline's timer.
 	var pc *persistConn
 	reused := false
-	if n == 1 {
+	if c := tr.handoff; c != nil && n == 1 {
+		tr.handoff = nil
+		pc = tr.t.adopt(a.acquireContext(), tr.key, *c, rec)
+	}
+	if pc == nil && n == 1 {
 		pc = tr.t.pooled(tr.key, rec)
 		reused = pc != nil
 	}

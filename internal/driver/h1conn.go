@@ -118,6 +118,12 @@ func (t *Transport) dialH1(ctx context.Context, key pool.Key, snap *dial.Route, 
 	if err != nil {
 		return nil, err
 	}
+	return t.clientConn(ctx, key, snap, c)
+}
+
+// clientConn puts net/http's client connection over c, established for
+// key over snap: the counting h1.Conn, then the ClientConn.
+func (t *Transport) clientConn(ctx context.Context, key pool.Key, snap *dial.Route, c dial.Conn) (*persistConn, error) {
 	conn := h1.NewConn(c.Conn, c.Wire)
 	fctx := context.WithValue(ctx, preDialedKey{}, net.Conn(conn))
 	if u := snap.ProxyURL(); u != nil {
@@ -163,6 +169,29 @@ func (t *Transport) acquire(ctx context.Context, key pool.Key, snap *dial.Route,
 	}
 	rec.Acquired(false)
 	return pc, false, nil
+}
+
+// adopt takes over c, a TLS connection on which ALPN chose HTTP/1.1
+// for a leg that offered HTTP/2 too (nothing was sent on it), as the
+// fresh connection of an HTTP/1.1 attempt for key, attached to rec; nil
+// (c closed) when the route is at MaxConnsPerHost or the connection is
+// unusable, and the attempt then acquires as it would have.
+func (t *Transport) adopt(ctx context.Context, key pool.Key, c dial.Conn, rec *h1.Recorder) *persistConn {
+	if !t.limit.TryOpen(key) {
+		c.Conn.Close()
+		return nil
+	}
+	pc, err := t.clientConn(ctx, key, nil, c)
+	if err != nil {
+		t.limit.Closed(key)
+		return nil
+	}
+	if !usable(pc, rec) {
+		pc.Close()
+		return nil
+	}
+	rec.Acquired(false)
+	return pc
 }
 
 // pooled returns the most recently pooled connection for key that is

@@ -1,47 +1,47 @@
 package driver
 
-//lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn, GoAwayError) so that x/net's own retry loop never runs; DESIGN.md "Dependencies" chose it, and x/net's deprecation points to net/http, which would bring that loop back.
-
 import (
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptrace"
+	"net/textproto"
 	"strings"
 	"time"
 
 	"golang.org/x/net/http2"
 
-	"github.com/replaysafe/replaysafe/adapters/h2"
+	adapterh2 "github.com/replaysafe/replaysafe/adapters/h2"
+	"github.com/replaysafe/replaysafe/adapters/informational"
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/plan"
 	"github.com/replaysafe/replaysafe/internal/dial"
 	"github.com/replaysafe/replaysafe/internal/pool"
+	"github.com/replaysafe/replaysafe/transports/h2"
 )
 
 // errFallbackH1 means ALPN selected HTTP/1.1 under plan.Negotiate: the
 // call goes to the HTTP/1.1 path, nothing of it having been sent.
 var errFallbackH1 = errors.New("replaysafe: ALPN selected HTTP/1.1")
 
-// newH2Factory returns the http2.Transport whose only use is
-// NewClientConn: its RoundTrip, and with it x/net's retry loop and
-// backoff sleeps, never runs.
-func newH2Factory(cfg Config) *http2.Transport {
-	// No IdleConnTimeout: the pool closes idle connections (muxPool),
-	// with a timer that lets go of the connection once it is closed.
-	// x/net's own idle timer, once stopped for good, stays in the
-	// runtime's timer heap holding the closed ClientConn until the heap is
-	// next cleaned, and its too-idle check reads the clock on every
-	// reservation.
-	t := &http2.Transport{
-		DisableCompression: cfg.DisableCompression,
-		AllowHTTP:          true,
-	}
+// alpnH1 is errFallbackH1 with the TLS connection ALPN answered on: the
+// HTTP/1.1 leg takes it over (try.handoff) rather than dialing again.
+type alpnH1 struct{ conn dial.Conn }
+
+func (e *alpnH1) Error() string        { return errFallbackH1.Error() }
+func (e *alpnH1) Is(target error) bool { return target == errFallbackH1 }
+
+// h2Config returns the configuration of the Transport's HTTP/2
+// connections: the response header bound of MaxResponseHeaderBytes, and
+// room for more interim responses than the attempt's own 1xx bound
+// (adapters/informational), which then decides.
+func h2Config(cfg Config) h2.Config {
+	c := h2.Config{DisableCompression: cfg.DisableCompression, MaxInformational: 2 * informational.DefaultCount}
 	if cfg.MaxResponseHeaderBytes > 0 && cfg.MaxResponseHeaderBytes <= 1<<32-1 {
-		t.MaxHeaderListSize = uint32(cfg.MaxResponseHeaderBytes)
+		c.MaxHeaderListSize = uint32(cfg.MaxResponseHeaderBytes)
 	}
-	return t
+	return c
 }
 
 // runH2 is call.run for HTTP/2: at most two wire attempts, the resend at
@@ -106,23 +106,18 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	}
 	a.reused = reused
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH2})
-	if trace := httptrace.ContextClientTrace(tr.ctx); trace != nil && trace.GotConn != nil {
-		// x/net calls it from its Transport's loop only, which never runs.
+	trace := httptrace.ContextClientTrace(tr.ctx)
+	if trace != nil && trace.GotConn != nil {
 		trace.GotConn(httptrace.GotConnInfo{Conn: hc.conn, Reused: reused})
 	}
 
-	// Every request on an observed ClientConn needs its own Attempt, even
-	// one a deadline already decided: RoundTrip also gives back the stream
-	// reservation take made.
 	s := &ha.stream
-	ha.att.Init(hc.wire)
-	*s = h2Stream{t: tr.t, hc: hc, att: &ha.att, rec: &ha.rec}
-	s.att.SetInformationalLimit(tr.t.informationalLimit())
+	ha.att.Init(&ha.rec)
+	ha.att.SetInformationalLimit(tr.t.informationalLimit())
+	*s = h2Stream{t: tr.t, hc: hc, att: &ha.att, trace: trace}
 	a.wire = s
-	out := a.outgoing(body, func(ctx context.Context) context.Context {
-		return withTrace(ctx, s.att.Trace(s.rec))
-	})
-	resp, err := hc.cc.RoundTrip(out)
+	out := a.outgoing(body, nil)
+	resp, err := hc.cc.RoundTrip(out, s)
 	return a.roundTripped(resp, err)
 }
 
@@ -132,47 +127,82 @@ type h2Attempt struct {
 	attempt
 	rec    streamRec
 	stream h2Stream
-	att    h2.Attempt
+	att    adapterh2.Attempt
 }
 
-// h2Stream is an HTTP/2 attempt's stream: its attemptWire.
+// h2Stream is an HTTP/2 attempt's stream: its attemptWire, and what the
+// connection reports the stream's evidence to (h2.StreamEvents): the
+// adapter's Attempt, which feeds the machine, then the caller's
+// httptrace hooks, called as net/http's HTTP/2 client calls them. Both
+// run on the connection's goroutines, with its lock held.
 type h2Stream struct {
-	t   *Transport
-	hc  *h2Conn
-	att *h2.Attempt
-	rec *streamRec
+	t     *Transport
+	hc    *h2Conn
+	att   *adapterh2.Attempt
+	trace *httptrace.ClientTrace // the caller's, or nil
 }
+
+func (s *h2Stream) HeadersWritten(id uint32) {
+	s.att.HeadersWritten(id)
+	if s.trace != nil && s.trace.WroteHeaders != nil {
+		s.trace.WroteHeaders()
+	}
+}
+
+func (s *h2Stream) BodyWritten(n int64) { s.att.BodyWritten(n) }
+
+func (s *h2Stream) RequestWritten() {
+	s.att.RequestWritten()
+	if s.trace != nil && s.trace.WroteRequest != nil {
+		s.trace.WroteRequest(httptrace.WroteRequestInfo{})
+	}
+}
+
+func (s *h2Stream) ResponseStarted() {
+	s.att.ResponseStarted()
+	if s.trace != nil && s.trace.GotFirstResponseByte != nil {
+		s.trace.GotFirstResponseByte()
+	}
+}
+
+// Informational counts the 1xx against the attempt's bound first: over
+// it the caller's hook does not see the response (see withTrace).
+func (s *h2Stream) Informational(status int, header http.Header, size int) error {
+	if err := s.att.Informational(status, header, size); err != nil {
+		return err
+	}
+	if s.trace != nil && s.trace.Got1xxResponse != nil {
+		return s.trace.Got1xxResponse(status, textproto.MIMEHeader(header))
+	}
+	return nil
+}
+
+func (s *h2Stream) ResponseHeaders(status int) { s.att.ResponseHeaders(status) }
 
 func (s *h2Stream) fail(a *attempt, err error) fsm.Decision {
 	return a.rec.Feed(a.failureEvent(s.att.Failure(a.stackContext(), err), err))
 }
 
-func (s *h2Stream) delivered(*http.Response) bool { return false }
+func (s *h2Stream) delivered(resp *http.Response) bool {
+	resp.TLS = s.hc.tls
+	return false
+}
 
+// bodyDoneOnError reports false: the connection closes the request body
+// itself, once its upload let go of it.
 func (s *h2Stream) bodyDoneOnError() bool { return false }
 
 func (s *h2Stream) informational() error { return s.att.InformationalError() }
 
-// complete feeds what the wire shows was written of the request when
-// x/net's hooks, which run on its write goroutine, have not reported it
-// yet (a fast server's whole response can be read before them), then the
-// response's end.
+// complete feeds the response's end: the connection reported what was
+// written of the request before the body's end.
 func (s *h2Stream) complete(a *attempt) fsm.Decision {
-	if c := s.att.Claim(); c.Wrote && c.Stream != 0 {
-		s.rec.Emit(fsm.Event{Kind: fsm.EventFirstByteWritten})
-		if f, ok := s.hc.wire.Stream(c.Stream); ok && f.EndStreamWritten {
-			s.rec.Emit(fsm.Event{Kind: fsm.EventRequestWritten})
-		}
-	}
 	return a.rec.Feed(fsm.Event{Kind: fsm.EventResponseComplete})
 }
 
 // end lets go of the stream; a clean exchange makes the connection count
 // as reused for the next.
-func (s *h2Stream) end(_ fsm.Decision, clean bool) {
-	s.att.Done()
-	s.t.h2pool.Done(s.hc, clean)
-}
+func (s *h2Stream) end(_ fsm.Decision, clean bool) { s.t.h2pool.Done(s.hc, clean) }
 
 func (s *h2Stream) retire() { s.t.h2pool.Retire(s.hc) }
 
@@ -180,15 +210,15 @@ func (s *h2Stream) retire() { s.t.h2pool.Retire(s.hc) }
 // streams are 1, 3, 5, ... and its last stream ID is the last one the
 // server processes (RFC 9113 §6.8).
 func (s *h2Stream) learnGoAway() {
-	if g, ok := s.hc.wire.GoAway(); ok && g.Code == http2.ErrCodeNo {
+	if g, ok := s.hc.cc.GoAway(); ok && g.Code == http2.ErrCodeNo {
 		s.t.h2pool.Learn(s.hc, int(g.LastStreamID+1)/2, time.Now())
 	}
 }
 
 func (s *h2Stream) resendFrom() (uint64, any) { return s.t.h2pool.Mark(), s.hc }
 
-// uploading reports false: x/net ends a stream's upload with its
-// response.
+// uploading reports false: the connection ends a stream's upload with
+// its response (a CONNECT's with its response body).
 func (s *h2Stream) uploading() bool { return false }
 
 // acquireH2 returns a connection with a stream reserved for one
@@ -209,32 +239,34 @@ func (t *Transport) acquireH2(ctx context.Context, key pool.Key, snap *dial.Rout
 // HTTP/1.1 path does (direct, or through the route's proxies under one
 // acquisition deadline), with the leg's ALPN list for TLS with an https
 // origin (h2c with prior knowledge for a direct http route; the plan
-// refuses h2c through a proxy), the ALPN check, the adapters/h2
-// observer over the plaintext side, and x/net's ClientConn over that.
+// refuses h2c through a proxy), the ALPN check, and our ClientConn over
+// it with the dialing attempt's stream reserved. When ALPN selects
+// HTTP/1.1 on a leg that may fall back, the connection is handed to the
+// HTTP/1.1 leg (alpnH1), with the wire counter it needs already beneath
+// TLS.
 func (t *Transport) dialH2(ctx context.Context, key pool.Key, snap *dial.Route, leg plan.Leg, start fsm.Instant) (*h2Conn, error) {
-	c, err := t.dial.Connect(ctx, key, snap, dial.Opts{ALPN: leg.ALPN, Start: start})
+	fallback := leg.Next == plan.FallbackALPN
+	c, err := t.dial.Connect(ctx, key, snap, dial.Opts{ALPN: leg.ALPN, Start: start, CountWire: fallback})
 	if err != nil {
 		return nil, err
 	}
 	if c.TLS != nil && c.TLS.NegotiatedProtocol != http2.NextProtoTLS {
-		c.Conn.Close()
-		if leg.Next == plan.FallbackALPN {
+		if fallback {
 			t.h1Only.Store(key, struct{}{})
-			return nil, errFallbackH1
+			return nil, &alpnH1{conn: c}
 		}
+		c.Conn.Close()
 		return nil, fmt.Errorf("replaysafe: %s did not select h2 in ALPN (selected %q)", key.Addr, c.TLS.NegotiatedProtocol)
 	}
-	oc, wire := h2.Observe(c.Conn)
-	cc, err := t.h2factory.NewClientConn(oc)
+	cc, err := h2.NewClientConn(c.Conn, t.h2cfg)
 	if err != nil {
 		c.Conn.Close()
 		return nil, err
 	}
-	// The dialing attempt's stream, reserved like every other, so that
-	// x/net counts it before the attempt's RoundTrip starts.
-	if !cc.ReserveNewRequest() {
+	// The dialing attempt's stream, reserved like every other.
+	if !cc.Reserve() {
 		cc.Close()
 		return nil, fmt.Errorf("replaysafe: new HTTP/2 connection to %s takes no stream", key.Addr)
 	}
-	return &h2Conn{cc: cc, wire: wire, tls: c.TLS, conn: oc, state: pool.MuxState{Key: key}}, nil
+	return &h2Conn{cc: cc, tls: c.TLS, conn: c.Conn, state: pool.MuxState{Key: key}}, nil
 }

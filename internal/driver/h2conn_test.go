@@ -1,7 +1,5 @@
 package driver
 
-//lint:file-ignore SA1019 the test drives x/net/http2's ClientConn, as h2pool.go does.
-
 import (
 	"io"
 	"net"
@@ -10,7 +8,7 @@ import (
 
 	"golang.org/x/net/http2"
 
-	"github.com/replaysafe/replaysafe/adapters/h2"
+	"github.com/replaysafe/replaysafe/transports/h2"
 )
 
 // TestH2ReserveRefusalReason: a connection whose server has not sent its
@@ -20,7 +18,7 @@ import (
 // where a connection that looked full would make it dial another (a
 // burst of 1,200 GETs, at most 1,000 on a connection, sometimes opened a
 // third connection for the last 200 so, under the race detector). At
-// h2.MaxConcurrentStreams attempts it refuses as full, not pending.
+// the server's limit it refuses as full, not pending.
 func TestH2ReserveRefusalReason(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -46,28 +44,23 @@ func TestH2ReserveRefusalReason(t *testing.T) {
 		t.Fatal("accept failed")
 	}
 	defer srv.Close()
-	oc, wire := h2.Observe(cl)
-	cc, err := (&http2.Transport{}).NewClientConn(oc)
+	cc, err := h2.NewClientConn(cl, h2.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cc.Close()
 
-	c := &h2Conn{cc: cc, wire: wire}
+	c := &h2Conn{cc: cc}
 	if c.reserveAt(1) { // the dialing attempt runs
 		t.Fatal("a second attempt took a stream before the server's SETTINGS")
 	}
 	if err := http2.NewFramer(srv, nil).WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 100}); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; !wire.Settled(); i++ {
-		if i == 500 {
-			t.Fatal("the Wire did not see x/net settle within 5 s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if st := cc.State(); st.MaxConcurrentStreams != 100 {
-		t.Fatalf("settled, but x/net's State says %d streams, not the server's 100", st.MaxConcurrentStreams)
+	select {
+	case <-settled(cc):
+	case <-time.After(5 * time.Second):
+		t.Fatal("the connection did not apply the server's SETTINGS within 5 s")
 	}
 	if !c.Pending() {
 		t.Error("after a refusal for the SETTINGS, pending reports false once they arrived")
@@ -78,7 +71,22 @@ func TestH2ReserveRefusalReason(t *testing.T) {
 	if c.Pending() {
 		t.Error("pending after a reservation")
 	}
-	if c.reserveAt(h2.MaxConcurrentStreams) || c.Pending() {
-		t.Errorf("at %d attempts: reserve or pending reports true", h2.MaxConcurrentStreams)
+	for c.cc.Reserve() { // fill the connection's room: the server allows 100
 	}
+	if c.reserveAt(100) || c.Pending() {
+		t.Error("at the server's limit: reserve or pending reports true")
+	}
+}
+
+// settled returns a channel closed once cc applied the server's SETTINGS
+// (polled: the connection offers no notification).
+func settled(cc *h2.ClientConn) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		for !cc.Settled() && !cc.Closed() {
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return ch
 }

@@ -1,7 +1,5 @@
 package h2server_test
 
-//lint:file-ignore SA1019 the GOAWAY predicate reads x/net/http2's GoAwayError, as xnet_test.go does; DESIGN.md "Dependencies" chose x/net/http2 directly.
-
 import (
 	"errors"
 	"io"
@@ -9,6 +7,7 @@ import (
 	"golang.org/x/net/http2"
 
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kittest"
+	"github.com/replaysafe/replaysafe/transports/h2"
 )
 
 // The error predicates the tests expect of a client: what a reset
@@ -22,15 +21,24 @@ var isReset = kittest.IsReset
 
 func streamCode(code http2.ErrCode) func(error) bool {
 	return func(err error) bool {
-		var se http2.StreamError
-		return errors.As(err, &se) && se.Code == code && se.StreamID == 1
+		var se *h2.StreamError
+		return errors.As(err, &se) && se.Remote && se.Code == code && se.StreamID == 1
 	}
 }
 
 func goAwayLast(last uint32) func(error) bool {
 	return func(err error) bool {
-		var ge http2.GoAwayError
+		var ge *h2.GoAwayError
 		return errors.As(err, &ge) && ge.LastStreamID == last
+	}
+}
+
+// readErr reports whether err is the connection's read failing with
+// target (io.EOF: the server closed with a FIN).
+func readErr(target error) func(error) bool {
+	return func(err error) bool {
+		var re *h2.ReadError
+		return errors.As(err, &re) && errors.Is(re.Err, target)
 	}
 }
 

@@ -1,19 +1,16 @@
 package h2server_test
 
-//lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn, GoAwayError) so that x/net's own retry loop never runs; DESIGN.md "Dependencies" chose it, and x/net's deprecation points to net/http, which would bring that loop back.
-
 import (
 	"context"
 	"fmt"
 	"net/http"
 
-	"golang.org/x/net/http2"
-
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/transports/h2"
 )
 
-// A server that refuses every stream on every connection, driven by an
-// x/net ClientConn used directly (no Transport retry loop).
+// A server that refuses every stream on every connection, driven by one
+// HTTP/2 connection used directly (no retry loop).
 func Example_refuseEverything() {
 	s, err := h2server.New(h2server.Config{Default: h2server.Every(h2server.Refuse())})
 	if err != nil {
@@ -25,13 +22,14 @@ func Example_refuseEverything() {
 	if err != nil {
 		panic(err)
 	}
-	cc, err := (&http2.Transport{}).NewClientConn(nc)
+	cc, err := h2.NewClientConn(nc, h2.Config{})
 	if err != nil {
 		panic(err)
 	}
 	defer cc.Close()
 	req, _ := http.NewRequest("GET", s.URL()+"/", nil)
-	_, err = cc.RoundTrip(req)
+	cc.Reserve()
+	_, err = cc.RoundTrip(req, nil)
 	fmt.Println(err)
 
 	if err := s.WaitRequests(context.Background(), 1); err != nil {
@@ -40,7 +38,7 @@ func Example_refuseEverything() {
 	r := s.Requests()[0]
 	fmt.Println(s.Count(), r.Conn, r.StreamID, r.Method, r.Path, r.Action)
 	// Output:
-	// stream error: stream ID 1; REFUSED_STREAM; received from peer
+	// h2: stream 1 reset with REFUSED_STREAM by the server
 	// 1 0 1 GET / refuse
 }
 

@@ -262,6 +262,12 @@ func (m *machine) readBody(st *stream, p []byte) (n int, err error, wait bool) {
 		return n, nil, false
 	case st.err != nil:
 		return 0, st.err, false
+	case st.phase == respDone && st.localEnded && !st.endVerdict && !st.reset && !m.closed:
+		// The response is complete but the writer has not reported on
+		// our END_STREAM frame: the caller sees the body's end after
+		// RequestWritten (or its absence), so that the exchange's events
+		// come in the order that decides whether it ended cleanly.
+		return 0, nil, true
 	case st.phase == respDone:
 		return 0, io.EOF, false
 	}
@@ -371,6 +377,11 @@ func (m *machine) written(now time.Time, b *outBuf, n int, err error) {
 					st.ev.RequestWritten()
 				}
 			}
+		}
+		if r.endSt && !st.endVerdict {
+			st.endVerdict = true
+			delete(m.endDue, st)
+			wake(st.wakeResp) // a body's end waiting for this report
 		}
 		if r.endSt && !st.open && st.err == nil {
 			st.quiet = true // the stream ended before this report

@@ -494,3 +494,52 @@ func TestSmallServerWindowUpload(t *testing.T) {
 		}
 	})
 }
+
+// orderEvents records, under a lock, whether RequestWritten came.
+type orderEvents struct {
+	h2.NopEvents
+	mu      sync.Mutex
+	written bool
+}
+
+func (e *orderEvents) RequestWritten() {
+	e.mu.Lock()
+	e.written = true
+	e.mu.Unlock()
+}
+
+// TestEvidenceRequestWrittenBeforeBodyEnd: a POST whose small body leaves
+// with its HEADERS, answered once the server read it all, gets
+// RequestWritten before its response body's io.EOF, however the writer's
+// report and the reader race: the body's end waits for the report on our
+// END_STREAM frame, so a caller sees the exchange end cleanly (both
+// directions done) when it did. 50 requests on one connection, counted at
+// the server.
+func TestEvidenceRequestWrittenBeforeBodyEnd(t *testing.T) {
+	bothTLS(t, func(t *testing.T, useTLS bool) {
+		s := scripted(t, useTLS, h2server.Config{Default: h2server.Every(h2server.OK("ok"))})
+		cc := connTo(t, dialScripted(t, s))
+		for i := range 50 {
+			var ev orderEvents
+			req, _ := http.NewRequest("POST", s.URL()+"/p", strings.NewReader("small body"))
+			if !cc.Reserve() {
+				t.Fatalf("request %d: no room", i)
+			}
+			res, err := cc.RoundTrip(req, &ev)
+			if err != nil {
+				t.Fatalf("request %d: %v", i, err)
+			}
+			if _, err := io.ReadAll(res.Body); err != nil {
+				t.Fatalf("request %d: body: %v", i, err)
+			}
+			ev.mu.Lock()
+			written := ev.written
+			ev.mu.Unlock()
+			if !written {
+				t.Fatalf("request %d: the body ended before RequestWritten", i)
+			}
+			res.Body.Close()
+		}
+		waitRequests(t, s, 50)
+	})
+}

@@ -63,6 +63,7 @@ type stream struct {
 	endInHeader bool   // END_STREAM rode on the opening HEADERS
 	localEnded  bool   // END_STREAM queued
 	endLeft     bool   // the frame with END_STREAM was accepted in full
+	endVerdict  bool   // the writer reported on the frame with END_STREAM
 	sendWindow  int64
 	uploading   bool // an upload goroutine owns the send side
 	stopUpload  error
@@ -181,6 +182,10 @@ type machine struct {
 	finished   bool      // the connection should be closed
 	closeNow   bool      // ... without flushing out first
 	bodyCloses []*stream // request bodies to close (an upload blocked in Read)
+	// endDue holds the streams that ended, out of the table, whose
+	// END_STREAM frame the writer has not reported on yet: their body's
+	// end waits for that report (see readBody).
+	endDue map[*stream]struct{}
 }
 
 // userPing is a PING sent for ClientConn.Ping.
@@ -513,7 +518,7 @@ func (m *machine) serverSawHeaders(st *stream) {
 		st.ev.HeadersWritten(st.id)
 	}
 	if st.endInHeader && !st.endLeft {
-		st.endLeft = true
+		st.endLeft, st.endVerdict = true, true
 		if st.live() {
 			st.ev.RequestWritten()
 		}
@@ -1021,6 +1026,11 @@ func (m *machine) maybeClose(now time.Time, st *stream) {
 		// The exchange is over and every report is in; otherwise the
 		// writer's report of the END_STREAM frame is still due (written).
 		st.quiet = true
+	} else if st.err == nil && !st.endVerdict {
+		if m.endDue == nil {
+			m.endDue = map[*stream]struct{}{}
+		}
+		m.endDue[st] = struct{}{}
 	}
 	if m.active == 0 {
 		m.idleSince = now
@@ -1096,6 +1106,11 @@ func (m *machine) fail(now time.Time, err error, mode endMode) {
 	for _, st := range m.waiting {
 		m.failStream(st, &UnsentError{Cause: err})
 	}
+	for st := range m.endDue {
+		st.endVerdict = true // its END_STREAM will not be written now
+		wake(st.wakeResp)
+	}
+	clear(m.endDue)
 	for _, p := range m.userPings {
 		close(p.done)
 	}

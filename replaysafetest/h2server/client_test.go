@@ -1,7 +1,5 @@
 package h2server_test
 
-//lint:file-ignore SA1019 replaysafe drives x/net/http2 directly (ClientConn, GoAwayError) so that x/net's own retry loop never runs; DESIGN.md "Dependencies" chose it, and x/net's deprecation points to net/http, which would bring that loop back.
-
 import (
 	"bytes"
 	"context"
@@ -15,23 +13,36 @@ import (
 
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/transports/h2"
 )
 
-// clientConn dials the server and wraps the connection in an x/net
-// ClientConn, used directly so that no Transport retry loop runs.
-func clientConn(t *testing.T, s *h2server.Server) *http2.ClientConn {
+// client is one of this project's HTTP/2 connections to the server: a
+// client with no retry loop of its own, whose errors carry the evidence
+// the server's actions are meant to produce.
+type client struct{ cc *h2.ClientConn }
+
+// clientConn dials the server and starts an HTTP/2 connection on it.
+func clientConn(t *testing.T, s *h2server.Server) client {
 	t.Helper()
 	nc, err := s.Dial(ctxT(t))
 	if err != nil {
 		t.Fatalf("dial: %v", err)
 	}
-	cc, err := (&http2.Transport{}).NewClientConn(nc)
+	cc, err := h2.NewClientConn(nc, h2.Config{})
 	if err != nil {
 		nc.Close()
 		t.Fatalf("NewClientConn: %v", err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return cc
+	return client{cc}
+}
+
+// RoundTrip reserves a stream and sends req on it.
+func (c client) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !c.cc.Reserve() {
+		return nil, errors.New("the connection takes no new stream")
+	}
+	return c.cc.RoundTrip(req, nil)
 }
 
 func request(t *testing.T, ctx context.Context, s *h2server.Server, method, path string, body []byte) *http.Request {
@@ -98,11 +109,11 @@ func TestClientConnSeesEachAction(t *testing.T) {
 		{"reset-internal", h2server.Reset(http2.ErrCodeInternal), "POST", 0, streamCode(http2.ErrCodeInternal), string(body)},
 		{"reset-protocol", h2server.Reset(http2.ErrCodeProtocol), "POST", 0, streamCode(http2.ErrCodeProtocol), string(body)},
 		{"goaway-at-then-close", h2server.GoAwayAt().WithAt(h2server.AfterBody).WithClose(h2server.CloseFIN), "POST", 0, goAwayLast(1), string(body)},
-		{"close-fin", h2server.CloseConn(), "GET", 0, is(io.ErrUnexpectedEOF), ""},
-		// Linux reports a peer's RST once: when x/net's writer meets it
-		// first, its read loop then reads EOF.
-		{"close-rst-after-body", h2server.CloseConnAfterBody().WithClose(h2server.CloseRST), "POST", 0, either(isReset, is(io.ErrUnexpectedEOF)), string(body)},
-		{"partial-headers", h2server.PartialHeaders(), "GET", 0, is(io.ErrUnexpectedEOF), ""},
+		{"close-fin", h2server.CloseConn(), "GET", 0, readErr(io.EOF), ""},
+		// Linux reports a peer's RST once: to the reader, or to the
+		// writer if it meets it first (the reader then reads EOF).
+		{"close-rst-after-body", h2server.CloseConnAfterBody().WithClose(h2server.CloseRST), "POST", 0, either(isReset, readErr(io.EOF)), string(body)},
+		{"partial-headers", h2server.PartialHeaders(), "GET", 0, readErr(io.EOF), ""},
 		{"hang", h2server.Hang(0), "POST", 200 * time.Millisecond, is(context.DeadlineExceeded), string(body)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -137,9 +148,9 @@ func TestClientConnSeesEachAction(t *testing.T) {
 	}
 }
 
-// TestClientConnGoAwayBelowItsStream shows what x/net returns for a stream
-// above a GOAWAY's last stream ID: an unexported error value, not a
-// GoAwayError (see adapters/h2 for why that matters).
+// TestClientConnGoAwayBelowItsStream shows the GOAWAY boundary as a client
+// sees it: the stream above the last stream ID ends with a GoAwayError
+// that proves it unprocessed, and the connection takes no new stream.
 func TestClientConnGoAwayBelowItsStream(t *testing.T) {
 	s := start(t, one(h2server.OK("first"), h2server.GoAwayBelow()))
 	cc := clientConn(t, s)
@@ -154,12 +165,10 @@ func TestClientConnGoAwayBelowItsStream(t *testing.T) {
 		res.Body.Close()
 		t.Fatal("second request succeeded")
 	}
-	var ge http2.GoAwayError
-	var se http2.StreamError
-	if errors.As(err, &ge) || errors.As(err, &se) {
-		t.Errorf("error %T %v: x/net now types it; revisit adapters/h2", err, err)
+	var ge *h2.GoAwayError
+	if !errors.As(err, &ge) || !ge.Unprocessed() || ge.LastStreamID != 1 || ge.StreamID != 3 {
+		t.Errorf("error %T %v, want a GoAwayError proving stream 3 unprocessed", err, err)
 	}
-	t.Logf("x/net error for a stream above the GOAWAY: %T %q", err, err)
 	rs := waitRequests(t, s, 2)
 	if rs[1].StreamID != 3 || rs[1].Seq != 1 || rs[1].Action != replaysafetest.StreamGoAway {
 		t.Errorf("record %+v", rs[1])
@@ -167,7 +176,7 @@ func TestClientConnGoAwayBelowItsStream(t *testing.T) {
 	if c := s.Conns()[0]; !c.GoAwaySent || c.GoAwayLast != 1 {
 		t.Errorf("conn %+v", c)
 	}
-	if cc.CanTakeNewRequest() {
+	if cc.cc.Reserve() {
 		t.Error("the ClientConn still takes requests after a GOAWAY")
 	}
 }
@@ -183,7 +192,7 @@ func TestClientConnConnectionIndicesAndSettings(t *testing.T) {
 	if _, err := first.RoundTrip(request(t, ctxT(t), s, "GET", "/a", nil)); !streamCode(http2.ErrCodeRefusedStream)(err) {
 		t.Fatalf("conn 0: %v", err)
 	}
-	if st := first.State(); st.MaxConcurrentStreams != 3 {
+	if st := first.cc.State(); st.MaxConcurrentStreams != 3 {
 		t.Errorf("advertised MaxConcurrentStreams: %d", st.MaxConcurrentStreams)
 	}
 	for i := range 2 {
