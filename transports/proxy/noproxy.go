@@ -23,12 +23,13 @@ import (
 // the configuration says.
 type Selector struct {
 	proxyFor func(*url.URL) (*url.URL, error)
+	none     bool // no proxy configured: every usable URL goes direct
 }
 
 // NewSelector returns a Selector for cfg (HTTPProxy, HTTPSProxy, NoProxy,
 // CGI; see httpproxy.Config). Later changes to cfg do not affect it.
 func NewSelector(cfg httpproxy.Config) *Selector {
-	return &Selector{proxyFor: cfg.ProxyFunc()}
+	return &Selector{proxyFor: cfg.ProxyFunc(), none: cfg.HTTPProxy == "" && cfg.HTTPSProxy == "" && !cfg.CGI}
 }
 
 // SelectorFromEnvironment returns a Selector for HTTP_PROXY, HTTPS_PROXY
@@ -42,11 +43,31 @@ func SelectorFromEnvironment() *Selector {
 // Only u's scheme and host count. The error is an unusable u (see
 // NormalizeURL) or httpproxy's CGI refusal.
 func (s *Selector) Proxy(u *url.URL) (*url.URL, error) {
+	if s.none && usable(u) {
+		return nil, nil // the common case, without NormalizeURL's allocations
+	}
 	n, err := NormalizeURL(u)
 	if err != nil {
 		return nil, err
 	}
 	return s.proxyFor(n)
+}
+
+// usable reports whether NormalizeURL would accept u, without
+// allocating.
+func usable(u *url.URL) bool {
+	if !strings.EqualFold(u.Scheme, "http") && !strings.EqualFold(u.Scheme, "https") {
+		return false
+	}
+	if strings.TrimRight(u.Hostname(), ".") == "" {
+		return false
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.ParseUint(p, 10, 16); err != nil || n == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // NormalizeURL returns a new URL holding only u's scheme and host, made

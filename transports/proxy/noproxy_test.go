@@ -163,3 +163,30 @@ func TestHopFromURL(t *testing.T) {
 		}
 	}
 }
+
+// TestSelectorWithoutProxyAgreesAndAllocatesNothing: with no proxy
+// configured, Proxy takes a shortcut that skips NormalizeURL; it must
+// refuse exactly the URLs NormalizeURL refuses, return nil for the
+// others, and allocate nothing (it runs on every request of a Transport
+// that reads the environment).
+func TestSelectorWithoutProxyAgreesAndAllocatesNothing(t *testing.T) {
+	s := NewSelector(httpproxy.Config{NoProxy: "example.com"})
+	for _, raw := range []string{
+		"http://example.com", "HTTPS://Example.COM.:0443/x", "http://h:8080", "https://[::1]:443",
+		"ftp://h", "http://", "http://:80", "http://...:80", "http://h:0", "http://h:65536", "http://h:0080",
+	} {
+		u, err := url.Parse(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", raw, err)
+		}
+		_, normErr := NormalizeURL(u)
+		got, err := s.Proxy(u)
+		if got != nil || (err == nil) != (normErr == nil) {
+			t.Errorf("%s: Proxy = %v, %v; NormalizeURL error %v", raw, got, err, normErr)
+		}
+	}
+	u, _ := url.Parse("https://example.org:8443/path")
+	if n := testing.AllocsPerRun(100, func() { _, _ = s.Proxy(u) }); n != 0 {
+		t.Errorf("Proxy allocates %v times per call with no proxy configured", n)
+	}
+}
