@@ -1,14 +1,18 @@
 // Package campaign runs fuzz campaigns over the native fuzz targets of
-// package fuzz: replaysafe fuzz [-time 10m] [-parallel N] [-target REGEX]
-// [-dir path-to-repo]. Each target runs as its own
+// package fuzz: replaysafe fuzz [-time 10m] [-per-target] [-parallel N]
+// [-target REGEX] [-dir path-to-repo]. Each target runs as its own
 //
 //	go test -run=^$ -fuzz=^Name$ -fuzztime=T -fuzzminimizetime=10s -parallel=W ./fuzz/
 //
-// in the repository, one after another or N at a time. The campaign shows
-// each target's progress (elapsed, execs/s, new corpus entries) from go's
-// own progress lines, reports every crasher go writes under
-// fuzz/testdata/fuzz/Name/ with the command that replays it, and ends with
-// a summary table. The target list is targets.txt.
+// in the repository, one after another or N at a time. -time is the
+// whole campaign's budget: each target is given its share of what is
+// left when it starts, less what starting go test has cost the targets
+// before it (-per-target makes -time each target's fuzzing time, as go
+// test's -fuzztime). The campaign shows each target's progress (elapsed,
+// execs/s, new corpus entries) from go's own progress lines, reports
+// every crasher go writes under fuzz/testdata/fuzz/Name/ with the command
+// that replays it, and ends with a summary table. The target list is
+// targets.txt.
 package campaign
 
 import (
@@ -70,27 +74,39 @@ func targetLines() [][]string {
 
 // Config is a parsed command line.
 type Config struct {
-	FuzzTime time.Duration  // -time: how long each target fuzzes
-	Parallel int            // -parallel: how many targets run at once
-	Target   *regexp.Regexp // -target: which targets run
-	Dir      string         // -dir: the repository
+	FuzzTime  time.Duration  // -time: the campaign's budget, or each target's fuzzing time with PerTarget
+	PerTarget bool           // -per-target: FuzzTime is each target's -fuzztime
+	Parallel  int            // -parallel: how many targets run at once
+	Target    *regexp.Regexp // -target: which targets run
+	Dir       string         // -dir: the repository
 }
 
-const usage = `usage: replaysafe fuzz [-time 10m] [-parallel N] [-target REGEX] [-dir path-to-repo]
+// usage is the text of -h before the flags.
+const usage = `usage: replaysafe fuzz [-time 10m] [-per-target] [-parallel N] [-target REGEX] [-dir path-to-repo]
 
-Runs every fuzz target of fuzz/ (or those matching -target) for -time each,
-as go test -fuzz subprocesses, one at a time or -parallel at once, and
-reports crashers with the command that replays them.
+Runs every fuzz target of fuzz/ (or those matching -target) as go test -fuzz
+subprocesses, one at a time or -parallel at once, within -time for the whole
+campaign (with -per-target, -time for each target), and reports crashers with
+the command that replays them.
+
+flags:
 `
 
-// ParseArgs parses the command line (without the subcommand name).
-func ParseArgs(args []string) (Config, error) {
+// ParseArgs parses the command line (without the subcommand name); -h
+// prints the usage and every flag to out and returns flag.ErrHelp, and a
+// bad command line says what is wrong on out.
+func ParseArgs(args []string, out io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("fuzz", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	fuzzTime := fs.Duration("time", 10*time.Minute, "how long each target fuzzes")
-	parallel := fs.Int("parallel", 1, "how many targets fuzz at once")
+	fs.SetOutput(out)
+	fuzzTime := fs.Duration("time", 10*time.Minute, "how long the whole campaign fuzzes, shared among the targets (with -per-target: how long each target fuzzes)")
+	perTarget := fs.Bool("per-target", false, "make -time each target's fuzzing time (go test -fuzztime), not the campaign's")
+	parallel := fs.Int("parallel", 1, "how many targets fuzz at once, sharing the processors")
 	target := fs.String("target", "", "a regular expression: only the targets it matches run")
 	dir := fs.String("dir", ".", "the replaysafe repository")
+	fs.Usage = func() {
+		fmt.Fprint(out, usage)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -107,20 +123,19 @@ func ParseArgs(args []string) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("-target: %w", err)
 	}
-	return Config{FuzzTime: *fuzzTime, Parallel: *parallel, Target: re, Dir: *dir}, nil
+	return Config{FuzzTime: *fuzzTime, PerTarget: *perTarget, Parallel: *parallel, Target: re, Dir: *dir}, nil
 }
 
 // Main runs a campaign and returns the exit code: 0 when every target ran
 // and found nothing, 1 when a target crashed or failed to run, 2 for a bad
 // command line.
 func Main(args []string, stdout, stderr io.Writer) int {
-	cfg, err := ParseArgs(args)
+	cfg, err := ParseArgs(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, usage)
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "replaysafe fuzz: %v\n%s", err, usage)
+		fmt.Fprintf(stderr, "replaysafe fuzz: %v (see replaysafe fuzz -h)\n", err)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
@@ -131,9 +146,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // Result is what one target's run came to.
 type Result struct {
 	Target   string
-	Status   string // "ok", "crash", "error" or "skipped"
-	Elapsed  time.Duration
-	Progress Progress // the last progress line
+	Status   string        // "ok", "crash", "error", "stopped" or "skipped"
+	FuzzTime time.Duration // the -fuzztime it was given
+	Elapsed  time.Duration // the whole go test run
+	Progress Progress      // the last progress line
 	Crashers []Crasher
 	Err      error
 }
@@ -164,8 +180,15 @@ func Run(ctx context.Context, cfg Config, targets []string, goCmd string, stdout
 	parallel := min(cfg.Parallel, len(selected))
 	workers := max(1, runtime.NumCPU()/parallel) // go test -fuzz workers for each target
 	out := &lockedWriter{w: stdout}
-	fmt.Fprintf(out, "fuzzing %d target(s) for %v each, %d at a time, %d worker(s) each, in %s\n",
-		len(selected), cfg.FuzzTime, parallel, workers, cfg.Dir)
+	start := time.Now()
+	share := &budget{total: cfg.FuzzTime, deadline: start.Add(cfg.FuzzTime), parallel: parallel, left: len(selected)}
+	if cfg.PerTarget {
+		fmt.Fprintf(out, "fuzzing %d target(s) for %v each, %d at a time, %d worker(s) each, in %s\n",
+			len(selected), cfg.FuzzTime, parallel, workers, cfg.Dir)
+	} else {
+		fmt.Fprintf(out, "fuzzing %d target(s) within %v in all, each its share of the time left, %d at a time, %d worker(s) each, in %s\n",
+			len(selected), cfg.FuzzTime, parallel, workers, cfg.Dir)
+	}
 
 	results := make([]Result, len(selected))
 	sem := make(chan struct{}, parallel)
@@ -177,29 +200,73 @@ func Run(ctx context.Context, cfg Config, targets []string, goCmd string, stdout
 			<-sem
 			continue
 		}
+		fuzzTime := cfg.FuzzTime
+		if !cfg.PerTarget {
+			fuzzTime = share.next(time.Now())
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			results[i] = runTarget(ctx, cfg, target, goCmd, workers, out)
+			results[i] = runTarget(ctx, cfg.Dir, target, fuzzTime, goCmd, workers, out)
+			share.done(results[i].Elapsed, fuzzTime)
 		}()
 	}
 	wg.Wait()
-	return summarize(out, results)
+	code := summarize(out, results)
+	fmt.Fprintf(out, "campaign: %d target(s) in %v\n", len(selected), time.Since(start).Round(time.Second))
+	return code
+}
+
+// minFuzzTime is the least fuzzing time a target is given, however
+// little of the budget is left.
+const minFuzzTime = time.Second
+
+// budget shares a campaign's time among its targets. A target started
+// at now with left targets still to start (itself included), parallel at
+// a time, gets the time to the deadline divided by the rounds those
+// targets need, less what starting go test (building, the baseline
+// coverage, the ending) cost the last target that finished beyond its
+// fuzzing time, and at least minFuzzTime.
+type budget struct {
+	total    time.Duration
+	deadline time.Time
+	parallel int
+
+	mu       sync.Mutex
+	left     int
+	overhead time.Duration
+}
+
+// next returns the fuzzing time of the target that starts at now.
+func (b *budget) next(now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	rounds := (b.left + b.parallel - 1) / b.parallel
+	b.left--
+	d := b.deadline.Sub(now)/time.Duration(max(rounds, 1)) - b.overhead
+	return max(d.Round(100*time.Millisecond), minFuzzTime)
+}
+
+// done records what a target's run took beyond its fuzzing time.
+func (b *budget) done(elapsed, fuzzTime time.Duration) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.overhead = max(elapsed-fuzzTime, 0)
 }
 
 // minimizeTime caps go's minimisation of each new corpus entry and
 // crasher; go's default is 60s. targets.txt can set another for a target.
 const minimizeTime = 10 * time.Second
 
-func runTarget(ctx context.Context, cfg Config, target, goCmd string, workers int, out io.Writer) Result {
-	res := Result{Target: target, Status: "ok"}
-	args := []string{"test", "-run=^$", "-fuzz=^" + target + "$", "-fuzztime=" + cfg.FuzzTime.String(),
+func runTarget(ctx context.Context, dir, target string, fuzzTime time.Duration, goCmd string, workers int, out io.Writer) Result {
+	res := Result{Target: target, Status: "ok", FuzzTime: fuzzTime}
+	args := []string{"test", "-run=^$", "-fuzz=^" + target + "$", "-fuzztime=" + fuzzTime.String(),
 		"-fuzzminimizetime=" + minimizeTime.String(), "-parallel=" + strconv.Itoa(workers)}
 	args = append(append(args, targetFlags(target)...), "./fuzz/") // a later flag wins
 	fmt.Fprintf(out, "[%s] %s %s\n", target, goCmd, strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, goCmd, args...)
-	cmd.Dir = cfg.Dir
+	cmd.Dir = dir
 	cmd.WaitDelay = 10 * time.Second
 	pipe, err := cmd.StdoutPipe()
 	if err != nil {
@@ -231,7 +298,7 @@ func runTarget(ctx context.Context, cfg Config, target, goCmd string, workers in
 		}
 	}
 	err = cmd.Wait()
-	res.Elapsed = time.Since(start).Round(time.Second)
+	res.Elapsed = time.Since(start)
 	switch {
 	case len(res.Crashers) > 0:
 		res.Status = "crash"
@@ -253,11 +320,12 @@ func runTarget(ctx context.Context, cfg Config, target, goCmd string, workers in
 func summarize(out io.Writer, results []Result) int {
 	fmt.Fprintln(out)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TARGET\tSTATUS\tELAPSED\tEXECS\tEXECS/S\tNEW\tCORPUS\tCRASHERS")
+	fmt.Fprintln(tw, "TARGET\tSTATUS\tFUZZTIME\tELAPSED\tEXECS\tEXECS/S\tNEW\tCORPUS\tCRASHERS")
 	code := 0
 	for _, r := range results {
 		p := r.Progress
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%d\t%d\t%d\t%d\n", r.Target, r.Status, r.Elapsed, p.Execs, p.PerSecond, p.NewInteresting, p.Total, len(r.Crashers))
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%d\t%d\t%d\t%d\t%d\n", r.Target, r.Status, r.FuzzTime, r.Elapsed.Round(time.Second),
+			p.Execs, p.MeanPerSecond(), p.NewInteresting, p.Total, len(r.Crashers))
 		if r.Status != "ok" && r.Status != "skipped" {
 			code = 1
 		}
@@ -283,6 +351,15 @@ type Progress struct {
 	PerSecond      int64
 	NewInteresting int64
 	Total          int64
+}
+
+// MeanPerSecond is the run's executions a second so far: Execs over
+// Elapsed, where PerSecond is the rate of the last interval only.
+func (p Progress) MeanPerSecond() int64 {
+	if p.Elapsed <= 0 {
+		return 0
+	}
+	return int64(float64(p.Execs) / p.Elapsed.Seconds())
 }
 
 // String prints the progress as one line of a campaign's report.

@@ -6,6 +6,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +26,7 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{"-time", "30s", "-parallel", "3", "-target", "Machine", "-dir", "/src/replaysafe"},
 			want: Config{FuzzTime: 30 * time.Second, Parallel: 3, Target: regexp.MustCompile("Machine"), Dir: "/src/replaysafe"}},
 		{args: []string{"-time=1h"}, want: Config{FuzzTime: time.Hour, Parallel: 1, Target: regexp.MustCompile(""), Dir: "."}},
+		{args: []string{"-time=2m", "-per-target"}, want: Config{FuzzTime: 2 * time.Minute, PerTarget: true, Parallel: 1, Target: regexp.MustCompile(""), Dir: "."}},
 		{args: []string{"-time", "soon"}, wantErr: "invalid value"},
 		{args: []string{"-time", "0s"}, wantErr: "positive"},
 		{args: []string{"-parallel", "0"}, wantErr: "at least 1"},
@@ -33,14 +35,14 @@ func TestParseArgs(t *testing.T) {
 		{args: []string{"extra"}, wantErr: "unexpected argument"},
 	}
 	for _, c := range cases {
-		got, err := ParseArgs(c.args)
+		got, err := ParseArgs(c.args, io.Discard)
 		if c.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
 				t.Errorf("ParseArgs(%q) error = %v, want %q", c.args, err, c.wantErr)
 			}
 			continue
 		}
-		if err != nil || got.FuzzTime != c.want.FuzzTime || got.Parallel != c.want.Parallel ||
+		if err != nil || got.FuzzTime != c.want.FuzzTime || got.PerTarget != c.want.PerTarget || got.Parallel != c.want.Parallel ||
 			got.Target.String() != c.want.Target.String() || got.Dir != c.want.Dir {
 			t.Errorf("ParseArgs(%q) = %+v, %v; want %+v", c.args, got, err, c.want)
 		}
@@ -49,10 +51,15 @@ func TestParseArgs(t *testing.T) {
 
 func TestMainUsage(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := Main([]string{"-h"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "usage: replaysafe fuzz") {
-		t.Errorf("-h: exit %d, %q", code, out.String())
+	if code := Main([]string{"-h"}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "usage: replaysafe fuzz") || out.Len() != 0 {
+		t.Errorf("-h: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
 	}
-	out.Reset()
+	for _, flag := range []string{"-time", "-per-target", "-parallel", "-target", "-dir"} {
+		if !strings.Contains(errOut.String(), "  "+flag+" ") && !strings.Contains(errOut.String(), "  "+flag+"\n") {
+			t.Errorf("-h does not list %s:\n%s", flag, errOut.String())
+		}
+	}
+	errOut.Reset()
 	if code := Main([]string{"-parallel", "-1"}, &out, &errOut); code != 2 || !strings.Contains(errOut.String(), "at least 1") {
 		t.Errorf("bad flag: exit %d, %q", code, errOut.String())
 	}
@@ -207,6 +214,48 @@ func TestTargetsListEveryFuzzFunc(t *testing.T) {
 		if !bytes.Contains(docs, []byte(line)) {
 			t.Errorf("docs/fuzzing.md has no %q line", line)
 		}
+	}
+}
+
+// TestBudget: a campaign's -time is shared among its targets. Each gets
+// the time to the deadline over the rounds its remaining targets need,
+// less the last target's cost beyond its fuzzing time, and never less
+// than minFuzzTime.
+func TestBudget(t *testing.T) {
+	t0 := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	b := &budget{total: 70 * time.Second, deadline: t0.Add(70 * time.Second), parallel: 1, left: 7}
+	if got := b.next(t0); got != 10*time.Second {
+		t.Fatalf("first of 7 targets in 70s: %v, want 10s", got)
+	}
+	b.done(15*time.Second, 10*time.Second) // 5s of building and ending
+	// 55s left for 6 targets is 9.17s each, less the 5s of overhead.
+	if got := b.next(t0.Add(15 * time.Second)); got != 4200*time.Millisecond {
+		t.Fatalf("second target: %v, want 4.2s", got)
+	}
+	b.done(9200*time.Millisecond, 4200*time.Millisecond)
+	if got := b.next(t0.Add(69 * time.Second)); got != minFuzzTime {
+		t.Fatalf("a target starting with 1s left: %v, want the minimum %v", got, minFuzzTime)
+	}
+	if got := b.next(t0.Add(80 * time.Second)); got != minFuzzTime {
+		t.Fatalf("a target starting past the deadline: %v, want the minimum %v", got, minFuzzTime)
+	}
+
+	// Two at a time: 4 targets are two rounds.
+	p := &budget{total: time.Minute, deadline: t0.Add(time.Minute), parallel: 2, left: 4}
+	if got, got2 := p.next(t0), p.next(t0); got != 30*time.Second || got2 != 30*time.Second {
+		t.Fatalf("4 targets 2 at a time in 1m: %v and %v, want 30s each", got, got2)
+	}
+}
+
+// TestMeanPerSecond: the summary's EXECS/S is the run's executions over
+// its elapsed time, not the last interval's rate.
+func TestMeanPerSecond(t *testing.T) {
+	p := Progress{Elapsed: 4 * time.Second, Execs: 1000, PerSecond: 900}
+	if got := p.MeanPerSecond(); got != 250 {
+		t.Errorf("MeanPerSecond = %d, want 250", got)
+	}
+	if got := (Progress{}).MeanPerSecond(); got != 0 {
+		t.Errorf("MeanPerSecond before any progress = %d, want 0", got)
 	}
 }
 
