@@ -13,10 +13,7 @@ import (
 // now), and that for a host no value can name in full only host-less
 // alternatives, which need `":` in the value, are taken.
 func FuzzAltSvc(f *testing.F) {
-	for _, seed := range []string{
-		`h3=":443"; ma=3600`, `clear`, `h2=":443", h3="example.com:8443"; persist=1`,
-		`h3="other.example:443"`, `h3="\"quoted\":1"`, `h3=":443"; ma="x"`, `,,;;="`,
-	} {
+	for _, seed := range altSvcSeeds {
 		f.Add(seed)
 	}
 	now := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
@@ -39,4 +36,18 @@ func FuzzAltSvc(f *testing.F) {
 			t.Fatalf("%q: an alternative on another host was taken", v)
 		}
 	})
+}
+
+// altSvcSeeds are the field values the target passes to f.Add.
+var altSvcSeeds = []string{
+	`h3=":443"; ma=3600`, `clear`, `h2=":443", h3="example.com:8443"; persist=1`,
+	`h3="other.example:443"`, `h3="\"quoted\":1"`, `h3=":443"; ma="x"`, `,,;;="`,
+}
+
+func init() {
+	c := corpus{target: "FuzzAltSvc"}
+	for _, v := range altSvcSeeds {
+		c.added = append(c.added, []any{v})
+	}
+	corpora = append(corpora, c)
 }

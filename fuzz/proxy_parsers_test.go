@@ -26,15 +26,9 @@ import (
 // input, hand the bytes after the header section to the tunnel, and
 // report input that never ends as the proxy closing early.
 func FuzzParseConnectResponse(f *testing.F) {
-	f.Add([]byte("HTTP/1.1 200 Connection established\r\n\r\n"), uint16(10))
-	f.Add([]byte("HTTP/1.1 200 OK\r\n\r\nHELLO"), uint16(19))
-	f.Add([]byte("HTTP/1.0 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"x\"\r\n\r\n"), uint16(50))
-	f.Add([]byte("HTTP/1.1 204\n\n"), uint16(3))
-	f.Add([]byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n"), uint16(25))
-	f.Add([]byte("HTTP/1.1 200 OK\r\nA: b\r\n c\r\n\r\n"), uint16(0))
-	f.Add([]byte("HTTP/2 200\r\n\r\n"), uint16(7))
-	f.Add([]byte("HTTP/1.1 200 OK\r\nVia: 1.1 p\r\n"), uint16(9000))
-	f.Add([]byte("HTTP/1.1 200 OK\r\nX: "+strings.Repeat("a", proxy.MaxHeaderBytes)), uint16(65535))
+	for _, seed := range connectResponseSeeds {
+		f.Add(seed.response, seed.split)
+	}
 	f.Fuzz(func(t *testing.T, b []byte, split uint16) {
 		resp, n, err := proxy.ParseConnectHeader(b)
 		if n < 0 || n > len(b) || n > proxy.MaxHeaderBytes {
@@ -169,14 +163,9 @@ func (c *piecesConn) left() int {
 // URL naming its scheme's default port decides exactly as the one that
 // leaves the port implicit.
 func FuzzNoProxy(f *testing.F) {
-	f.Add("example.com:80", "example.com", false)
-	f.Add("example.com:443", "example.com", true)
-	f.Add("example.com:8080,.internal", "a.internal", false)
-	f.Add("*.example.com:443", "www.example.com", true)
-	f.Add("10.0.0.0/8,[2001:db8::1]:80", "[2001:db8::1]", false)
-	f.Add("EXAMPLE.com.:80", "Example.COM.", false)
-	f.Add("*", "anything", true)
-	f.Add("xn--bcher-kva.example:443", "bücher.example", true)
+	for _, seed := range noProxySeeds {
+		f.Add(seed.noProxy, seed.host, seed.https)
+	}
 	f.Fuzz(func(t *testing.T, noProxy, host string, https bool) {
 		scheme, port := "http", "80"
 		if https {
@@ -200,4 +189,48 @@ func FuzzNoProxy(f *testing.F) {
 			}
 		}
 	})
+}
+
+// connectResponseSeeds are the CONNECT target's f.Add arguments: a
+// response and where to cut it.
+var connectResponseSeeds = []struct {
+	response []byte
+	split    uint16
+}{
+	{[]byte("HTTP/1.1 200 Connection established\r\n\r\n"), uint16(10)},
+	{[]byte("HTTP/1.1 200 OK\r\n\r\nHELLO"), uint16(19)},
+	{[]byte("HTTP/1.0 407 Proxy Authentication Required\r\nProxy-Authenticate: Basic realm=\"x\"\r\n\r\n"), uint16(50)},
+	{[]byte("HTTP/1.1 204\n\n"), uint16(3)},
+	{[]byte("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n\r\n"), uint16(25)},
+	{[]byte("HTTP/1.1 200 OK\r\nA: b\r\n c\r\n\r\n"), uint16(0)},
+	{[]byte("HTTP/2 200\r\n\r\n"), uint16(7)},
+	{[]byte("HTTP/1.1 200 OK\r\nVia: 1.1 p\r\n"), uint16(9000)},
+	{[]byte("HTTP/1.1 200 OK\r\nX: " + strings.Repeat("a", proxy.MaxHeaderBytes)), uint16(65535)},
+}
+
+// noProxySeeds are the NO_PROXY target's f.Add arguments.
+var noProxySeeds = []struct {
+	noProxy, host string
+	https         bool
+}{
+	{"example.com:80", "example.com", false},
+	{"example.com:443", "example.com", true},
+	{"example.com:8080,.internal", "a.internal", false},
+	{"*.example.com:443", "www.example.com", true},
+	{"10.0.0.0/8,[2001:db8::1]:80", "[2001:db8::1]", false},
+	{"EXAMPLE.com.:80", "Example.COM.", false},
+	{"*", "anything", true},
+	{"xn--bcher-kva.example:443", "bücher.example", true},
+}
+
+func init() {
+	cr := corpus{target: "FuzzParseConnectResponse"}
+	for _, s := range connectResponseSeeds {
+		cr.added = append(cr.added, []any{s.response, s.split})
+	}
+	np := corpus{target: "FuzzNoProxy"}
+	for _, s := range noProxySeeds {
+		np.added = append(np.added, []any{s.noProxy, s.host, s.https})
+	}
+	corpora = append(corpora, cr, np)
 }
