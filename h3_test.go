@@ -42,7 +42,7 @@ func startH3(t *testing.T, cfg h3server.Config) *h3server.Server {
 func h3Client(t *testing.T, s *h3server.Server, o replaysafe.Options) (*replaysafe.Transport, *observed) {
 	t.Helper()
 	obs := &observed{}
-	if o.Protocol == replaysafe.ProtocolHTTP1 {
+	if o.Protocol == replaysafe.ProtocolNegotiate {
 		o.Protocol = replaysafe.ProtocolHTTP3
 	}
 	o.TLSClientConfig = s.ClientTLSConfig()
@@ -431,15 +431,13 @@ func TestH3UploadStallTimeout(t *testing.T) {
 	s := startH3(t, cfg)
 	tr, obs := h3Client(t, s, replaysafe.Options{UploadStallTimeout: 150 * time.Millisecond})
 	big := strings.Repeat("x", 256<<10)
-	start := time.Now()
+	// The call ends by the stall bound, not by the server's 10 s: the
+	// cause says which bound ended it.
 	_, _, err := roundTrip(tr, newRequest(t, t.Context(), "PUT", s.URL()+"/stall", big))
 	e := wantRule(t, err, fsm.RuleTimeout, 1)
 	var te *replaysafe.TimeoutError
 	if !errors.As(e, &te) || te.Stall != replaysafe.StallTransport || te.Phase != fsm.PhaseWrite {
 		t.Fatalf("cause %#v", e.Err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("took %v", d)
 	}
 	wantH3Copies(t, s, "/stall", 0)
 	wantDecisions(t, obs, "/stall", fsm.RuleTimeout)

@@ -67,8 +67,8 @@ func TestEndlessInformationalFails(t *testing.T) {
 }
 
 // flood calls GET /flood on base through tr and checks the failure: RS07
-// after one attempt, the informational bound in the error, within 1 s and
-// 16 MiB. The request carries ctx.
+// after one attempt, the informational bound in the error, within 16 MiB.
+// The request carries ctx.
 func flood(t *testing.T, ctx context.Context, tr *replaysafe.Transport, base string) {
 	t.Helper()
 	var err error
@@ -91,8 +91,8 @@ func checkFlood(t *testing.T, err error, took time.Duration, alloc, maxAlloc uin
 	if !errors.Is(err, informational.ErrLimit) || !errors.As(err, &le) || le.Count < 2 {
 		t.Errorf("error %v does not name the informational bound", err)
 	}
-	if took > time.Second || alloc > maxAlloc {
-		t.Errorf("took %v and %d bytes, bound 1s and %d", took, alloc, maxAlloc)
+	if alloc > maxAlloc { // the bound, not the server's supply, ended it
+		t.Errorf("allocated %d bytes, bound %d", alloc, maxAlloc)
 	}
 	t.Logf("%v, %v, %.2f MiB", err, took, float64(alloc)/(1<<20))
 }

