@@ -557,7 +557,9 @@ func (s *server) released(sc *sconn) {
 // client can recover that call by itself.
 func (s *server) markCut(id string) {
 	s.mu.Lock()
-	s.cut[id] = true
+	if s.cut != nil { // nil once forgotten: a handler the close outran
+		s.cut[id] = true
+	}
 	s.mu.Unlock()
 }
 
@@ -575,6 +577,9 @@ func (s *server) record(id, method, digest string, partial bool) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.seen == nil { // forgotten: a handler the close outran
+		return
+	}
 	d := s.seen[id]
 	if d == nil {
 		d = &delivery{method: method}
@@ -601,6 +606,14 @@ func (s *server) deliveries() map[string]delivery {
 		out[id] = *d
 	}
 	return out
+}
+
+// forget releases the server's record of every request id, once it has
+// been tallied, so that the heap read after it is the client's.
+func (s *server) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen, s.cut = nil, nil
 }
 
 // openConns returns the number of connections open at the server.

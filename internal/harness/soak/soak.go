@@ -186,7 +186,10 @@ type Result struct {
 	// includes tracecheck's table of the calls it checked, up to 65536
 	// requests with their bodies); End when the last call returned and
 	// tracecheck is released; After after CloseIdleConnections and the
-	// settle wait, after a collection.
+	// settle wait, after a collection, its heap read again once the
+	// server's record of every request id (its ledger, about 150 bytes a
+	// request) has been tallied and released, so that After.Heap is what
+	// the client still holds beside an empty server, as Before's is.
 	Before, Peak, End, After Resources
 	// Settled reports whether the goroutines and fds came back to Before
 	// within the settle wait.
@@ -484,6 +487,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := srv.Close(); err != nil {
 		return res, err
 	}
+	srv.forget()
+	res.After.Heap = sample(true).Heap
 	if err := ctx.Err(); err != nil {
 		return res, fmt.Errorf("soak: interrupted after %d of %d requests: %w", done.Load(), cfg.N, err)
 	}
