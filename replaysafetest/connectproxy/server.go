@@ -24,6 +24,13 @@
 // and a Script closes that connection as a request arrives or after the
 // origin answered it, unanswered.
 //
+// With "h2" in Config.ALPN the TLS proxy is also an HTTP/2 CONNECT proxy
+// (RFC 9113 §8.5) on golang.org/x/net/http2's Server: tunnels are
+// streams of one connection, recorded like HTTP/1.1 CONNECTs (Proto
+// "HTTP/2.0", Conn the connection's index), counted per connection
+// (TunnelsPerConn), and ResetTunnels aborts the open ones with
+// RST_STREAM.
+//
 // The SOCKS5 proxy (StartSOCKS5) speaks RFC 1928 CONNECT with optional
 // RFC 1929 username/password authentication.
 //
@@ -175,8 +182,16 @@ type Config struct {
 	// (see Server.ClientTLSConfig).
 	TLS bool
 	// ALPN is the list of protocols the TLS proxy accepts; nil means
-	// "http/1.1" only.
+	// "http/1.1" only. With "h2" in it the proxy is an HTTP/2 proxy too:
+	// a connection that negotiates h2 is served by
+	// golang.org/x/net/http2's Server, each CONNECT stream (RFC 9113
+	// §8.5) answered as the connection's Script says (Status, Header,
+	// StallAfterRequest; RequireAuth applies) and tunneled to its target
+	// directly: Upstream does not apply to HTTP/2 connections. See ResetTunnels, H2Conns and TunnelsPerConn.
 	ALPN []string
+	// H2MaxStreams is the SETTINGS_MAX_CONCURRENT_STREAMS of an HTTP/2
+	// connection; zero means x/net's default (250).
+	H2MaxStreams uint32
 	// RequireAuth, if set, makes the proxy answer 407 with a Basic
 	// challenge unless the request carries these credentials.
 	RequireAuth *Credentials
@@ -244,6 +259,9 @@ type Server struct {
 	tlsCfg *tls.Config
 	cert   kit.Cert
 	reqs   []Request // guarded by base.mu
+
+	h2Conns   int                   // guarded by base.mu
+	h2Streams map[*h2Stream]struct{} // HTTP/2 tunnels relaying; guarded by base.mu
 }
 
 // maxRequestBytes bounds a CONNECT request's header section.
@@ -251,7 +269,7 @@ const maxRequestBytes = 64 << 10
 
 // Start starts a CONNECT proxy on 127.0.0.1.
 func Start(cfg Config) (*Server, error) {
-	s := &Server{cfg: cfg}
+	s := &Server{cfg: cfg, h2Streams: map[*h2Stream]struct{}{}}
 	s.cfg.Conns = slices.Clone(cfg.Conns)
 	for i, sc := range s.cfg.Conns {
 		if err := s.validate(sc); err != nil {
@@ -378,6 +396,10 @@ func (s *Server) handle(raw net.Conn, index int) {
 		raw.SetDeadline(time.Time{})
 		conn = tc
 		if sc.Stall == StallAfterHandshake && !s.stall(sc.StallFor) {
+			return
+		}
+		if tc.ConnectionState().NegotiatedProtocol == "h2" {
+			s.serveH2(tc, index, sc, offer)
 			return
 		}
 	}

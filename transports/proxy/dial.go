@@ -48,8 +48,15 @@ type Dialer struct {
 	TLSHandshakeTimeout time.Duration
 	// OnConnectResponse, if set, is called with each proxy's 2xx answer
 	// to a CONNECT before the tunnel is used; an error it returns fails
-	// the dial with a *StepError (step connect) wrapping it.
+	// the dial with a *StepError (step connect) wrapping it. An HTTP/2
+	// answer has Proto "HTTP/2.0" and the status's standard reason.
 	OnConnectResponse func(hop Hop, req ConnectRequest, resp *Response) error
+	// H2, if set, makes DialChain offer ALPN "h2" (then "http/1.1") to
+	// an HTTPS proxy at the first hop and, when the proxy picks h2, open
+	// the tunnel as an HTTP/2 CONNECT stream (RFC 9113 §8.5) on a
+	// connection H2 shares between every tunnel through that proxy. Nil
+	// keeps HTTP/1.1 CONNECT, one proxy connection per tunnel.
+	H2 *H2Pool
 }
 
 // HandshakeTimeoutError reports a TLS handshake that outlived
@@ -221,6 +228,9 @@ func DialChain(ctx context.Context, d *Dialer, hops []Hop, target string, b rout
 		return nil, err
 	}
 	a := newAcquisition(ctx, d.clock(), b)
+	if d.H2 != nil && len(hops) > 0 && hops[0].Kind == route.ProxyHTTPS {
+		return d.H2.dialChain(a, d, hops, target)
+	}
 	first, hop := target, 0
 	if len(hops) > 0 {
 		first, hop = hops[0].Addr(), 1
@@ -229,17 +239,24 @@ func DialChain(ctx context.Context, d *Dialer, hops []Hop, target string, b rout
 	if err != nil {
 		return nil, err
 	}
-	release := a.guard(raw)
-	conn, err := a.passHops(d, raw, hops, target)
+	return a.chainFrom(d, raw, raw, hops, target, 0, false)
+}
+
+// chainFrom runs the steps of hops[from:] on conn under the guard of
+// guarded (the connection whose deadline bounds them, and which is
+// closed on failure); tlsDone says TLS with hops[from] already ran.
+func (a *acquisition) chainFrom(d *Dialer, guarded, conn net.Conn, hops []Hop, target string, from int, tlsDone bool) (net.Conn, error) {
+	release := a.guard(guarded)
+	out, err := a.passHops(d, conn, hops, target, from, tlsDone)
 	if !release() {
-		raw.Close()
-		return nil, &StepError{Step: a.step, Hop: a.hop, Addr: a.addr, Err: ctx.Err()}
+		guarded.Close()
+		return nil, &StepError{Step: a.step, Hop: a.hop, Addr: a.addr, Err: a.ctx.Err()}
 	}
 	if err != nil {
-		raw.Close()
+		guarded.Close()
 		return nil, err
 	}
-	return conn, nil
+	return out, nil
 }
 
 // dialFirst runs the DNS and TCP steps.
@@ -305,7 +322,7 @@ func DialProxy(ctx context.Context, d *Dialer, h Hop, b route.Budget) (net.Conn,
 	if h.Kind == route.ProxyHTTPS {
 		if err = a.enter(route.StepProxyTLS, 1, h.Addr()); err == nil {
 			var tc *tls.Conn
-			if tc, err = a.proxyTLS(d, raw, h, 1); err != nil {
+			if tc, err = a.proxyTLS(d, raw, h, 1, false); err != nil {
 				err = a.fail(err)
 			} else {
 				conn = tc
@@ -323,19 +340,20 @@ func DialProxy(ctx context.Context, d *Dialer, h Hop, b route.Budget) (net.Conn,
 	return conn, nil
 }
 
-// passHops runs the per-hop steps on conn, which reaches hops[0].
-func (a *acquisition) passHops(d *Dialer, conn net.Conn, hops []Hop, target string) (net.Conn, error) {
-	for i, h := range hops {
-		n := i + 1
+// passHops runs the per-hop steps of hops[from:] on conn, which reaches
+// hops[from]; tlsDone says TLS with hops[from] already ran.
+func (a *acquisition) passHops(d *Dialer, conn net.Conn, hops []Hop, target string, from int, tlsDone bool) (net.Conn, error) {
+	for i := from; i < len(hops); i++ {
+		h, n := hops[i], i+1
 		next := target
 		if n < len(hops) {
 			next = hops[n].Addr()
 		}
-		if h.Kind == route.ProxyHTTPS {
+		if h.Kind == route.ProxyHTTPS && !(tlsDone && i == from) {
 			if err := a.enter(route.StepProxyTLS, n, h.Addr()); err != nil {
 				return nil, err
 			}
-			tc, err := a.proxyTLS(d, conn, h, n)
+			tc, err := a.proxyTLS(d, conn, h, n, false)
 			if err != nil {
 				return nil, a.fail(err)
 			}
@@ -373,10 +391,11 @@ func (a *acquisition) passHops(d *Dialer, conn net.Conn, hops []Hop, target stri
 	return conn, nil
 }
 
-// proxyTLS does TLS with an HTTPS proxy, hop n, on conn, offering only
-// HTTP/1.1: the CONNECT exchange that follows is HTTP/1.1 text, and
-// advertising h2 would promise a protocol the client does not speak.
-func (a *acquisition) proxyTLS(d *Dialer, conn net.Conn, h Hop, n int) (*tls.Conn, error) {
+// proxyTLS does TLS with an HTTPS proxy, hop n, on conn, offering
+// HTTP/1.1 alone, or "h2" first when offerH2 is set (Dialer.H2, at the
+// first hop): the CONNECT exchange is then HTTP/2 when the proxy picks
+// it.
+func (a *acquisition) proxyTLS(d *Dialer, conn net.Conn, h Hop, n int, offerH2 bool) (*tls.Conn, error) {
 	cfg := h.TLSConfig.Clone()
 	if cfg == nil {
 		cfg = &tls.Config{}
@@ -385,11 +404,14 @@ func (a *acquisition) proxyTLS(d *Dialer, conn net.Conn, h Hop, n int) (*tls.Con
 		cfg.ServerName = h.Host
 	}
 	cfg.NextProtos = []string{"http/1.1"}
+	if offerH2 {
+		cfg.NextProtos = []string{"h2", "http/1.1"}
+	}
 	tc := tls.Client(conn, cfg)
 	if err := a.handshake(tc, d.TLSHandshakeTimeout, route.StepProxyTLS, n, h.Addr()); err != nil {
 		return nil, err
 	}
-	if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
+	if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" && !(offerH2 && p == "h2") {
 		return nil, errors.New("proxy: HTTPS proxy negotiated ALPN " + strconv.Quote(p) + ", want http/1.1")
 	}
 	return tc, nil

@@ -1,0 +1,173 @@
+package connectproxy
+
+import (
+	"crypto/tls"
+	"errors"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/net/http2"
+)
+
+// serveH2 runs an HTTP/2 proxy connection with golang.org/x/net/http2's
+// Server: each CONNECT stream (RFC 9113 §8.5) is recorded, answered as
+// sc says, and tunneled to its target.
+func (s *Server) serveH2(conn *tls.Conn, index int, sc Script, offer []string) {
+	s.mu.Lock()
+	s.h2Conns++
+	s.mu.Unlock()
+	srv := &http2.Server{MaxConcurrentStreams: s.cfg.H2MaxStreams, IdleTimeout: DefaultTunnelIdle}
+	srv.ServeConn(conn, &http2.ServeConnOpts{
+		Context: s.ctx,
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			s.wg.Add(1) // ServeConn runs: the count is not zero
+			defer s.wg.Done()
+			s.handleH2Stream(w, r, index, sc, offer)
+		}),
+	})
+}
+
+// handleH2Stream answers one request of an HTTP/2 proxy connection.
+func (s *Server) handleH2Stream(w http.ResponseWriter, r *http.Request, index int, sc Script, offer []string) {
+	i := s.record(Request{
+		Conn: index, Method: r.Method, Target: r.Host, Proto: r.Proto,
+		Host: r.Host, Header: r.Header.Clone(), ALPN: offer,
+	})
+	if sc.Stall == StallAfterRequest && !s.stall(sc.StallFor) {
+		return
+	}
+	status := sc.Status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	challenge := false
+	switch {
+	case r.Method != http.MethodConnect:
+		status = http.StatusMethodNotAllowed
+	case s.cfg.RequireAuth != nil && r.Header.Get("Proxy-Authorization") != s.cfg.RequireAuth.basic():
+		status, challenge = http.StatusProxyAuthRequired, true
+	}
+	for k, vv := range sc.Header {
+		w.Header()[k] = append([]string(nil), vv...)
+	}
+	if status < 200 || status > 299 {
+		if challenge {
+			v := `Basic realm="connectproxy"`
+			if s.cfg.ChallengeSize > 0 {
+				v = challengeOf(s.cfg.ChallengeSize)
+			}
+			w.Header().Set("Proxy-Authenticate", v)
+		}
+		s.answered(i, status)
+		w.WriteHeader(status)
+		return
+	}
+	target, err := s.dial(r.Host)
+	if err != nil {
+		s.log("conn %d: dial %s: %v", index, r.Host, err)
+		code := http.StatusBadGateway
+		if errors.Is(err, errNotLoopback) {
+			code = http.StatusForbidden
+		}
+		s.answered(i, code)
+		w.WriteHeader(code)
+		return
+	}
+	s.tunnelOpened()
+	s.answered(i, status)
+	w.WriteHeader(status)
+	rc := http.NewResponseController(w)
+	if rc.Flush() != nil {
+		s.release(target)
+		return
+	}
+	st := &h2Stream{w: w, rc: rc, body: r.Body, target: target, conn: index}
+	s.mu.Lock()
+	s.h2Streams[st] = struct{}{}
+	s.mu.Unlock()
+	s.relay(st, nil, target)
+	s.mu.Lock()
+	delete(s.h2Streams, st)
+	s.mu.Unlock()
+	if st.reset.Load() {
+		panic(http.ErrAbortHandler) // x/net's server resets the stream
+	}
+}
+
+// ResetTunnels resets every HTTP/2 tunnel open now (RST_STREAM): the
+// proxy closes its connection to the target and aborts the stream, as a
+// proxy does when the target's connection fails (RFC 9113 §8.5). It
+// returns how many it reset. HTTP/1.1 tunnels are left alone.
+func (s *Server) ResetTunnels() int {
+	s.mu.Lock()
+	var all []*h2Stream
+	for st := range s.h2Streams {
+		all = append(all, st)
+	}
+	s.mu.Unlock()
+	for _, st := range all {
+		st.reset.Store(true)
+		st.target.Close()
+	}
+	return len(all)
+}
+
+// H2Conns returns the number of proxy connections that negotiated
+// HTTP/2.
+func (s *Server) H2Conns() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.h2Conns
+}
+
+// TunnelsPerConn returns, per proxy connection index (accept order),
+// the number of tunnels it opened (requests answered 2xx).
+func (s *Server) TunnelsPerConn() map[int]int {
+	out := map[int]int{}
+	for _, r := range s.Requests() {
+		if r.Status >= 200 && r.Status <= 299 {
+			out[r.Conn]++
+		}
+	}
+	return out
+}
+
+// h2Stream is a CONNECT stream as the relay's client connection: the
+// request body is what the client sends, the response what it reads.
+type h2Stream struct {
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	body interface {
+		Read([]byte) (int, error)
+		Close() error
+	}
+	target net.Conn
+	conn   int
+	reset  atomic.Bool
+	once   sync.Once
+}
+
+func (c *h2Stream) Read(p []byte) (int, error) { return c.body.Read(p) }
+
+func (c *h2Stream) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	if err == nil {
+		err = c.rc.Flush()
+	}
+	return n, err
+}
+
+// Close ends the client's upstream half as far as the relay goes.
+func (c *h2Stream) Close() error {
+	c.once.Do(func() { c.body.Close() })
+	return nil
+}
+
+func (c *h2Stream) LocalAddr() net.Addr                { return nil }
+func (c *h2Stream) RemoteAddr() net.Addr               { return nil }
+func (c *h2Stream) SetDeadline(t time.Time) error      { return c.rc.SetWriteDeadline(t) }
+func (c *h2Stream) SetReadDeadline(t time.Time) error  { return nil }
+func (c *h2Stream) SetWriteDeadline(t time.Time) error { return c.rc.SetWriteDeadline(t) }
