@@ -69,7 +69,7 @@ func TestExtendedConnectH3(t *testing.T) {
 // with HTTP/1.1 only is refused before any connection; a :protocol on
 // another method is an invalid header field name.
 func TestExtendedConnectRefusedOnHTTP1(t *testing.T) {
-	tr := replaysafe.New(replaysafe.Options{})
+	tr := replaysafe.New(replaysafe.Options{Protocol: replaysafe.ProtocolHTTP1})
 	_, err := tr.RoundTrip(extendedConnect(t, "https://127.0.0.1:1/chat"))
 	if !errors.Is(err, plan.ErrExtendedConnectH1) {
 		t.Errorf("err %v, want the plan's refusal", err)

@@ -269,10 +269,13 @@ type Options struct {
 	// closed.
 	OnProxyConnectResponse func(ctx context.Context, proxyURL *url.URL, connectReq *http.Request, connectRes *http.Response) error
 
-	// Protocol chooses the HTTP versions spoken:
-	// ProtocolHTTP1 (the zero value and the default), ProtocolHTTP2 (h2
-	// over TLS, h2c with prior knowledge over http), or ProtocolNegotiate
-	// (ALPN over TLS). HTTP/2 connections are multiplexed: a pooled one
+	// Protocol chooses the HTTP versions spoken: ProtocolNegotiate (the
+	// zero value and the default, as in net/http's DefaultTransport: ALPN
+	// over TLS picks HTTP/2 or HTTP/1.1, http URLs use HTTP/1.1),
+	// ProtocolHTTP1 (HTTP/1.1 only, the opt-out of HTTP/2) or
+	// ProtocolHTTP2 (h2 over TLS, h2c with prior knowledge over http).
+	// Unlike net/http, custom dialers or a TLSClientConfig do not turn
+	// HTTP/2 off (FromTransport takes net/http's choice). HTTP/2 connections are multiplexed: a pooled one
 	// takes a new stream while the server's SETTINGS_MAX_CONCURRENT_STREAMS
 	// allows, and a new connection is dialed when none can take it. ALPN
 	// then offers "h2" (and "http/1.1" when negotiating) instead of what

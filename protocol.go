@@ -12,18 +12,20 @@ type Protocol = plan.Policy
 
 // Protocol policies.
 const (
+	// ProtocolNegotiate lets ALPN decide over TLS: it offers "h2" and
+	// "http/1.1" and speaks what the server selects. Cleartext (http)
+	// URLs use HTTP/1.1. The zero value and the default, as in net/http's
+	// DefaultTransport.
+	ProtocolNegotiate = plan.Negotiate
 	// ProtocolHTTP1 speaks HTTP/1.1 only: ALPN offers "http/1.1" alone
-	// over TLS. The zero value and the default.
+	// over TLS. The opt-out of HTTP/2, as net/http's
+	// Transport.Protocols with HTTP1 alone.
 	ProtocolHTTP1 = plan.HTTP1
 	// ProtocolHTTP2 speaks HTTP/2 only: over TLS (https) ALPN offers "h2"
 	// alone and a server that does not select it fails the acquisition;
 	// over cleartext (http) it speaks h2c with prior knowledge (RFC 9113
 	// §3.3), with no upgrade.
 	ProtocolHTTP2 = plan.HTTP2
-	// ProtocolNegotiate lets ALPN decide over TLS: it offers "h2" and
-	// "http/1.1" and speaks what the server selects. Cleartext (http)
-	// URLs use HTTP/1.1.
-	ProtocolNegotiate = plan.Negotiate
 	// ProtocolHTTP3 speaks HTTP/3 only, over QUIC (RFC 9114): https URLs
 	// on direct routes. An http URL fails, and so does a route through a
 	// proxy (no CONNECT-UDP).

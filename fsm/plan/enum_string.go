@@ -8,18 +8,18 @@ func _() {
 	// An "invalid array index" compiler error signifies that the constant values have changed.
 	// Re-run the stringer command to generate them again.
 	var x [1]struct{}
-	_ = x[HTTP1-0]
-	_ = x[HTTP2-1]
-	_ = x[Negotiate-2]
+	_ = x[Negotiate-0]
+	_ = x[HTTP1-1]
+	_ = x[HTTP2-2]
 	_ = x[HTTP3-3]
 	_ = x[PreferHTTP3-4]
 	_ = x[DiscoverHTTP3-5]
 	_ = x[policyCount-6]
 }
 
-const _Policy_name = "http1http2negotiatehttp3prefer-http3discover-http3policyCount"
+const _Policy_name = "negotiatehttp1http2http3prefer-http3discover-http3policyCount"
 
-var _Policy_index = [...]uint8{0, 5, 10, 19, 24, 36, 50, 61}
+var _Policy_index = [...]uint8{0, 9, 14, 19, 24, 36, 50, 61}
 
 func (i Policy) String() string {
 	idx := int(i) - 0

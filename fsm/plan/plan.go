@@ -29,14 +29,14 @@ type Policy uint8
 
 // Policies. replaysafe.Protocol is this type, so its values are these.
 const (
+	// Negotiate lets ALPN choose HTTP/2 or HTTP/1.1 over TLS, HTTP/1.1 in
+	// cleartext, as net/http's DefaultTransport does. The zero value.
+	Negotiate Policy = iota // negotiate
 	// HTTP1 speaks HTTP/1.1 only.
-	HTTP1 Policy = iota // http1
+	HTTP1 // http1
 	// HTTP2 speaks HTTP/2 only: ALPN h2 over TLS, prior knowledge (h2c)
 	// in cleartext.
 	HTTP2 // http2
-	// Negotiate lets ALPN choose HTTP/2 or HTTP/1.1 over TLS, HTTP/1.1 in
-	// cleartext.
-	Negotiate // negotiate
 	// HTTP3 speaks HTTP/3 only: https on direct routes.
 	HTTP3 // http3
 	// PreferHTTP3 tries HTTP/3 first for https on direct routes, then
@@ -199,8 +199,10 @@ func build(in Input) Plan {
 		legs = append(legs, h3Leg(true))
 	}
 	if !in.HTTPS {
-		// Cleartext negotiation has no ALPN: HTTP/1.1 (no h2c upgrade).
-		h1.Route = route.PolicyNegotiate
+		// Cleartext negotiation has no ALPN: HTTP/1.1 (no h2c upgrade),
+		// on a route of the HTTP/1.1 policy, whose connections these
+		// are: through an HTTP proxy it goes in absolute form, as under
+		// HTTP1 (route.Spec.Forward).
 		return Plan{Legs: append(legs, h1)}
 	}
 	// The HTTP/1.1 leg of a negotiation is pooled with it (the route's

@@ -53,7 +53,7 @@ func TestMake(t *testing.T) {
 		{"http2 h2c proxied", plan.Input{Policy: plan.HTTP2, Proxied: true}, "refused: " + plan.ErrH2CProxied.Error()},
 		{"negotiate https", plan.Input{Policy: plan.Negotiate, HTTPS: true}, neg},
 		{"negotiate https, ALPN chose h1 before", plan.Input{Policy: plan.Negotiate, HTTPS: true, ALPNChoseH1: true}, negH1},
-		{"negotiate http", plan.Input{Policy: plan.Negotiate}, "h1(negotiate)"},
+		{"negotiate http", plan.Input{Policy: plan.Negotiate}, h1clear},
 		{"http3", plan.Input{Policy: plan.HTTP3, HTTPS: true}, "h3(h3,alpn=h3)"},
 		{"http3 ignores a broken route", plan.Input{Policy: plan.HTTP3, HTTPS: true, H3Broken: true}, "h3(h3,alpn=h3)"},
 		{"http3 http", plan.Input{Policy: plan.HTTP3}, "refused: " + plan.ErrH3Scheme.Error()},
@@ -62,7 +62,7 @@ func TestMake(t *testing.T) {
 		{"prefer https, ALPN chose h1", plan.Input{Policy: plan.PreferHTTP3, HTTPS: true, ALPNChoseH1: true}, race + negH1},
 		{"prefer https broken", plan.Input{Policy: plan.PreferHTTP3, HTTPS: true, H3Broken: true}, neg},
 		{"prefer https proxied", plan.Input{Policy: plan.PreferHTTP3, HTTPS: true, Proxied: true}, neg},
-		{"prefer http", plan.Input{Policy: plan.PreferHTTP3}, "h1(negotiate)"},
+		{"prefer http", plan.Input{Policy: plan.PreferHTTP3}, h1clear},
 		{"discover without advertisement", plan.Input{Policy: plan.DiscoverHTTP3, HTTPS: true}, neg},
 		{"discover advertised", plan.Input{Policy: plan.DiscoverHTTP3, HTTPS: true, AltSvcH3: true}, race + neg},
 		{"discover advertised but broken", plan.Input{Policy: plan.DiscoverHTTP3, HTTPS: true, AltSvcH3: true, H3Broken: true}, neg},
@@ -91,7 +91,7 @@ func TestMake(t *testing.T) {
 // HTTP/1.1 leg offers only http/1.1.
 func TestInvariants(t *testing.T) {
 	n := 0
-	for pol := plan.HTTP1; pol <= plan.DiscoverHTTP3; pol++ {
+	for pol := plan.Negotiate; pol <= plan.DiscoverHTTP3; pol++ {
 		for bits := range 1 << 6 {
 			in := plan.Input{Policy: pol, HTTPS: bits&1 != 0, Proxied: bits&2 != 0,
 				ALPNChoseH1: bits&4 != 0, H3Broken: bits&8 != 0, AltSvcH3: bits&16 != 0, ExtendedConnect: bits&32 != 0}

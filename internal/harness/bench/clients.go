@@ -103,7 +103,7 @@ var Protocols = []Protocol{
 		Bare:  bareTCP("h1"),
 		Clients: []Client{
 			{Name: Replaysafe, New: func(e Env) RoundTripper {
-				return replaysafe.New(replaysafe.Options{TLSClientConfig: e.TLS, MaxIdleConnsPerHost: e.MaxIdle})
+				return replaysafe.New(replaysafe.Options{TLSClientConfig: e.TLS, MaxIdleConnsPerHost: e.MaxIdle, Protocol: replaysafe.ProtocolHTTP1})
 			}},
 			{Name: NetHTTP, New: newNetHTTP},
 		},

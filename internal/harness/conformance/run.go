@@ -231,6 +231,7 @@ func (e *Env) newClient(c Case, client string, tlsCfg *tls.Config, obs replaysaf
 	o := replaysafe.Options{TLSClientConfig: tlsCfg, Observer: obs}
 	switch c.Proto {
 	case ProtoH1:
+		o.Protocol = replaysafe.ProtocolHTTP1
 		o.DialContext, o.Proxy = e.Dialer.DialContext, e.proxyFunc()
 	case ProtoH2:
 		o.Protocol = replaysafe.ProtocolHTTP2

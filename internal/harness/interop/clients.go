@@ -123,6 +123,8 @@ func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Che
 			}},
 		}
 		switch w {
+		case WireH1:
+			opts.Protocol = replaysafe.ProtocolHTTP1
 		case WireH2:
 			opts.Protocol = replaysafe.ProtocolHTTP2
 		case WireH3:

@@ -134,6 +134,8 @@ func newClient(cfg Config, srv *server) (*client, error) {
 	}
 	o.Retry.MaxAttempts = cfg.Retry
 	switch cfg.Proto {
+	case "h1", "h1tls":
+		o.Protocol = replaysafe.ProtocolHTTP1
 	case "h2", "h2c":
 		o.Protocol = replaysafe.ProtocolHTTP2
 	case "h3":
