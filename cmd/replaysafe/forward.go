@@ -13,6 +13,8 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,12 +35,27 @@ func runForward(args []string, stdout, stderr io.Writer) int {
 	return serveForward(ctx, args, stderr, nil)
 }
 
-// forwardShutdownTimeout bounds the graceful shutdown of `replaysafe
-// forward` once it is told to stop.
-const forwardShutdownTimeout = 5 * time.Second
+// defaultShutdownTimeout bounds the graceful shutdown of `replaysafe
+// forward` once it is told to stop, unless -shutdown-timeout says
+// otherwise.
+const defaultShutdownTimeout = 10 * time.Second
 
-// serveForward parses args, listens and forwards until ctx is done. ready,
-// if set, is called with the listening address once requests are served.
+// forwardUsage is the text of forward -h before the flags.
+const forwardUsage = `usage: replaysafe forward -to URL [-listen ADDR] [-tls-cert F -tls-key F] [-h2c] [-h3]
+       [-egress h1|h2|h3|negotiate] [-x-forwarded-for=false] [-forwarded] [-preserve-host]
+       [-trust-forwarded] [-shutdown-timeout D]
+
+Forwards every request to the upstream and logs one line per request to stderr. Its first
+line names the listeners, what they accept and the egress. On SIGINT or SIGTERM it stops
+accepting, lets the requests in flight finish for up to -shutdown-timeout, logs how many
+did, and exits (1 when some were cut). See docs/forwarding.md.
+
+flags:
+`
+
+// serveForward parses args, listens and forwards until ctx is done, then
+// drains the requests in flight. ready, if set, is called with the
+// listening address once requests are served.
 func serveForward(ctx context.Context, args []string, stderr io.Writer, ready func(addr string)) int {
 	fs := flag.NewFlagSet("forward", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -50,9 +67,13 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	h3 := fs.Bool("h3", false, "also serve HTTP/3 on the same port over UDP (needs -tls-cert)")
 	egressName := fs.String("egress", "h1", "upstream protocol: h1, h2, h3 or negotiate")
 	acquire := fs.Duration("acquire-timeout", replaysafe.DefaultAcquireTimeout, "deadline for getting an upstream connection (504 when it passes)")
+	xff := fs.Bool("x-forwarded-for", true, "append the client address to X-Forwarded-For and set X-Forwarded-Host and X-Forwarded-Proto, as httputil.ReverseProxy does")
+	forwarded := fs.Bool("forwarded", false, "append a Forwarded element (RFC 7239) naming the client, the inbound host and protocol")
+	preserveHost := fs.Bool("preserve-host", false, "send the inbound Host upstream instead of the upstream's")
+	trust := fs.Bool("trust-forwarded", false, "keep the inbound Forwarded and X-Forwarded-* fields and append to them (by default they are removed: any client can write them)")
+	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout, "on SIGINT or SIGTERM, how long the requests in flight may take to finish")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: replaysafe forward -to URL [-listen ADDR] [-tls-cert F -tls-key F] [-h2c] [-h3] [-egress h1|h2|h3|negotiate]")
-		fmt.Fprintln(stderr, "\nForwards every request to the upstream and logs one line per request to stderr.")
+		fmt.Fprint(stderr, forwardUsage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -85,20 +106,33 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	if *h3 && *cert == "" {
 		return fail("-h3 needs -tls-cert and -tls-key")
 	}
+	if *shutdownTimeout < 0 {
+		return fail("-shutdown-timeout must not be negative")
+	}
 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
 	fw := forward.New(forward.Options{
 		Upstream:         up,
 		Egress:           egress,
 		TransportOptions: replaysafe.Options{AcquireTimeout: *acquire},
+		XForwardedFor:    *xff,
+		Forwarded:        *forwarded,
+		PreserveHost:     *preserveHost,
+		TrustForwarded:   *trust,
 		Logger:           logger,
 	})
 	defer fw.Transport().CloseIdleConnections()
+	var inFlight atomic.Int64
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		inFlight.Add(1)
+		defer inFlight.Add(-1)
+		fw.ServeHTTP(w, r)
+	})
 
-	srv := &http.Server{Handler: fw, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 30 * time.Second, ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	srv.Protocols = new(http.Protocols)
 	srv.Protocols.SetHTTP1(true)
-	scheme := "http"
+	scheme, accepts := "http", []string{"HTTP/1.1"}
 	if *cert != "" {
 		pair, err := tls.LoadX509KeyPair(*cert, *key)
 		if err != nil {
@@ -106,28 +140,49 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 		}
 		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{pair}}
 		srv.Protocols.SetHTTP2(true)
-		scheme = "https"
+		scheme, accepts = "https", []string{"HTTP/1.1", "HTTP/2 by ALPN"}
 	}
 	if *h2c {
 		srv.Protocols.SetUnencryptedHTTP2(true)
+		accepts = append(accepts, "h2c")
 	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fail("%v", err)
 	}
+	listeners := fmt.Sprintf("%s://%s (%s)", scheme, ln.Addr(), strings.Join(accepts, ", "))
 	errc := make(chan error, 2)
+	var h3srv *http3.Server
 	if *h3 {
 		pc, err := net.ListenPacket("udp", ln.Addr().String())
 		if err != nil {
 			ln.Close()
 			return fail("%v", err)
 		}
-		h3srv := &http3.Server{Handler: fw, TLSConfig: http3.ConfigureTLSConfig(srv.TLSConfig.Clone())}
+		h3srv = &http3.Server{Handler: handler, TLSConfig: http3.ConfigureTLSConfig(srv.TLSConfig.Clone())}
 		defer h3srv.Close()
 		go func() { errc <- h3srv.Serve(pc) }()
-		fmt.Fprintf(stderr, "replaysafe forward: HTTP/3 on udp %s\n", pc.LocalAddr())
+		listeners += fmt.Sprintf(" and udp %s (HTTP/3)", pc.LocalAddr())
 	}
-	fmt.Fprintf(stderr, "replaysafe forward: listening on %s://%s, forwarding to %s (egress %v)\n", scheme, ln.Addr(), up, egress)
+	headers := []string{}
+	for _, h := range []struct {
+		on   bool
+		name string
+	}{{*xff, "X-Forwarded-For"}, {*forwarded, "Forwarded"}, {true, "Via"}} {
+		if h.on {
+			headers = append(headers, h.name)
+		}
+	}
+	host := "the upstream's Host"
+	if *preserveHost {
+		host = "the inbound Host"
+	}
+	inbound := "inbound forwarding fields removed"
+	if *trust {
+		inbound = "inbound forwarding fields kept"
+	}
+	fmt.Fprintf(stderr, "replaysafe forward: listening on %s, forwarding to %s (egress %v; adds %s; %s; %s)\n",
+		listeners, up, egress, strings.Join(headers, ", "), host, inbound)
 	go func() {
 		if *cert != "" {
 			errc <- srv.ServeTLS(ln, "", "")
@@ -143,11 +198,28 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 		return fail("%v", err)
 	case <-ctx.Done():
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), forwardShutdownTimeout)
+	return drain(stderr, srv, h3srv, &inFlight, *shutdownTimeout)
+}
+
+// drain stops the servers accepting, waits up to timeout for the
+// requests in flight and logs what became of them: 0 when every one
+// finished, 1 when the timeout cut some.
+func drain(stderr io.Writer, srv *http.Server, h3srv *http3.Server, inFlight *atomic.Int64, timeout time.Duration) int {
+	start := time.Now()
+	n := inFlight.Load()
+	fmt.Fprintf(stderr, "replaysafe forward: shutting down: %d request(s) in flight, waiting up to %v for them\n", n, timeout)
+	sctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		fmt.Fprintf(stderr, "replaysafe forward: shutdown: %v\n", err)
+	err := srv.Shutdown(sctx)
+	if h3srv != nil {
+		err = errors.Join(err, h3srv.Shutdown(sctx))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "replaysafe forward: shutdown after %v: %v; %d request(s) cut\n",
+			time.Since(start).Round(time.Millisecond), err, inFlight.Load())
+		srv.Close()
 		return 1
 	}
+	fmt.Fprintf(stderr, "replaysafe forward: stopped after %v, every request in flight finished\n", time.Since(start).Round(time.Millisecond))
 	return 0
 }
