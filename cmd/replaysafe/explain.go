@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -17,6 +18,9 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() == 0 {
@@ -43,7 +47,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 				final := t.Final()
 				fmt.Fprintf(stdout, "decision: %s by %s %s (connection: %s)\n", final.Action, final.Rule.ID(), final.Rule, final.Conn)
 			}
-			if err := t.Check(); err != nil {
+			if err := expectationFailure(t); err != nil {
 				fmt.Fprintf(stdout, "expectation failed: %v\n", err)
 				status = 1
 			}
@@ -53,6 +57,27 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return status
+}
+
+// expectationFailure returns the first expect line of t that does not
+// hold, naming that line only (the MISMATCH under its step names the
+// same), or, for a spec example whose expectations hold, whether its
+// claimed rule decided as claimed.
+func expectationFailure(t spec.Trace) error {
+	if t.IsCall() {
+		for i, d := range t.RunCall() {
+			if s := t.Calls[i]; s.Expect != nil && !s.Expect.Holds(d) {
+				return fmt.Errorf("trace line %d: %v does not hold: got %v", s.Expect.Line, s.Expect, d)
+			}
+		}
+	} else {
+		for _, r := range t.Run() {
+			if r.Mismatch {
+				return fmt.Errorf("trace line %d: %v does not hold: got %v", r.Step.Expect.Line, r.Step.Expect, r.Decision)
+			}
+		}
+	}
+	return t.Check()
 }
 
 func readTraces(name string) ([]spec.Trace, error) {

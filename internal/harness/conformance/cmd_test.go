@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 )
 
 func runMain(args ...string) (int, string, string) {
@@ -112,5 +114,39 @@ func TestCells(t *testing.T) {
 	bad.Trace = "tracecheck: 1 of 1 attempt traces failed"
 	if got := strings.Join(Row(bad), " "); !strings.Contains(got, "TRACE FAILED") {
 		t.Errorf("row %q", got)
+	}
+}
+
+// A case still running is named on the progress writer every
+// ProgressInterval with its client and run, so that a long case is not
+// silence.
+func TestMainProgressWithinACase(t *testing.T) {
+	defer func(d time.Duration) { ProgressInterval = d }(ProgressInterval)
+	ProgressInterval = time.Millisecond // the tunnel cut holds each run for 150ms
+	code, out, errs := runMain("-quick", "-runs", "2", "-case", `^proxy-post-tunnel-cut/tls$`)
+	if code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	for _, want := range []string{
+		"] proxy-post-tunnel-cut/tls: replaysafe run 1/2\n",
+		"] proxy-post-tunnel-cut/tls: replaysafe run 2/2\n",
+		"] proxy-post-tunnel-cut/tls: net/http run 1/",
+	} {
+		if !strings.Contains(errs, "[running, ") || !strings.Contains(errs, want) {
+			t.Errorf("progress lacks %q:\n%s", want, errs)
+		}
+	}
+}
+
+// A µs value (two bytes, one character) fills its column as a ms value
+// does: the next column starts at the same character.
+func TestColumnsAlignWithMicroseconds(t *testing.T) {
+	var b bytes.Buffer
+	printLine(&b, []string{"tcp", "replaysafe", "200 3/3", "1", "1", "RS02", "512µs", "ok"})
+	printLine(&b, []string{"tcp", "replaysafe", "200 3/3", "1", "1", "RS02", "1.5ms", "ok"})
+	lines := strings.Split(strings.TrimRight(b.String(), "\n"), "\n")
+	col := func(line string) int { return utf8.RuneCountInString(line[:strings.LastIndex(line, "ok")]) }
+	if len(lines) != 2 || col(lines[0]) != col(lines[1]) {
+		t.Errorf("the check column starts at different characters:\n%s", b.String())
 	}
 }

@@ -7,9 +7,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // DefaultRuns is how many times Main runs each case.
@@ -37,8 +41,8 @@ type Section struct {
 // flags, registered by ExtraFlags).
 var Extra func(fs *flag.FlagSet) ([]Section, error)
 
-// usage is the text of -h before the flags.
-const usage = `usage: replaysafe conformance [-quick] [-json] [-runs N] [-case REGEX]
+// Usage is the text of the loopback suite's -h before the flags.
+const Usage = `usage: replaysafe conformance [-quick] [-json] [-runs N] [-case REGEX]
 
 Runs fault scenarios over loopback against replaysafe and its peers (net/http, x/net/http2,
 quic-go/http3), each with a fresh scripted server that counts the copies of the request it
@@ -50,24 +54,56 @@ flags:
 // ExtraFlags, when set, registers flags for Extra on Main's flag set.
 var ExtraFlags func(fs *flag.FlagSet)
 
-// Main is the `replaysafe conformance` command: it runs the scenarios
-// over loopback against replaysafe and its peers side by side, counting
-// at the server, checks every replaysafe attempt's trace with tracecheck,
-// and streams each case's rows as it finishes with a progress line (or
-// prints JSON at the end with -json). It returns the exit code: 0 when
-// replaysafe met every expectation, 1 when it did not, 2 for bad flags.
-func Main(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	asJSON := fs.Bool("json", false, "print the reports as JSON at the end")
-	runs := fs.Int("runs", 0, fmt.Sprintf("runs of each case (default %d, %d with -quick)", DefaultRuns, QuickRuns))
-	quick := fs.Bool("quick", false, "few runs, the slow proxy tunnel cuts shortened, each deadline-bound peer once")
-	pattern := fs.String("case", "", "run only the cases whose name (scenario/network) matches this regular expression")
+// Flags are the loopback suite's command-line flags.
+type Flags struct {
+	JSON  bool   // -json: the reports as JSON, no table
+	Runs  int    // -runs: runs of each case; 0 means DefaultRuns, or QuickRuns with Quick
+	Quick bool   // -quick
+	Case  string // -case: a regular expression over the case names
+}
+
+// Register defines the flags on fs, and ExtraFlags' when it is set.
+func (f *Flags) Register(fs *flag.FlagSet) {
+	fs.BoolVar(&f.JSON, "json", false, "print the reports as one JSON document instead of the tables")
+	fs.IntVar(&f.Runs, "runs", 0, fmt.Sprintf("runs of each case (default %d, %d with -quick)", DefaultRuns, QuickRuns))
+	fs.BoolVar(&f.Quick, "quick", false, "few runs, the slow proxy tunnel cuts shortened, each deadline-bound peer once")
+	fs.StringVar(&f.Case, "case", "", "run only the cases whose name (scenario/network) matches this regular expression")
 	if ExtraFlags != nil {
 		ExtraFlags(fs)
 	}
+}
+
+// Settings returns the settings the flags ask for, or the usage error
+// that -runs is out of range.
+func (f Flags) Settings() (Settings, error) {
+	set := Settings{Runs: f.Runs, Quick: f.Quick}
+	if set.Runs == 0 {
+		set.Runs = DefaultRuns
+		if set.Quick {
+			set.Runs = QuickRuns
+		}
+	}
+	if set.Runs < 1 || set.Runs > maxRuns {
+		return Settings{}, fmt.Errorf("-runs must be between 1 and %d", maxRuns)
+	}
+	return set, nil
+}
+
+// Main is the loopback suite as a command: it runs the scenarios over
+// loopback against replaysafe and its peers side by side, counting at
+// the server, checks every replaysafe attempt's trace with tracecheck,
+// and streams each case's rows as it finishes (or prints the reports as
+// one JSON array at the end with -json). It returns the exit code: 0 when
+// replaysafe met every expectation, 1 when it did not, 2 for bad flags.
+// `replaysafe conformance` runs it through RunSuite, beside its other
+// sections.
+func Main(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var f Flags
+	f.Register(fs)
 	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, Usage)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -81,33 +117,56 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	set := Settings{Runs: *runs, Quick: *quick}
-	if set.Runs == 0 {
-		set.Runs = DefaultRuns
-		if set.Quick {
-			set.Runs = QuickRuns
-		}
+	table := stdout
+	if f.JSON {
+		table = io.Discard
 	}
-	if set.Runs < 1 || set.Runs > maxRuns {
-		fmt.Fprintf(stderr, "conformance: -runs must be between 1 and %d\n", maxRuns)
-		return 2
+	all, code := RunSuite(f, fs, table, stderr)
+	if code == 2 || !f.JSON {
+		return code
 	}
-	re, err := regexp.Compile(*pattern)
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(all); err != nil {
+		fmt.Fprintf(stderr, "conformance: %v\n", err)
+		return 1
+	}
+	return code
+}
+
+// ProgressInterval is how often RunSuite says, on its progress writer,
+// which run of which client each unfinished case is at.
+var ProgressInterval = 5 * time.Second
+
+// RunSuite runs the cases the flags select (the built-in scenarios, then
+// Extra's sections, given fs to read their flags), streaming each case's
+// rows to table as it finishes and the totals at the end, and progress
+// to progress: a line a finished case, and every ProgressInterval the run
+// and client of each case still running. It returns the reports and the
+// exit code: 0 when replaysafe met every expectation, 1 when it did not,
+// 2 for a bad flag (said on progress).
+func RunSuite(f Flags, fs *flag.FlagSet, table, progress io.Writer) ([]Report, int) {
+	set, err := f.Settings()
 	if err != nil {
-		fmt.Fprintf(stderr, "conformance: -case: %v\n", err)
-		return 2
+		fmt.Fprintf(progress, "conformance: %v\n", err)
+		return nil, 2
+	}
+	re, err := regexp.Compile(f.Case)
+	if err != nil {
+		fmt.Fprintf(progress, "conformance: -case: %v\n", err)
+		return nil, 2
 	}
 	scenarios, err := Scenarios()
 	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
+		fmt.Fprintln(progress, err)
+		return nil, 1
 	}
 	sections := []Section{{Title: "loopback scenarios", Cases: Cases(scenarios)}}
 	if Extra != nil {
 		more, err := Extra(fs)
 		if err != nil {
-			fmt.Fprintf(stderr, "conformance: %v\n", err)
-			return 2
+			fmt.Fprintf(progress, "conformance: %v\n", err)
+			return nil, 2
 		}
 		sections = append(sections, more...)
 	}
@@ -123,16 +182,16 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		total += len(keep)
 	}
 	if total == 0 {
-		fmt.Fprintf(stderr, "conformance: no case matches %q\n", *pattern)
-		return 2
+		fmt.Fprintf(progress, "conformance: no case matches %q\n", f.Case)
+		return nil, 2
 	}
 
-	table, progress := stdout, stderr
-	if *asJSON {
-		table = io.Discard
-	}
 	start := time.Now()
 	fmt.Fprintf(progress, "conformance: %d cases, %d runs each, %d at once\n", total, set.Runs, Workers())
+	running := newRunning(progress, start)
+	set.OnRun = running.at
+	stop := running.report(ProgressInterval)
+	defer stop()
 	var all []Report
 	finished := 0
 	for _, sec := range sections {
@@ -143,30 +202,76 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		printHeader(table)
 		reps := RunAll(sec.Cases, set, func(i int, reps []Report) {
 			finished++
+			running.done(sec.Cases[i].Name())
 			printCase(table, sec.Cases[i], reps)
 			fmt.Fprintf(progress, "[case %d/%d, %s] %s\n", finished, total, time.Since(start).Round(100*time.Millisecond), sec.Cases[i].Name())
 		})
 		all = append(all, reps...)
 	}
 	printSummary(table, all, set.Runs, time.Since(start))
-	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(all); err != nil {
-			fmt.Fprintf(stderr, "conformance: %v\n", err)
-			return 1
-		}
-	}
 	for _, r := range all {
 		if r.Client == Replaysafe && !r.OK {
-			return 1
+			return all, 1
 		}
 	}
-	return 0
+	return all, 0
 }
 
-// columns are the table's columns and their widths; a cell wider than
-// its column pushes the rest of the line right.
+// running is where each unfinished case is: its client and run.
+type running struct {
+	w     io.Writer
+	start time.Time
+
+	mu    sync.Mutex
+	where map[string]string // case name: "client run i/n"
+}
+
+func newRunning(w io.Writer, start time.Time) *running {
+	return &running{w: w, start: start, where: map[string]string{}}
+}
+
+// at records that case c's client starts its run-th run of runs.
+func (r *running) at(c Case, client string, run, runs int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.where[c.Name()] = fmt.Sprintf("%s run %d/%d", client, run, runs)
+}
+
+func (r *running) done(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.where, name)
+}
+
+// report prints where every unfinished case is, every interval, until
+// the returned function is called.
+func (r *running) report(interval time.Duration) (stop func()) {
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+			}
+			r.mu.Lock()
+			for _, name := range slices.Sorted(maps.Keys(r.where)) {
+				fmt.Fprintf(r.w, "[running, %s] %s: %s\n", time.Since(r.start).Round(100*time.Millisecond), name, r.where[name])
+			}
+			r.mu.Unlock()
+		}
+	})
+	return func() {
+		close(quit)
+		wg.Wait()
+	}
+}
+
+// columns are the table's columns and their widths in characters (µs is
+// two); a cell wider than its column pushes the rest of the line right.
 var columns = []struct {
 	name  string
 	width int
@@ -181,7 +286,7 @@ func printLine(w io.Writer, cells []string) {
 	for i, c := range cells {
 		b.WriteString(strings.Repeat(" ", pad))
 		b.WriteString(c)
-		pad = max(columns[i].width-len(c), 0) + 2
+		pad = max(columns[i].width-utf8.RuneCountInString(c), 0) + 2
 	}
 	fmt.Fprintln(w, strings.TrimRight(b.String(), " "))
 }

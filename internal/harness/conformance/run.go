@@ -41,6 +41,10 @@ type Settings struct {
 	// each peer of a scenario with PeerRuns runs once within
 	// quickPeerDeadline.
 	Quick bool
+	// OnRun, if set, is called as each run of a case starts, with the
+	// client, the run's number from 1 and the client's number of runs.
+	// RunAll calls it from several goroutines.
+	OnRun func(c Case, client string, run, runs int)
 }
 
 // tunnelCut is the proxy's idle cut in the tunnel-cut scenarios: long
@@ -414,6 +418,9 @@ func RunCase(c Case, client string, set Settings) Report {
 	var slowest time.Duration
 	same := true
 	for i := range n {
+		if set.OnRun != nil {
+			set.OnRun(c, client, i+1, n)
+		}
 		r := RunOnce(c, client, set)
 		slowest = max(slowest, r.Elapsed)
 		w := r.Want(client)
