@@ -11,7 +11,6 @@ import (
 
 	"github.com/replaysafe/replaysafe/adapters/recorder"
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/pool"
 	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
@@ -65,12 +64,14 @@ type attemptWire interface {
 	// informational returns the error of informational (1xx) responses
 	// beyond their bound, or nil: the stack's own error does not say so.
 	informational() error
-	// resendFrom returns what a resend after this attempt may take: the
-	// pool's mark now (connections opened after the failure) and the
-	// attempt's own connection, taken again only after a refusal of the
-	// stream alone (see streamOnly). HTTP/1.1 returns zero values: its
-	// resend always dials.
-	resendFrom() (after uint64, same any)
+	// resendFrom returns what a resend after this attempt may take:
+	// connections whose dial started after a mark (the pool's clock now,
+	// or, when connFailed, when the connection was first seen failing,
+	// the same for every request it displaced) and the attempt's own
+	// connection, taken again only after a refusal of the stream alone
+	// (see streamOnly). HTTP/1.1 returns zero values: its resend always
+	// dials.
+	resendFrom(connFailed bool) (after uint64, same any)
 	// learnGoAway tells the pool, when the connection received a GOAWAY,
 	// how many streams the server accepted on it (see muxPool.learn).
 	learnGoAway()
@@ -341,23 +342,6 @@ func (a *attempt) endWire(d fsm.Decision, clean bool) {
 	a.wire.end(d, clean)
 }
 
-// graceful reports whether rule resends after the server refused our
-// stream or sent GOAWAY (RS12's hand-back included: a connection that
-// could not take the stream): a server that goes on serving, so the
-// requests it displaced share new connections (spec/choices.md). After a
-// connection that died under the request (RS16, RS20) the resend gets a
-// connection of its own: a server that kills connections would kill a
-// shared one again, with every resend on it, and RS08 allows no third
-// copy.
-func graceful(rule fsm.Rule) bool {
-	switch rule {
-	case fsm.RuleEvidenceRefusedStream, fsm.RuleEvidenceRequestRejected,
-		fsm.RuleEvidenceGoAwayBoundary, fsm.RuleEvidenceHandedBack:
-		return true
-	}
-	return false
-}
-
 // streamOnly reports whether rule resends after the server refused one
 // stream on a connection that stays healthy: HTTP/2 REFUSED_STREAM. The
 // resend may then run on the same connection (spec/choices.md): frames
@@ -380,13 +364,15 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 	if a.wire != nil {
 		a.wire.learnGoAway()
 	}
-	if a.wire != nil && d.Action == fsm.ActionResend {
-		after, same = a.wire.resendFrom()
+	displaced := a.wire != nil && d.Action == fsm.ActionResend
+	if displaced {
+		// Whatever ended the attempt, its resend takes only a connection
+		// that joins the pool from now on (or, after REFUSED_STREAM, the
+		// same one), and shares it with the other requests displaced
+		// with it (spec/choices.md, choice 23).
+		after, same = a.wire.resendFrom(!streamOnly(d.Rule))
 		if !streamOnly(d.Rule) {
 			same = nil
-		}
-		if !graceful(d.Rule) {
-			after = pool.OwnConn
 		}
 	}
 	a.endWire(d, false)
@@ -395,7 +381,7 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 	a.report(err)
 	resp, next, err := a.tr.afterFailure(a.cd, err, a.body)
 	if next != nil {
-		next.after, next.same = after, same
+		next.after, next.same, next.displaced = after, same, displaced
 	}
 	return resp, next, err
 }

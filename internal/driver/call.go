@@ -453,6 +453,10 @@ type resend struct {
 	body  io.ReadCloser
 	after uint64
 	same  any // *h2Conn or *h3Conn, or nil
+	// displaced marks the automatic resend of a request whose
+	// connection failed under it: its acquisition waits out a route that
+	// refuses new connections (pool.Mux.Acquire's redial).
+	displaced bool
 }
 
 // abortCause returns the error to report for err: the acquisition's

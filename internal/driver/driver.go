@@ -67,6 +67,10 @@ type Config struct {
 	BackgroundDialTimeout time.Duration
 	// KeepAlive is the QUIC keep-alive period when QUICConfig is nil.
 	KeepAlive time.Duration
+	// Redial spaces the dials of a route that refuses while displaced
+	// requests wait for it (spec/choices.md, choice 23); the zero value
+	// means pool.DefaultRedialBase and pool.DefaultRedialMax.
+	Redial pool.Redial
 
 	// OnAttempt, if set, is told of every finished wire attempt.
 	OnAttempt func(Report)
@@ -135,6 +139,8 @@ func New(cfg Config) *Transport {
 		altSvc:    altsvc.NewCache(),
 		h3pool:    pool.NewMux[*h3Conn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit, idle),
 	}
+	t.h2pool.SetRedial(cfg.Redial)
+	t.h3pool.SetRedial(cfg.Redial)
 	t.h3Broken.Stale = func(at time.Time) bool { return time.Since(at) >= cfg.H3RetryAfter }
 	if cfg.AcquireTimeout > 0 {
 		t.limits.Acquire = cfg.AcquireTimeout

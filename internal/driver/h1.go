@@ -128,7 +128,7 @@ func (w *h1Wire) bodyDoneOnError() bool { return true }
 func (w *h1Wire) informational() error { return nil }
 
 // resendFrom returns zero values: an HTTP/1.1 resend always dials.
-func (w *h1Wire) resendFrom() (uint64, any) { return 0, nil }
+func (w *h1Wire) resendFrom(bool) (uint64, any) { return 0, nil }
 
 func (w *h1Wire) learnGoAway() {}
 

@@ -25,6 +25,10 @@ import (
 // call goes to the HTTP/1.1 path, nothing of it having been sent.
 var errFallbackH1 = errors.New("replaysafe: ALPN selected HTTP/1.1")
 
+// errNotH2 means a server chose a protocol other than h2 in ALPN where
+// the leg allows no fallback.
+var errNotH2 = errors.New("did not select h2")
+
 // alpnH1 is errFallbackH1 with the TLS connection ALPN answered on: the
 // HTTP/1.1 leg takes it over (try.handoff) rather than dialing again.
 type alpnH1 struct{ conn dial.Conn }
@@ -89,12 +93,10 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	// needs its own context and the acquisition deadline's timer.
 	var hc *h2Conn
 	reused := false
-	if start.after != pool.OwnConn {
-		hc, reused, _ = tr.t.h2pool.Take(tr.key, start.after, same)
-	}
+	hc, reused, _ = tr.t.h2pool.Take(tr.key, start.after, same)
 	var err error
 	if hc == nil {
-		hc, reused, err = tr.t.acquireH2(a.acquireContext(), tr.key, tr.snap, tr.leg, a.rec.Start(), start.after, same)
+		hc, reused, err = tr.t.acquireH2(a.acquireContext(), tr.key, tr.snap, tr.leg, a.rec.Start(), start)
 	}
 	if err != nil {
 		if n == 1 && errors.Is(err, errFallbackH1) {
@@ -215,7 +217,12 @@ func (s *h2Stream) learnGoAway() {
 	}
 }
 
-func (s *h2Stream) resendFrom() (uint64, any) { return s.t.h2pool.Mark(), s.hc }
+func (s *h2Stream) resendFrom(connFailed bool) (uint64, any) {
+	if connFailed {
+		return s.t.h2pool.FailMark(s.hc), s.hc
+	}
+	return s.t.h2pool.Mark(), s.hc
+}
 
 // uploading reports false: the connection ends a stream's upload with
 // its response (a CONNECT's with its response body).
@@ -223,8 +230,10 @@ func (s *h2Stream) uploading() bool { return false }
 
 // acquireH2 returns a connection with a stream reserved for one
 // attempt: a pooled one that can take a stream and joined the pool after
-// mark after (or is same), else a new one (muxPool.acquire).
-func (t *Transport) acquireH2(ctx context.Context, key pool.Key, snap *dial.Route, leg plan.Leg, start fsm.Instant, after uint64, same *h2Conn) (*h2Conn, bool, error) {
+// mark from.after (or is from.same), else a new one (pool.Mux.Acquire),
+// waiting out a route that refuses when from is a displaced request's
+// resend.
+func (t *Transport) acquireH2(ctx context.Context, key pool.Key, snap *dial.Route, leg plan.Leg, start fsm.Instant, from resend) (*h2Conn, bool, error) {
 	check := func() error {
 		if _, h1 := t.h1Only.Load(key); h1 {
 			return errFallbackH1
@@ -232,7 +241,8 @@ func (t *Transport) acquireH2(ctx context.Context, key pool.Key, snap *dial.Rout
 		return nil
 	}
 	dial := func() (*h2Conn, error) { return t.dialH2(ctx, key, snap, leg, start) }
-	return t.h2pool.Acquire(ctx, key, after, same, check, dial)
+	same, _ := from.same.(*h2Conn)
+	return t.h2pool.Acquire(ctx, key, from.after, same, check, dial, redialFor(from))
 }
 
 // dialH2 makes a new HTTP/2 connection for key over snap: connect, as the
@@ -256,7 +266,7 @@ func (t *Transport) dialH2(ctx context.Context, key pool.Key, snap *dial.Route, 
 			return nil, &alpnH1{conn: c}
 		}
 		c.Conn.Close()
-		return nil, fmt.Errorf("replaysafe: %s did not select h2 in ALPN (selected %q)", key.Addr, c.TLS.NegotiatedProtocol)
+		return nil, fmt.Errorf("replaysafe: %s %w in ALPN (selected %q)", key.Addr, errNotH2, c.TLS.NegotiatedProtocol)
 	}
 	cc, err := h2.NewClientConn(c.Conn, t.h2cfg)
 	if err != nil {

@@ -116,7 +116,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	var err error
 	fallback := n == 1 && tr.leg.Next == plan.FallbackNoConn
 	race := fallback && tr.leg.Race && tr.t.cfg.HTTP3HeadStart > 0
-	if !race && after != pool.OwnConn {
+	if !race {
 		// A pooled connection with room is taken at once (the pool's
 		// own first step, muxPool.acquire); only an attempt that may
 		// wait or dial needs its own context and the acquisition
@@ -128,7 +128,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	case race:
 		hc, reused, err = tr.t.raceH3(a.acquireContext(), tr.key, after)
 	default:
-		hc, reused, err = tr.t.acquireH3(a.acquireContext(), tr.key, after, same)
+		hc, reused, err = tr.t.acquireH3(a.acquireContext(), tr.key, after, same, redialFor(start))
 		if err != nil && fallback && !errors.Is(err, context.Canceled) {
 			tr.t.markH3Broken(tr.key)
 		}
@@ -234,7 +234,12 @@ func (s *h3Stream) learnGoAway() {
 	}
 }
 
-func (s *h3Stream) resendFrom() (uint64, any) { return s.t.h3pool.Mark(), s.hc }
+func (s *h3Stream) resendFrom(connFailed bool) (uint64, any) {
+	if connFailed {
+		return s.t.h3pool.FailMark(s.hc), s.hc
+	}
+	return s.t.h3pool.Mark(), s.hc
+}
 
 // uploading marks the response ended and reports whether quic-go is still
 // sending the request body.
@@ -265,9 +270,9 @@ func (s *h3Stream) Uploaded(error) {
 // acquireH3 returns a connection with room for one more request: a
 // pooled one that is open, got no GOAWAY and joined the pool after mark
 // after (or is same), else a new one (muxPool.acquire).
-func (t *Transport) acquireH3(ctx context.Context, key pool.Key, after uint64, same *h3Conn) (*h3Conn, bool, error) {
+func (t *Transport) acquireH3(ctx context.Context, key pool.Key, after uint64, same *h3Conn, redial func(error) bool) (*h3Conn, bool, error) {
 	dial := func() (*h3Conn, error) { return t.dialH3(ctx, key) }
-	return t.h3pool.Acquire(ctx, key, after, same, nil, dial)
+	return t.h3pool.Acquire(ctx, key, after, same, nil, dial, redial)
 }
 
 // h3Dial is a QUIC connection being established ahead of the calls
@@ -344,6 +349,7 @@ func (t *Transport) startH3Dial(key pool.Key) *h3Dial {
 	t.h3dials[key] = d
 	budget := t.cfg.BackgroundDialTimeout
 	closes := t.closes.Load()
+	tick := t.h3pool.Tick()
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
@@ -359,7 +365,7 @@ func (t *Transport) startH3Dial(key pool.Key) *h3Dial {
 			hc.Close()
 			t.limit.Closed(key)
 		default:
-			t.h3pool.AddIdle(hc)
+			t.h3pool.AddIdle(hc, tick)
 		}
 		d.err = err
 		t.h3mu.Lock()

@@ -70,7 +70,7 @@ func TestIdleCapAcrossPools(t *testing.T) {
 	limit.TryOpen(a.state.Key)
 	h1.Put(a) // idle: 1
 	m1 := &fakeMuxConn{state: MuxState{Key: Key{Addr: "m:443"}}}
-	mux.add(m1)
+	mux.add(m1, mux.Tick())
 	mux.Done(m1, true) // idle: 2
 	if n := cap.Len(); n != 2 || a.closed || m1.isClosed() {
 		t.Fatalf("cap holds %d, closed %v %v", n, a.closed, m1.isClosed())

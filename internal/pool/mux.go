@@ -2,6 +2,7 @@ package pool
 
 import (
 	"context"
+	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -10,7 +11,8 @@ import (
 // by the pool's lock.
 type MuxState struct {
 	Key     Key
-	seq     uint64 // when it joined the pool: the pool's count of additions, from 1
+	seq     uint64 // when its dial started, on the pool's clock (Mark), from 1
+	failed  uint64 // the clock when the connection was first seen failing (FailMark), or 0
 	started int    // attempts it took, from the first
 	served  int    // attempts that ended in a clean, complete exchange
 	active  int    // attempts running on it
@@ -67,6 +69,7 @@ type Mux[C MuxConn] struct {
 	limit       *Limit        // shared with the Transport's other pools
 	cap         *IdleCap      // every pool's idle connections together; nil: no bound
 	gate        dialGate      // attempts that missed the pool share a dial
+	redial      Redial        // spacing of a down route's dials (Acquire with redial)
 
 	mu    sync.Mutex
 	seq   uint64 // connections added so far
@@ -79,6 +82,128 @@ type Mux[C MuxConn] struct {
 	// new connections as they need instead of all moving to one that
 	// will refuse most of them again.
 	perConn map[Key]learnedLimit
+	// down holds the routes whose last dial for a displaced request
+	// failed: until when no attempt dials them again, and how to learn
+	// that a connection joined.
+	down map[Key]*routeDown
+}
+
+// routeDown is a route whose last dial for a displaced request failed
+// (Acquire with redial set).
+type routeDown struct {
+	failures int           // dials failed in a row
+	next     time.Time     // no dial for the route before this
+	up       chan struct{} // closed when a connection for the route joins the pool
+}
+
+// Redial spaces the dials of a route that does not answer, for the
+// displaced requests waiting for it to come back: after the n-th failed
+// dial in a row the next waits a delay drawn in [d/2, d), where d is
+// Base·2ⁿ⁻¹ up to Max. The first dial after a connection's death is not
+// delayed (a resend runs at once, DESIGN.md); only a dial after a failed
+// one is.
+type Redial struct {
+	Base, Max time.Duration
+	// Jitter returns a duration drawn uniformly in [0, d); nil means
+	// math/rand/v2 (tests set it).
+	Jitter func(d time.Duration) time.Duration
+}
+
+// Default spacing of a down route's dials: a port that refuses for
+// 100 ms (a server restarting) costs about three refused dials; one that
+// stays down costs about one a second, until the waiting requests'
+// acquisition deadline.
+const (
+	DefaultRedialBase = 25 * time.Millisecond
+	DefaultRedialMax  = time.Second
+)
+
+// maxDown bounds the routes remembered as down.
+const maxDown = 1024
+
+// SetRedial sets the spacing of a down route's dials; call it before
+// the pool is used.
+func (p *Mux[C]) SetRedial(r Redial) { p.redial = r }
+
+// delay returns the wait before the dial that follows failures failed
+// dials in a row.
+func (r Redial) delay(failures int) time.Duration {
+	base, most := r.Base, r.Max
+	if base <= 0 {
+		base = DefaultRedialBase
+	}
+	if most < base {
+		most = max(DefaultRedialMax, base)
+	}
+	d := base
+	for i := 1; i < failures && d < most; i++ {
+		d *= 2
+	}
+	d = min(d, most)
+	jitter := r.Jitter
+	if jitter == nil {
+		jitter = func(d time.Duration) time.Duration { return rand.N(d) }
+	}
+	half := d / 2
+	if half <= 0 {
+		return d
+	}
+	return d - half + jitter(half)
+}
+
+// dialFailed records that a dial for key failed: the route is down, and
+// its next dial waits for the spacing.
+func (p *Mux[C]) dialFailed(key Key) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	d, ok := p.down[key]
+	if !ok {
+		if len(p.down) >= maxDown {
+			p.wakeAllLocked()
+		}
+		d = &routeDown{up: make(chan struct{})}
+		p.down[key] = d
+	}
+	if !d.next.IsZero() && now.Sub(d.next) > p.redialMax() {
+		d.failures = 0 // an old outage: start the spacing again
+	}
+	d.failures++
+	d.next = now.Add(p.redial.delay(d.failures))
+}
+
+func (p *Mux[C]) redialMax() time.Duration {
+	if p.redial.Max > 0 {
+		return p.redial.Max
+	}
+	return DefaultRedialMax
+}
+
+// downWait returns, for a route that is down, how long to wait before
+// its next dial and a channel closed when a connection for it joins the
+// pool; 0 when it may be dialed now.
+func (p *Mux[C]) downWait(key Key) (time.Duration, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d, ok := p.down[key]
+	if !ok {
+		return 0, nil
+	}
+	return time.Until(d.next), d.up
+}
+
+// upLocked forgets that key is down, waking the attempts waiting for it.
+func (p *Mux[C]) upLocked(key Key) {
+	if d, ok := p.down[key]; ok {
+		close(d.up)
+		delete(p.down, key)
+	}
+}
+
+func (p *Mux[C]) wakeAllLocked() {
+	for key := range p.down {
+		p.upLocked(key)
+	}
 }
 
 // learnedLimit is a route's per-connection stream budget seen in a
@@ -103,7 +228,7 @@ const maxLearned = 1024
 
 func NewMux[C MuxConn](maxIdle int, idleTimeout time.Duration, limit *Limit, cap *IdleCap) *Mux[C] {
 	return &Mux[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit, cap: cap,
-		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}}
+		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}, down: map[Key]*routeDown{}}
 }
 
 // Learn records, for c's route, that its server accepted streams
@@ -140,18 +265,48 @@ func (p *Mux[C]) budgetLocked(key Key) int {
 	return l.streams
 }
 
-// Mark returns the pool's count of additions: a connection added later
-// has a greater seq. A resend takes only connections added after its
-// failure (see take), so it never lands on a connection older than the
-// failure, which might be as stale as the one that failed.
+// Mark returns the pool's clock, which ticks when a dial starts and when
+// a connection joins: a connection whose dial started later has a
+// greater seq. A resend takes only connections whose dial started after
+// its failure was seen (see Take): never the one that failed, nor one
+// that may have been established to the same dying server or over the
+// same broken path before the failure.
 func (p *Mux[C]) Mark() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.seq
 }
 
-// Take reserves room for one attempt on a pooled connection for key that
-// joined the pool after mark after, or is same (a connection whose
+// FailMark returns the pool's clock when c was first seen failing: a
+// resend after c's failure takes only a connection whose dial started
+// after it (Take). Every request displaced by one connection's death
+// gets the same mark, however late it saw the death, so that they all
+// may share the redial the first of them started.
+func (p *Mux[C]) FailMark(c C) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := c.Mux()
+	if m.failed == 0 {
+		m.failed = p.seq
+		if m.failed == 0 {
+			p.seq++ // 0 means unset: never the first mark
+			m.failed = p.seq
+		}
+	}
+	return m.failed
+}
+
+// Tick advances the pool's clock as a dial starts, and returns the
+// dial's place on it, for Add.
+func (p *Mux[C]) Tick() uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seq++
+	return p.seq
+}
+
+// Take reserves room for one attempt on a pooled connection for key whose
+// dial started after mark after, or is same (a connection whose
 // refusal of one stream left it healthy), and reports whether that
 // connection served an earlier exchange (reused as fsm means it, not
 // merely carrying another attempt right now); it returns the zero C when
@@ -218,14 +373,17 @@ func (p *Mux[C]) Take(key Key, after uint64, same C) (got C, reused, pending boo
 	return got, got.Mux().served > 0, false
 }
 
-// add registers c, just dialed, with one attempt running on it.
-func (p *Mux[C]) add(c C) {
+// add registers c, whose dial started at tick (Tick), with one attempt
+// running on it. The clock ticks again, so that an attempt that took
+// nothing before sees that a connection joined (dialTurn).
+func (p *Mux[C]) add(c C, tick uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := c.Mux()
 	m.active, m.started = 1, 1
 	p.seq++
-	m.seq = p.seq
+	m.seq = tick
+	p.upLocked(m.Key)
 	if !p.keep {
 		m.retired = true
 		return
@@ -234,10 +392,10 @@ func (p *Mux[C]) add(c C) {
 	p.conns[m.Key] = append(p.conns[m.Key], c)
 }
 
-// AddIdle registers c, dialed ahead of any attempt (the HTTP/3 race),
-// with no attempt running on it.
-func (p *Mux[C]) AddIdle(c C) {
-	p.add(c)
+// AddIdle registers c, dialed ahead of any attempt (the HTTP/3 race)
+// from tick (Tick) on, with no attempt running on it.
+func (p *Mux[C]) AddIdle(c C, tick uint64) {
+	p.add(c, tick)
 	p.mu.Lock()
 	c.Mux().started = 0
 	p.mu.Unlock()
@@ -429,11 +587,6 @@ func (p *Mux[C]) IdleCount() int {
 	return n
 }
 
-// OwnConn, as the mark of an acquisition, asks for a connection of its
-// own: a new dial, shared with nobody waiting, though it joins the pool
-// for later attempts.
-const OwnConn = ^uint64(0)
-
 // settleWait is how soon an attempt waiting for a new connection's room
 // (HTTP/2: its SETTINGS) looks again; each later look waits twice as
 // long, up to maxSettleWait. SETTINGS come within a round trip, but a
@@ -449,17 +602,23 @@ const (
 // together share one dial through the gate, resends included: the others
 // wait for it (under their own acquisition deadline), then try the pool
 // again, and dial themselves only when the new connection cannot take
-// them either; so the requests one GOAWAY displaced share new
-// connections up to their stream limit. A route at the connection limit
-// waits for room. check, when set, may end the search with an error
-// after take found nothing (for example ALPN's answer under
-// ProtocolNegotiate).
+// them either; so the requests one connection's GOAWAY or death
+// displaced share new connections up to their stream limit. A route at
+// the connection limit waits for room. check, when set, may end the
+// search with an error after take found nothing (for example ALPN's
+// answer under ProtocolNegotiate).
+//
+// redial, set for a resend of a displaced request, says which dial
+// errors mean that the route is not answering yet (a server restarting
+// refuses its port): such a dial sent nothing, so instead of failing the
+// attempt marks the route down and every displaced attempt for it waits
+// (spec/choices.md, choice 23): the next dial, still one at a time,
+// comes after the route's Redial spacing, or a connection another
+// attempt added ends the wait. Only the attempt's context (its
+// acquisition deadline) ends it otherwise.
 func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
-	check func() error, dial func() (C, error)) (C, bool, error) {
+	check func() error, dial func() (C, error), redial func(error) bool) (C, bool, error) {
 	var zero C
-	if after == OwnConn {
-		return p.dialOwn(ctx, key, dial)
-	}
 	var settle *time.Timer
 	every := settleWait
 	defer func() {
@@ -504,6 +663,17 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 				return zero, false, context.Cause(ctx)
 			}
 		}
+		if redial != nil {
+			// The dial before ours may have failed just now: the route's
+			// spacing holds for us too.
+			if d, up := p.downWait(key); d > 0 {
+				lead()
+				if err := waitUp(ctx, d, up); err != nil {
+					return zero, false, err
+				}
+				continue
+			}
+		}
 		if !p.limit.TryOpen(key) {
 			lead()
 			if err := p.limit.Wait(ctx, key); err != nil {
@@ -512,8 +682,30 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 			continue
 		}
 		c, err := p.dialCounted(key, dial)
+		down := err != nil && redial != nil && ctx.Err() == nil && redial(err)
+		if down {
+			p.dialFailed(key) // before lead: a waiter woken by it sees the route down
+		}
 		lead()
+		if down {
+			continue
+		}
 		return c, false, err
+	}
+}
+
+// waitUp waits d, or until up is closed (a connection for the route
+// joined the pool), or ctx ends, and returns ctx's cause then.
+func waitUp(ctx context.Context, d time.Duration, up <-chan struct{}) error {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-up:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
 	}
 }
 
@@ -563,28 +755,16 @@ func (g *dialGate) join(key Key) (<-chan struct{}, func()) {
 	}
 }
 
-// dialOwn dials a connection for one attempt alone (OwnConn), under the
-// connection limit.
-func (p *Mux[C]) dialOwn(ctx context.Context, key Key, dial func() (C, error)) (C, bool, error) {
-	var zero C
-	for !p.limit.TryOpen(key) {
-		if err := p.limit.Wait(ctx, key); err != nil {
-			return zero, false, err
-		}
-	}
-	c, err := p.dialCounted(key, dial)
-	return c, false, err
-}
-
 // dialCounted dials a connection for key, whose room in the limit the
 // caller took, and adds it with one attempt running; a failed dial gives
 // the room back.
 func (p *Mux[C]) dialCounted(key Key, dial func() (C, error)) (C, error) {
+	tick := p.Tick()
 	c, err := dial()
 	if err != nil {
 		p.limit.Closed(key)
 		return c, err
 	}
-	p.add(c)
+	p.add(c, tick)
 	return c, nil
 }

@@ -14,7 +14,7 @@ import (
 func TestMuxIdleTimerLetsGoOfShutConnections(t *testing.T) {
 	p := NewMux[*fakeMuxConn](2, time.Hour, NewLimit(0), nil)
 	c := &fakeMuxConn{}
-	p.add(c)
+	p.add(c, p.Tick())
 	p.Done(c, true) // idle: the timer starts
 	m := c.Mux()
 	if m.idleTimer == nil || m.idleRef.get() != c {
@@ -114,7 +114,7 @@ func TestMuxIdleTimerSetForTheRest(t *testing.T) {
 func idleMuxConn() (*Mux[*fakeMuxConn], *fakeMuxConn, time.Time) {
 	p := NewMux[*fakeMuxConn](2, time.Second, NewLimit(0), nil)
 	c := &fakeMuxConn{}
-	p.add(c)
+	p.add(c, p.Tick())
 	start := time.Now()
 	p.Done(c, true)
 	return p, c, start
@@ -154,7 +154,7 @@ func TestDialTurnAfterAnotherDialEnded(t *testing.T) {
 	if got, _, _ := p.Take(key, 0, nil); got != nil {
 		t.Fatal("took room in an empty pool")
 	}
-	p.add(&fakeMuxConn{state: MuxState{Key: key}}) // another attempt's dial ended
+	p.add(&fakeMuxConn{state: MuxState{Key: key}}, p.Tick()) // another attempt's dial ended
 	if wait, lead := p.dialTurn(key, seen); wait != nil || lead != nil {
 		t.Fatal("dial turn given after a connection joined the pool")
 	}
@@ -198,7 +198,7 @@ func TestPendingWaitBacksOff(t *testing.T) {
 		p := NewMux[*waitingMuxConn](2, 0, NewLimit(0), nil)
 		key := Key{Addr: "a:1"}
 		c := &waitingMuxConn{fakeMuxConn: fakeMuxConn{state: MuxState{Key: key}}}
-		p.add(c) // its first attempt runs
+		p.add(c, p.Tick()) // its first attempt runs
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		done := make(chan error)
@@ -206,7 +206,7 @@ func TestPendingWaitBacksOff(t *testing.T) {
 			_, _, err := p.Acquire(ctx, key, 0, nil, nil, func() (*waitingMuxConn, error) {
 				t.Error("dialed while a connection was settling")
 				return nil, errors.New("no dial")
-			})
+			}, nil)
 			done <- err
 		}()
 		time.Sleep(10 * time.Millisecond)

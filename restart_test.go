@@ -1,0 +1,234 @@
+package replaysafe_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+)
+
+// restartFront is a TCP front for a test origin that can restart as a
+// server process does: every connection through it dies at once with a
+// TCP reset, and its port refuses connections until it listens again.
+// Each connection it accepts gets one to the origin behind it, so the
+// origin's receipts stay the record of what arrived.
+type restartFront struct {
+	origin string
+
+	mu       sync.Mutex
+	ln       net.Listener
+	addr     string
+	accepted int
+	pairs    map[*frontPair]struct{}
+	wg       sync.WaitGroup
+}
+
+type frontPair struct{ client, origin net.Conn }
+
+func newRestartFront(t *testing.T, origin string) *restartFront {
+	t.Helper()
+	f := &restartFront{origin: origin, pairs: map[*frontPair]struct{}{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ln, f.addr = ln, ln.Addr().String()
+	f.serve(ln)
+	t.Cleanup(f.close)
+	return f
+}
+
+// serve accepts on ln until it closes.
+func (f *restartFront) serve(ln net.Listener) {
+	f.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			o, err := net.Dial("tcp", f.origin)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p := &frontPair{client: c, origin: o}
+			f.mu.Lock()
+			f.accepted++
+			f.pairs[p] = struct{}{}
+			f.mu.Unlock()
+			f.wg.Go(func() { io.Copy(o, c); o.Close() })
+			f.wg.Go(func() { io.Copy(c, o); c.Close() })
+		}
+	})
+}
+
+// Accepted returns the connections accepted so far.
+func (f *restartFront) Accepted() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.accepted
+}
+
+// kill closes the listener and resets every connection: the port
+// refuses from now on.
+func (f *restartFront) kill() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ln.Close()
+	for p := range f.pairs {
+		if tc, ok := p.client.(*net.TCPConn); ok {
+			tc.SetLinger(0) // RST, not FIN: abrupt
+		}
+		p.client.Close()
+		p.origin.Close()
+		delete(f.pairs, p)
+	}
+}
+
+// listen opens the port again.
+func (f *restartFront) listen(t *testing.T) {
+	ln, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		t.Errorf("listen again on %s: %v", f.addr, err)
+		return
+	}
+	f.mu.Lock()
+	f.ln = ln
+	f.mu.Unlock()
+	f.serve(ln)
+}
+
+func (f *restartFront) close() {
+	f.kill()
+	f.wg.Wait()
+}
+
+// TestRestartResendsShareOneRedial: a server restarts with 256 requests
+// in flight on one reused HTTP/2 connection (192 GETs, 64 POSTs, none
+// answered): every connection dies at once with a TCP reset and the port
+// refuses for 100 ms. With default options the displaced GETs (RS20: a
+// reused connection, idempotent, no response byte) wait for one shared
+// redial, spaced while the port refuses, and then share the new
+// connection: at most 4 new connections reach the server, every GET
+// arrives exactly once more, byte for byte the same, and succeeds, and
+// no POST arrives twice (spec/choices.md, choice 23).
+func TestRestartResendsShareOneRedial(t *testing.T) {
+	forTLSAndH2C(t, func(t *testing.T, useTLS bool) {
+		const gets, posts = 192, 64
+		hang := h2server.Hang(20 * time.Second)
+		script := []h2server.Action{h2server.OK("ok")}
+		for range gets + posts {
+			script = append(script, hang)
+		}
+		cfg := h2Script(script)
+		cfg.TLS = useTLS
+		cfg.MaxConcurrentStreams = 1000 // all 256 on one connection
+		s := startH2(t, cfg)
+		front := newRestartFront(t, s.Addr())
+		base := "http://" + front.addr
+		if useTLS {
+			base = "https://" + front.addr
+		}
+		var dials, refused atomic.Int64
+		tr, _ := h2Client(t, s, replaysafe.Options{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+			if err != nil {
+				refused.Add(1)
+			}
+			return c, err
+		}})
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+
+		if code, _, err := roundTrip(tr, newRequest(t, ctx, "GET", base+"/warm", "")); err != nil || code != 200 {
+			t.Fatal(code, err)
+		}
+		type result struct {
+			code int
+			body string
+			err  error
+		}
+		results := make([]result, gets+posts)
+		var wg sync.WaitGroup
+		for i := range gets + posts {
+			wg.Go(func() {
+				var req *http.Request
+				if i < gets {
+					req = newRequest(t, ctx, "GET", fmt.Sprintf("%s/g%d", base, i), "")
+				} else {
+					req = newRequest(t, ctx, "POST", fmt.Sprintf("%s/p%d", base, i-gets), fmt.Sprintf("post %d", i-gets))
+				}
+				r := &results[i]
+				r.code, r.body, r.err = roundTrip(tr, req)
+			})
+		}
+		if err := s.WaitRequests(ctx, 1+gets+posts); err != nil {
+			t.Fatalf("the requests did not all arrive: %v", err)
+		}
+		if n := s.Accepted(); n != 1 {
+			for c := range n {
+				rs := s.RequestsOn(c)
+				t.Logf("conn %d: %d streams, first %s", c, len(rs), rs[0].Path)
+			}
+			t.Fatalf("%d connections before the restart, want 1", n)
+		}
+		before := front.Accepted()
+		front.kill()
+		time.Sleep(100 * time.Millisecond) // the port refuses meanwhile
+		front.listen(t)
+		wg.Wait()
+
+		newConns := front.Accepted() - before
+		delivered, getsOK, postTwice, wrong := 0, 0, 0, 0
+		for i := range gets {
+			path := fmt.Sprintf("/g%d", i)
+			cs := h2Copies(s, path)
+			if len(cs) == 2 {
+				delivered++
+				a, b := cs[0], cs[1]
+				if a.Method != b.Method || a.Path != b.Path || !reflect.DeepEqual(a.Header, b.Header) || !bytes.Equal(a.Body, b.Body) {
+					t.Errorf("%s: copies differ: %+v, %+v", path, a.StreamRecord, b.StreamRecord)
+				}
+			} else if wrong++; wrong <= 3 {
+				t.Errorf("%s arrived %d times, want 2", path, len(cs))
+			}
+			if r := results[i]; r.err == nil && r.code == 200 && r.body == "ok" {
+				getsOK++
+			} else if i < 3 {
+				t.Logf("%s: %d %q %v", path, r.code, r.body, r.err)
+			}
+		}
+		for i := range posts {
+			if n := len(h2Copies(s, fmt.Sprintf("/p%d", i))); n > 1 {
+				postTwice++
+			}
+			var e *replaysafe.Error
+			if r := results[gets+i]; r.err == nil || !errors.As(r.err, &e) {
+				t.Errorf("/p%d: %d %v, want a replaysafe error", i, r.code, r.err)
+			}
+		}
+		t.Logf("after the restart: %d dials, %d failed; %d new connections; GETs delivered once more %d/%d, succeeded %d/%d; POSTs delivered twice %d/%d",
+			dials.Load()-1, refused.Load(), newConns, delivered, gets, getsOK, gets, postTwice, posts)
+		if newConns > 4 {
+			t.Errorf("%d new connections after the restart, want ≤ 4", newConns)
+		}
+		if getsOK != gets {
+			t.Errorf("%d of %d GETs succeeded", getsOK, gets)
+		}
+		if postTwice != 0 {
+			t.Errorf("%d POSTs arrived twice", postTwice)
+		}
+	})
+}
