@@ -393,8 +393,9 @@ func TestProxyPlainOriginEarlyBytesFail(t *testing.T) {
 	}
 }
 
-// An https origin through an https proxy: TLS to the proxy offers only
-// http/1.1, TLS to the origin runs inside the tunnel.
+// An https origin through an https proxy: TLS to the proxy offers h2,
+// then http/1.1, which this proxy picks; TLS to the origin runs inside
+// the tunnel.
 func TestProxyHTTPSThroughHTTPS(t *testing.T) {
 	s := start(t, replaysafetest.Config{TLS: true})
 	p := startProxy(t, connectproxy.Config{TLS: true})
@@ -409,7 +410,7 @@ func TestProxyHTTPSThroughHTTPS(t *testing.T) {
 	}
 	wantCopies(t, s, "/target", 1)
 	reqs := p.Requests()
-	if len(reqs) != 1 || len(reqs[0].ALPN) != 1 || reqs[0].ALPN[0] != "http/1.1" || reqs[0].Target != s.Addr() {
+	if len(reqs) != 1 || len(reqs[0].ALPN) != 2 || reqs[0].ALPN[1] != "http/1.1" || reqs[0].Proto != "HTTP/1.1" || reqs[0].Target != s.Addr() {
 		t.Errorf("CONNECT requests %+v", reqs)
 	}
 }

@@ -74,6 +74,10 @@ type Dialer struct {
 	// maxDirectRoutes of them.
 	directRoutes     sync.Map
 	directRouteCount atomic.Int64
+
+	// h2Proxies holds the HTTP/2 connections to https proxies that
+	// picked h2: their CONNECT tunnels are streams, shared across routes.
+	h2Proxies proxy.H2Pool
 }
 
 // New returns a Dialer configured by cfg.

@@ -28,8 +28,10 @@ func (f dialFunc) DialContext(ctx context.Context, network, addr string) (net.Co
 }
 
 // connectProxied establishes a connection through snap's proxy chain:
-// the first hop through Config.DialContext, TLS with every https proxy,
-// CONNECT or SOCKS5 at every hop, then TLS with an https origin inside
+// the first hop through Config.DialContext, TLS with every https proxy
+// (an https first hop is offered h2: its tunnels are then HTTP/2 CONNECT
+// streams of a shared connection, d.h2Proxies), CONNECT or SOCKS5 at
+// every hop, then TLS with an https origin inside
 // the tunnel, offering o.ALPN. One budget covers all of it, waiting for
 // capacity included: AcquireTimeout from o.Start, the instant the
 // attempt's machine started its acquire phase, on the machine's clock, so
@@ -74,7 +76,7 @@ func (d *Dialer) connectProxied(ctx context.Context, key pool.Key, snap *Route, 
 
 // proxyDialer returns the proxy.Dialer of one acquisition under ctx.
 func (d *Dialer) proxyDialer(ctx context.Context, clock budgetClock) *proxy.Dialer {
-	pd := &proxy.Dialer{TCP: dialFunc(d.cfg.DialContext), Clock: clock,
+	pd := &proxy.Dialer{TCP: dialFunc(d.cfg.DialContext), Clock: clock, H2: &d.h2Proxies,
 		AllowCleartextChainCredentials: d.cfg.AllowCleartextChainCredentials, TLSHandshakeTimeout: d.cfg.TLSHandshakeTimeout}
 	if f := d.cfg.OnConnectResponse; f != nil {
 		pd.OnConnectResponse = func(h proxy.Hop, req proxy.ConnectRequest, resp *proxy.Response) error { return f(ctx, h, req, resp) }

@@ -260,7 +260,7 @@ type Server struct {
 	cert   kit.Cert
 	reqs   []Request // guarded by base.mu
 
-	h2Conns   int                   // guarded by base.mu
+	h2Conns   int                    // guarded by base.mu
 	h2Streams map[*h2Stream]struct{} // HTTP/2 tunnels relaying; guarded by base.mu
 }
 
