@@ -29,10 +29,12 @@ func (t *Transport) Clone() *Transport {
 // and its zero IdleConnTimeout, MaxIdleConns, TLSHandshakeTimeout and
 // ExpectContinueTimeout (no limit, or no wait) are negative here. The
 // protocol policy follows ht.Protocols when set, else net/http's own
-// choice: HTTP/2 by ALPN unless ht has custom dialers, TLS configuration
-// or TLSNextProto and not ForceAttemptHTTP2. The fields that cannot
-// apply (TLSNextProto, WriteBufferSize, ReadBufferSize) are left out;
-// docs/guarantees.md lists every field.
+// choice: HTTP/2 by ALPN unless ht has custom dialers or TLS
+// configuration and not ForceAttemptHTTP2, or a TLSNextProto without an
+// "h2" entry (an empty one turns HTTP/2 off). The fields without a
+// counterpart (TLSNextProto's RoundTrippers, WriteBufferSize,
+// ReadBufferSize, HTTP2) are left out; docs/guarantees.md's table
+// "http.Transport field → replaysafe" lists every field.
 func FromTransport(ht *http.Transport) Options {
 	o := Options{
 		Proxy:                  ht.Proxy,
@@ -77,21 +79,33 @@ func orNone(d time.Duration) time.Duration {
 	return d
 }
 
-// protocolOf returns the protocol policy net/http would follow with ht.
+// protocolOf returns the protocol policy net/http would follow with ht
+// (its Transport.protocols): ht.Protocols when set, where unencrypted
+// HTTP/2 counts only without HTTP/1 as in net/http; else HTTP/1.1 always
+// and HTTP/2 by ALPN, unless TLSNextProto is set without an "h2" entry
+// (the documented way to turn HTTP/2 off), or custom dialers or TLS
+// configuration are set without ForceAttemptHTTP2.
 func protocolOf(ht *http.Transport) Protocol {
 	if p := ht.Protocols; p != nil {
-		h1, h2 := p.HTTP1(), p.HTTP2() || p.UnencryptedHTTP2()
-		switch {
+		switch h1, h2 := p.HTTP1(), p.HTTP2(); {
 		case h1 && h2:
 			return ProtocolNegotiate
-		case h2:
+		case h1:
+			return ProtocolHTTP1
+		case h2 || p.UnencryptedHTTP2():
 			return ProtocolHTTP2
 		}
 		return ProtocolHTTP1
 	}
 	//lint:ignore SA1019 net/http's choice still looks at the deprecated dialers
-	custom := ht.TLSClientConfig != nil || ht.Dial != nil || ht.DialContext != nil || ht.DialTLS != nil || ht.DialTLSContext != nil || ht.TLSNextProto != nil
-	if custom && !ht.ForceAttemptHTTP2 {
+	custom := ht.TLSClientConfig != nil || ht.Dial != nil || ht.DialContext != nil || ht.DialTLS != nil || ht.DialTLSContext != nil
+	switch {
+	case ht.TLSNextProto != nil:
+		if ht.TLSNextProto["h2"] != nil {
+			return ProtocolNegotiate // HTTP/2 by ALPN, on replaysafe's own connection
+		}
+		return ProtocolHTTP1
+	case custom && !ht.ForceAttemptHTTP2:
 		return ProtocolHTTP1
 	}
 	return ProtocolNegotiate

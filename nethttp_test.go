@@ -343,6 +343,16 @@ func TestFromTransport(t *testing.T) {
 	if p := replaysafe.FromTransport(custom).Protocol; p != replaysafe.ProtocolNegotiate {
 		t.Errorf("ForceAttemptHTTP2: %v", p)
 	}
+	// An empty TLSNextProto turns HTTP/2 off, ForceAttemptHTTP2 or not;
+	// one with an "h2" entry keeps it (on replaysafe's own connection).
+	custom.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	if p := replaysafe.FromTransport(custom).Protocol; p != replaysafe.ProtocolHTTP1 {
+		t.Errorf("empty TLSNextProto: %v", p)
+	}
+	custom.TLSNextProto["h2"] = func(string, *tls.Conn) http.RoundTripper { return nil }
+	if p := replaysafe.FromTransport(custom).Protocol; p != replaysafe.ProtocolNegotiate {
+		t.Errorf("TLSNextProto with h2: %v", p)
+	}
 	for _, c := range []struct {
 		set  func(*http.Protocols)
 		want replaysafe.Protocol
@@ -350,6 +360,9 @@ func TestFromTransport(t *testing.T) {
 		{func(p *http.Protocols) { p.SetHTTP1(true) }, replaysafe.ProtocolHTTP1},
 		{func(p *http.Protocols) { p.SetHTTP2(true) }, replaysafe.ProtocolHTTP2},
 		{func(p *http.Protocols) { p.SetHTTP1(true); p.SetHTTP2(true) }, replaysafe.ProtocolNegotiate},
+		// net/http speaks h2c only without HTTP/1.
+		{func(p *http.Protocols) { p.SetHTTP1(true); p.SetUnencryptedHTTP2(true) }, replaysafe.ProtocolHTTP1},
+		{func(p *http.Protocols) { p.SetUnencryptedHTTP2(true) }, replaysafe.ProtocolHTTP2},
 	} {
 		var p http.Protocols
 		c.set(&p)
