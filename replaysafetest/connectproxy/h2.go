@@ -1,34 +1,144 @@
 package connectproxy
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
+	"io"
+	"log"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"golang.org/x/net/http2"
 )
 
-// serveH2 runs an HTTP/2 proxy connection with golang.org/x/net/http2's
-// Server: each CONNECT stream (RFC 9113 §8.5) is recorded, answered as
-// sc says, and tunneled to its target.
+// h2Front serves the proxy's HTTP/2 connections with net/http's
+// Server, whose HTTP/2 support answers CONNECT streams (RFC 9113 §8.5):
+// the accept loop does TLS itself and hands each connection that
+// negotiated h2 to the Server through a listener of its own.
+type h2Front struct {
+	srv   *http.Server
+	ln    *connQueue
+	conns sync.Map // *tls.Conn → *h2ConnInfo
+}
+
+// h2ConnInfo is what a stream's handler needs of its connection.
+type h2ConnInfo struct {
+	index int
+	sc    Script
+	offer []string
+	done  chan struct{} // closed when the Server is done with the connection
+	once  sync.Once
+}
+
+type h2InfoKey struct{}
+
+// startH2 starts the Server that serves h2 connections.
+func (s *Server) startH2() {
+	f := &h2Front{ln: newConnQueue(s.ln.Addr())}
+	f.srv = &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			info, _ := r.Context().Value(h2InfoKey{}).(*h2ConnInfo)
+			if info == nil {
+				panic(http.ErrAbortHandler)
+			}
+			s.wg.Add(1) // the connection's handle goroutine runs: the count is not zero
+			defer s.wg.Done()
+			s.handleH2Stream(w, r, info.index, info.sc, info.offer)
+		}),
+		Protocols:   new(http.Protocols),
+		HTTP2:       &http.HTTP2Config{MaxConcurrentStreams: int(s.cfg.H2MaxStreams)},
+		IdleTimeout: DefaultTunnelIdle,
+		ErrorLog:    log.New(io.Discard, "", 0),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if v, ok := f.conns.Load(c); ok {
+				return context.WithValue(ctx, h2InfoKey{}, v)
+			}
+			return ctx
+		},
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if st != http.StateClosed && st != http.StateHijacked {
+				return
+			}
+			if v, ok := f.conns.LoadAndDelete(c); ok {
+				info := v.(*h2ConnInfo)
+				info.once.Do(func() { close(info.done) })
+			}
+		},
+	}
+	f.srv.Protocols.SetHTTP1(true)
+	f.srv.Protocols.SetHTTP2(true)
+	s.h2 = f
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f.srv.Serve(f.ln)
+	}()
+}
+
+// serveH2 hands a connection that negotiated h2 to the Server and waits
+// until the Server is done with it or the proxy closes.
 func (s *Server) serveH2(conn *tls.Conn, index int, sc Script, offer []string) {
 	s.mu.Lock()
 	s.h2Conns++
 	s.mu.Unlock()
-	srv := &http2.Server{MaxConcurrentStreams: s.cfg.H2MaxStreams, IdleTimeout: DefaultTunnelIdle}
-	srv.ServeConn(conn, &http2.ServeConnOpts{
-		Context: s.ctx,
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			s.wg.Add(1) // ServeConn runs: the count is not zero
-			defer s.wg.Done()
-			s.handleH2Stream(w, r, index, sc, offer)
-		}),
-	})
+	info := &h2ConnInfo{index: index, sc: sc, offer: offer, done: make(chan struct{})}
+	s.h2.conns.Store(conn, info)
+	if !s.h2.ln.push(conn) {
+		s.h2.conns.Delete(conn)
+		return
+	}
+	select {
+	case <-info.done:
+	case <-s.ctx.Done():
+	}
 }
+
+// closeH2 stops the Server: its listener and every connection.
+func (s *Server) closeH2() {
+	if s.h2 != nil {
+		s.h2.srv.Close()
+	}
+}
+
+// connQueue is a net.Listener whose connections are pushed to it.
+type connQueue struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+	addr net.Addr
+}
+
+func newConnQueue(addr net.Addr) *connQueue {
+	return &connQueue{ch: make(chan net.Conn), done: make(chan struct{}), addr: addr}
+}
+
+// push hands c to Accept; false once the queue is closed.
+func (q *connQueue) push(c net.Conn) bool {
+	select {
+	case q.ch <- c:
+		return true
+	case <-q.done:
+		return false
+	}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.done) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return q.addr }
 
 // handleH2Stream answers one request of an HTTP/2 proxy connection.
 func (s *Server) handleH2Stream(w http.ResponseWriter, r *http.Request, index int, sc Script, offer []string) {

@@ -25,7 +25,7 @@
 // origin answered it, unanswered.
 //
 // With "h2" in Config.ALPN the TLS proxy is also an HTTP/2 CONNECT proxy
-// (RFC 9113 §8.5) on golang.org/x/net/http2's Server: tunnels are
+// (RFC 9113 §8.5) on net/http's HTTP/2 server: tunnels are
 // streams of one connection, recorded like HTTP/1.1 CONNECTs (Proto
 // "HTTP/2.0", Conn the connection's index), counted per connection
 // (TunnelsPerConn), and ResetTunnels aborts the open ones with
@@ -183,14 +183,14 @@ type Config struct {
 	TLS bool
 	// ALPN is the list of protocols the TLS proxy accepts; nil means
 	// "http/1.1" only. With "h2" in it the proxy is an HTTP/2 proxy too:
-	// a connection that negotiates h2 is served by
-	// golang.org/x/net/http2's Server, each CONNECT stream (RFC 9113
+	// a connection that negotiates h2 is served by net/http's HTTP/2
+	// server, each CONNECT stream (RFC 9113
 	// §8.5) answered as the connection's Script says (Status, Header,
 	// StallAfterRequest; RequireAuth applies) and tunneled to its target
 	// directly: Upstream does not apply to HTTP/2 connections. See ResetTunnels, H2Conns and TunnelsPerConn.
 	ALPN []string
 	// H2MaxStreams is the SETTINGS_MAX_CONCURRENT_STREAMS of an HTTP/2
-	// connection; zero means x/net's default (250).
+	// connection; zero means net/http's default (250).
 	H2MaxStreams uint32
 	// RequireAuth, if set, makes the proxy answer 407 with a Basic
 	// challenge unless the request carries these credentials.
@@ -260,6 +260,7 @@ type Server struct {
 	cert   kit.Cert
 	reqs   []Request // guarded by base.mu
 
+	h2        *h2Front               // serves connections that negotiated h2; nil without TLS
 	h2Conns   int                    // guarded by base.mu
 	h2Streams map[*h2Stream]struct{} // HTTP/2 tunnels relaying; guarded by base.mu
 }
@@ -296,6 +297,9 @@ func Start(cfg Config) (*Server, error) {
 	if err := s.init("connectproxy", cfg.ReadTimeout, cfg.WriteTimeout, cfg.DialTimeout, cfg.IdleCut, cfg.Logf); err != nil {
 		return nil, err
 	}
+	if s.tlsCfg != nil {
+		s.startH2()
+	}
 	s.serve(s.handle)
 	return s, nil
 }
@@ -326,7 +330,10 @@ func (s *Server) script(i int) Script {
 
 // Close stops the proxy: it closes the listener and every connection and
 // waits for every goroutine. It is safe to call more than once.
-func (s *Server) Close() error { return s.close() }
+func (s *Server) Close() error {
+	s.closeH2()
+	return s.close()
+}
 
 // URL returns "http://127.0.0.1:port", or "https://..." with TLS.
 func (s *Server) URL() string {
