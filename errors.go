@@ -12,6 +12,11 @@ import (
 
 // Error is the error a call returns when replaysafe gives up on it: the
 // rule that decided, how many wire attempts were made, and the cause.
+// http.Client.Do returns it wrapped in a *url.Error, where errors.As
+// finds it, except when http.Client.Timeout has passed: net/http may
+// then replace it with an error that keeps only its text. Bound calls
+// with the request's context instead, or take the *Error from
+// Observer.OnError.
 type Error struct {
 	// Rule is the rule that decided the final failure, such as
 	// fsm.RuleAmbiguousNotIdempotent (RS18), or the call rule that stopped

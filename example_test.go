@@ -1,6 +1,7 @@
 package replaysafe_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -181,4 +182,56 @@ func ExampleRetry() {
 	// POST /pay attempt 1: deliver RS02 deliver-final-response
 	// POST: 503
 	// copies at the server: map[/pay:1 /report:3]
+}
+
+// callErrKey keys the slot, in a request's context, where OnError puts
+// the call's error.
+type callErrKey struct{}
+
+// Under http.Client.Timeout, net/http may replace the error of a call
+// that timed out with one of its own that keeps only the text, so
+// errors.As finds no *replaysafe.Error in what Client.Do returns.
+// Observer.OnError receives the *Error before RoundTrip returns, with the
+// request net/http handed over, whose context derives from the caller's:
+// a slot the caller put in the context carries it back. With a deadline
+// on the request's context instead, which is the recommended bound,
+// Client.Do returns the *Error itself (RS06). The server never answers;
+// it counts the copies it received.
+func ExampleObserver_clientTimeout() {
+	hang := replaysafetest.Script(replaysafetest.Hang(5 * time.Second))
+	srv, err := replaysafetest.Start(replaysafetest.Config{Default: &hang})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	tr := replaysafe.New(replaysafe.Options{Observer: replaysafe.Observer{
+		OnError: func(req *http.Request, err error) {
+			if slot, ok := req.Context().Value(callErrKey{}).(*error); ok {
+				*slot = err
+			}
+		},
+	}})
+	defer tr.CloseIdleConnections()
+
+	// Client.Timeout: the *Error comes through the slot.
+	var callErr error
+	ctx := context.WithValue(context.Background(), callErrKey{}, &callErr)
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL()+"/client-timeout", nil)
+	if _, err := (&http.Client{Transport: tr, Timeout: 100 * time.Millisecond}).Do(req); err == nil {
+		panic("no timeout")
+	}
+	var rerr *replaysafe.Error
+	fmt.Println("Client.Timeout, OnError's *Error:", errors.As(callErr, &rerr), "after", rerr.Attempts, "attempt")
+
+	// The request's context: Client.Do returns the *Error.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ = http.NewRequestWithContext(ctx, "GET", srv.URL()+"/ctx-timeout", nil)
+	_, err = (&http.Client{Transport: tr}).Do(req)
+	fmt.Println("request deadline, Client.Do's *Error:", errors.As(err, &rerr), rerr.Rule.ID(), rerr.Rule)
+	fmt.Println("copies at the server:", len(copies(srv, "/client-timeout")), len(copies(srv, "/ctx-timeout")))
+	// Output:
+	// Client.Timeout, OnError's *Error: true after 1 attempt
+	// request deadline, Client.Do's *Error: true RS06 timeout
+	// copies at the server: 1 1
 }

@@ -26,7 +26,17 @@ type Observer struct {
 	// RoundTrip returns it.
 	OnResponse func(req *http.Request, resp *http.Response)
 	// OnError is called once when a call fails, with the error RoundTrip
-	// returns.
+	// returns, before RoundTrip returns it.
+	//
+	// It is the way to get a call's *Error under http.Client.Timeout,
+	// which may replace the error Client.Do returns with net/http's own,
+	// keeping only the text (errors.As then finds nothing): req is the
+	// request net/http handed to RoundTrip, whose context derives from
+	// the caller's, so a slot the caller put in the context (a pointer
+	// under a key of its own) can receive err, and Client.Do, which
+	// waits for RoundTrip, returns after it was filled. See
+	// ExampleObserver_clientTimeout. With a deadline on the request's
+	// context instead, Client.Do returns the *Error itself.
 	OnError func(req *http.Request, err error)
 }
 

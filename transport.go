@@ -58,7 +58,7 @@ func New(o Options) *Transport {
 // http.Client.Do, decided by RS06. http.Client.Timeout may replace it
 // with net/http's own error, which keeps only the text, so errors.As
 // finds nothing; Options.Observer's OnError receives the *Error in every
-// case.
+// case, before RoundTrip returns (see ExampleObserver_clientTimeout).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	pol, budget := retryFor(req, t.opt.Retry)
 	call, err := t.d.Start(req, pol, budget)
