@@ -45,7 +45,14 @@ const (
 )
 
 // Options configures a Transport. The zero value is ready to use: every
-// field documents its default.
+// field documents its default. It behaves as net/http's DefaultTransport
+// wherever both have the notion: proxies from the environment, HTTP/2
+// by ALPN for https and HTTP/1.1 for http, a 10 s TLS handshake
+// timeout, 90 s idle connections, at most 100 idle connections,
+// "Expect: 100-continue" answered within 1 s, gzip asked for and
+// decoded. FromTransport converts an http.Transport's settings, and
+// docs/guarantees.md maps every field of http.Transport to its
+// counterpart here.
 //
 // What a server or proxy sends is bounded by default, whatever the
 // options: a response header section by MaxResponseHeaderBytes (10 MiB);
