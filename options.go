@@ -67,6 +67,24 @@ const (
 // retry budgets) to 4,096 entries each. A configured retry waits at most
 // Retry.MaxRetryAfter (30 s) for a Retry-After, and a call makes at most
 // 10 attempts. docs/reliability.md measures each against a hostile peer.
+//
+// Resend and retry are two things. The automatic resend is on unless
+// DisableResend: at most once a call, at once, decided by the attempt
+// rules RS01–RS21, on evidence that the server did not process the
+// request (RS12–RS16) or, for an idempotent or keyed request, after an
+// ambiguous failure of a reused connection before any response byte
+// (RS20); a timeout (RS06) or a cancellation (RS05) is never resent.
+// Configured retries (Retry, off in the zero value) are decided between
+// attempts by the call rules RS22–RS28, with backoff, Retry-After and a
+// per-route budget: listed statuses and ambiguous failures of idempotent
+// or keyed requests, a timeout included (RS25), and failed dials of any
+// request. Both count against one bound, Retry.MaxAttempts (two attempts
+// without a policy), and neither sends a request that is neither
+// idempotent nor keyed again once the server may have seen it. When
+// retries run out (RS26) or the budget is spent (RS27), the call returns
+// the last failure as an *Error, or, when the last attempt got a
+// response with a retryable status, that response (a 503, say) with a
+// nil error.
 type Options struct {
 	// DialContext dials the TCP connection for a new HTTP or HTTPS
 	// connection; TLS runs over what it returns. nil means a net.Dialer
@@ -163,7 +181,8 @@ type Options struct {
 
 	// ResponseHeaderTimeout bounds the wait for the final response header
 	// section once the request is written (fsm PhaseHeader). Zero means no
-	// limit. A timeout is never resent (RS06).
+	// limit. A timeout is never resent automatically (RS06); under Retry
+	// an idempotent or keyed request is retried after one (RS25).
 	ResponseHeaderTimeout time.Duration
 
 	// ExpectContinueTimeout is how long an HTTP/1.1 request with "Expect:
