@@ -190,6 +190,9 @@ func (s *Server) handleH2Stream(w http.ResponseWriter, r *http.Request, index in
 	s.answered(i, status)
 	w.WriteHeader(status)
 	rc := http.NewResponseController(w)
+	if sc.Extra != nil {
+		w.Write(sc.Extra)
+	}
 	if rc.Flush() != nil {
 		s.release(target)
 		return

@@ -186,7 +186,8 @@ type Config struct {
 	// a connection that negotiates h2 is served by net/http's HTTP/2
 	// server, each CONNECT stream (RFC 9113
 	// §8.5) answered as the connection's Script says (Status, Header,
-	// StallAfterRequest; RequireAuth applies) and tunneled to its target
+	// StallAfterRequest, Extra as DATA; RequireAuth applies) and
+	// tunneled to its target
 	// directly: Upstream does not apply to HTTP/2 connections. See ResetTunnels, H2Conns and TunnelsPerConn.
 	ALPN []string
 	// H2MaxStreams is the SETTINGS_MAX_CONCURRENT_STREAMS of an HTTP/2

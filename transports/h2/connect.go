@@ -170,6 +170,14 @@ func (t *TunnelConn) Close() error {
 // delivering: the response ended, failed, or the tunnel was closed.
 func (t *TunnelConn) Done() <-chan struct{} { return t.pumped }
 
+// Buffered returns how many bytes the server sent through the tunnel
+// that the caller has not read yet and the tunnel holds.
+func (t *TunnelConn) Buffered() int {
+	t.down.mu.Lock()
+	defer t.down.mu.Unlock()
+	return t.down.w - t.down.r
+}
+
 // Target returns the "host:port" the tunnel was opened to.
 func (t *TunnelConn) Target() string { return t.target }
 

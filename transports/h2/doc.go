@@ -83,7 +83,8 @@
 // (RFC 8441: Method CONNECT with the header key ":protocol"; it waits
 // for the server's SETTINGS and needs SETTINGS_ENABLE_CONNECT_PROTOCOL)
 // and plain CONNECT tunnels (full duplex: the request body is upstream,
-// the response body downstream); gzip decoded transparently unless
+// the response body downstream; ClientConn.Tunnel makes one a net.Conn,
+// TunnelConn, for HTTP/2 CONNECT to a proxy); gzip decoded transparently unless
 // Config.DisableCompression. Malformed responses (§8.1.1: bad
 // pseudo-header fields, upper-case names, connection-specific fields,
 // content-length differing from the DATA received, ...) reset their

@@ -193,7 +193,11 @@ func isTimeout(err error) bool {
 // proxy (offering only ALPN "http/1.1"), CONNECT to the next hop or the
 // target at an HTTP or HTTPS proxy (the last hop too, for a plain-HTTP
 // origin), or SOCKS5 at a SOCKS proxy. Each hop's Auth and Header go to
-// that hop only.
+// that hop only. With d.H2 set, an HTTPS first hop is offered "h2" then
+// "http/1.1", and if it picks h2 the first CONNECT is an HTTP/2 CONNECT
+// stream on a connection d.H2 shares (see H2Pool); the returned
+// connection is then that stream (or a tunnel inside it), whose
+// failures read as a TCP connection's (h2.TunnelConn).
 //
 // Credentials for an http or socks5 hop after the first would cross the
 // earlier hops in cleartext: DialChain refuses them before dialing, with
@@ -206,9 +210,10 @@ func isTimeout(err error) bool {
 // that runs out of time fails with a *route.DeadlineError naming it and
 // its hop. Other failures are a *ConnectError (a CONNECT status outside
 // 2xx) or a *StepError. The returned connection has no deadline; on
-// error, everything DialChain opened is closed. Through an HTTPS proxy the
-// connection is (or wraps) the *tls.Conn to that proxy: its type says
-// nothing about TLS with the origin.
+// error, everything DialChain opened is closed (a shared HTTP/2
+// connection only loses the stream). Through an HTTPS proxy the
+// connection is (or wraps) the *tls.Conn to that proxy, or an HTTP/2
+// stream: its type says nothing about TLS with the origin.
 func DialChain(ctx context.Context, d *Dialer, hops []Hop, target string, b route.Budget) (net.Conn, error) {
 	if d == nil {
 		d = &Dialer{}

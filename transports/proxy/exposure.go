@@ -119,10 +119,14 @@ func (e *EarlyResponseError) Unwrap() error { return ErrEarlyResponse }
 
 // EarlyBytes returns how many bytes the proxy sent with its CONNECT 2xx
 // response that conn, a connection DialChain returned, still holds
-// unread; 0 for any other connection.
+// unread (for an HTTP/2 CONNECT tunnel, the DATA it has received so
+// far); 0 for any other connection.
 func EarlyBytes(conn net.Conn) int {
-	if tc, ok := conn.(*tunnelConn); ok {
+	switch tc := conn.(type) {
+	case *tunnelConn:
 		return len(tc.pending)
+	case *h2Tunnel:
+		return tc.Buffered()
 	}
 	return 0
 }

@@ -186,3 +186,26 @@ func TestH2FirstHopOfChain(t *testing.T) {
 		t.Errorf("hop 1 %+v, hop 2 %+v, origin conns %d", r1, r2, e.conns())
 	}
 }
+
+// DATA the proxy sends right after its 2xx, before any request, counts
+// as early bytes: CheckPlainTunnel refuses the tunnel for a plain-http
+// origin.
+func TestH2EarlyBytes(t *testing.T) {
+	p := h2Proxy(t, connectproxy.Config{Default: &connectproxy.Script{Extra: []byte("HTTP/1.1 200 OK\r\n\r\n")}})
+	e := startSilent(t)
+	c, err := DialChain(t.Context(), &Dialer{H2: &H2Pool{}}, []Hop{hopTo(p, nil, "")}, e.addr(), budget(ample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 1000 { // the DATA frame follows the HEADERS: bounded wait for it
+		if EarlyBytes(c) > 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	var ee *EarlyResponseError
+	if err := CheckPlainTunnel(c, 1, p.Addr()); !errors.As(err, &ee) || ee.Bytes != len("HTTP/1.1 200 OK\r\n\r\n") {
+		t.Fatalf("CheckPlainTunnel = %v; want an EarlyResponseError for the %d bytes", err, len("HTTP/1.1 200 OK\r\n\r\n"))
+	}
+}

@@ -11,9 +11,11 @@
 //     a *ConnectError.
 //   - NO_PROXY: Selector wraps golang.org/x/net/http/httpproxy and feeds it
 //     normalised URLs, so "http://h" and "http://h:80" always decide alike.
-//   - Dialing: DialChain dials the first hop, does TLS (ALPN http/1.1 only)
-//     to HTTPS proxies, CONNECT at HTTP and HTTPS hops and SOCKS5 (through
-//     golang.org/x/net/proxy) at SOCKS hops; HandshakeOrigin does TLS with
+//   - Dialing: DialChain dials the first hop, does TLS (ALPN http/1.1,
+//     or h2 first at the first hop with Dialer.H2) to HTTPS proxies,
+//     CONNECT at HTTP and HTTPS hops (HTTP/2 CONNECT streams on a shared
+//     connection, H2Pool, when the first hop picks h2) and SOCKS5
+//     (through golang.org/x/net/proxy) at SOCKS hops; HandshakeOrigin does TLS with
 //     the origin; DialRoute does both for a route.Route. All of them spend
 //     one route.Budget: its deadline is set on the connection once, and a
 //     step that runs out of it fails with a *route.DeadlineError naming the
@@ -67,8 +69,8 @@ type HopConfig struct {
 	Auth *Auth
 	// TLSConfig is the client configuration for an HTTPS proxy; nil means
 	// the system roots. DialChain clones it, sets ServerName to the hop's
-	// host if empty, and always offers only ALPN "http/1.1": the CONNECT
-	// exchange is HTTP/1.1 text.
+	// host if empty, and sets the ALPN offer: "http/1.1" alone, or "h2"
+	// then "http/1.1" at the first hop when Dialer.H2 is set.
 	TLSConfig *tls.Config
 	// Header holds extra CONNECT header fields for this hop only.
 	Header http.Header
