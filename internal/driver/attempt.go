@@ -72,6 +72,10 @@ type attemptWire interface {
 	// (see streamOnly). HTTP/1.1 returns zero values: its resend always
 	// dials.
 	resendFrom(connFailed bool) (after uint64, same any)
+	// resendLost tells the pool that this attempt, a displaced
+	// request's resend, failed; if its connection is gone and carried
+	// other resends, the route learns to spread them (pool.Mux.ResendLost).
+	resendLost()
 	// learnGoAway tells the pool, when the connection received a GOAWAY,
 	// how many streams the server accepted on it (see muxPool.learn).
 	learnGoAway()
@@ -84,14 +88,15 @@ type attemptWire interface {
 // attempt is one wire attempt of a call, on any protocol: the one
 // driver of the machine's decisions.
 type attempt struct {
-	tr     *try
-	n      int              // within the try: 1, or 2 for the automatic resend
-	number int              // within the call, as the call machine counts
-	cd     fsm.CallDecision // how the call went on after this attempt
-	rec    attemptRecorder
-	reused bool
-	body   *reqBody    // nil without a body
-	wire   attemptWire // nil until a connection (HTTP/1.1) or stream was had
+	tr        *try
+	n         int              // within the try: 1, or 2 for the automatic resend
+	number    int              // within the call, as the call machine counts
+	cd        fsm.CallDecision // how the call went on after this attempt
+	rec       attemptRecorder
+	displaced bool // a displaced request's resend (resend.displaced)
+	reused    bool
+	body      *reqBody    // nil without a body
+	wire      attemptWire // nil until a connection (HTTP/1.1) or stream was had
 
 	reqBody  reqBody  // what body points to, in the same allocation
 	respBody respBody // the delivered response's body wrapper
@@ -363,6 +368,9 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 	var same any
 	if a.wire != nil {
 		a.wire.learnGoAway()
+		if a.displaced {
+			a.wire.resendLost()
+		}
 	}
 	displaced := a.wire != nil && d.Action == fsm.ActionResend
 	if displaced {

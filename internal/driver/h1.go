@@ -130,6 +130,9 @@ func (w *h1Wire) informational() error { return nil }
 // resendFrom returns zero values: an HTTP/1.1 resend always dials.
 func (w *h1Wire) resendFrom(bool) (uint64, any) { return 0, nil }
 
+// resendLost does nothing: an HTTP/1.1 resend has its connection alone.
+func (w *h1Wire) resendLost() {}
+
 func (w *h1Wire) learnGoAway() {}
 
 // uploading reports false: net/http ends the upload with the exchange.

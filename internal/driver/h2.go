@@ -87,13 +87,14 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	body := start.body
 	ha := &h2Attempt{}
 	a := tr.newAttempt(&ha.attempt, n, body, tr.streamRecorder(&ha.rec, &ha.attempt, start.facts), bodyWatch{mux: true})
+	a.displaced = start.displaced
 	same, _ := start.same.(*h2Conn)
 	// A pooled connection with room is taken at once (the pool's own
 	// first step, muxPool.acquire); only an attempt that may wait or dial
 	// needs its own context and the acquisition deadline's timer.
 	var hc *h2Conn
 	reused := false
-	hc, reused, _ = tr.t.h2pool.Take(tr.key, start.after, same)
+	hc, reused, _ = tr.t.h2pool.Take(tr.key, start.after, same, start.displaced)
 	var err error
 	if hc == nil {
 		hc, reused, err = tr.t.acquireH2(a.acquireContext(), tr.key, tr.snap, tr.leg, a.rec.Start(), start)
@@ -216,6 +217,8 @@ func (s *h2Stream) learnGoAway() {
 		s.t.h2pool.Learn(s.hc, int(g.LastStreamID+1)/2, time.Now())
 	}
 }
+
+func (s *h2Stream) resendLost() { s.t.h2pool.ResendLost(s.hc, time.Now()) }
 
 func (s *h2Stream) resendFrom(connFailed bool) (uint64, any) {
 	if connFailed {

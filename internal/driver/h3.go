@@ -106,6 +106,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	facts, body := start.facts, start.body
 	ha := &h3Attempt{}
 	a := tr.newAttempt(&ha.attempt, n, body, tr.streamRecorder(&ha.rec, &ha.attempt, facts), bodyWatch{mux: true, finish: true})
+	a.displaced = start.displaced
 	after := start.after
 	if n == 1 && facts.Body == fsm.BodyOneShotUntouched {
 		after = tr.t.h3pool.Mark() // only a connection opened from now on
@@ -121,7 +122,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 		// own first step, muxPool.acquire); only an attempt that may
 		// wait or dial needs its own context and the acquisition
 		// deadline's timer.
-		hc, reused, _ = tr.t.h3pool.Take(tr.key, after, same)
+		hc, reused, _ = tr.t.h3pool.Take(tr.key, after, same, start.displaced)
 	}
 	switch {
 	case hc != nil:
@@ -234,6 +235,8 @@ func (s *h3Stream) learnGoAway() {
 	}
 }
 
+func (s *h3Stream) resendLost() { s.t.h3pool.ResendLost(s.hc, time.Now()) }
+
 func (s *h3Stream) resendFrom(connFailed bool) (uint64, any) {
 	if connFailed {
 		return s.t.h3pool.FailMark(s.hc), s.hc
@@ -293,7 +296,7 @@ type h3Dial struct {
 // calls.
 func (t *Transport) raceH3(ctx context.Context, key pool.Key, after uint64) (*h3Conn, bool, error) {
 	for range 2 { // the dial's connection may be taken by another call first
-		if hc, reused, _ := t.h3pool.Take(key, after, nil); hc != nil {
+		if hc, reused, _ := t.h3pool.Take(key, after, nil, false); hc != nil {
 			return hc, reused, nil
 		}
 		d := t.startH3Dial(key)

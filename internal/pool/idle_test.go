@@ -75,7 +75,7 @@ func TestIdleCapAcrossPools(t *testing.T) {
 	if n := cap.Len(); n != 2 || a.closed || m1.isClosed() {
 		t.Fatalf("cap holds %d, closed %v %v", n, a.closed, m1.isClosed())
 	}
-	if got, _, _ := mux.Take(Key{Addr: "m:443"}, 0, nil); got != m1 || cap.Len() != 1 {
+	if got, _, _ := mux.Take(Key{Addr: "m:443"}, 0, nil, false); got != m1 || cap.Len() != 1 {
 		t.Fatalf("take: %v, cap holds %d, want m1 and 1", got, cap.Len())
 	}
 	b := &fakeIdleConn{state: IdleState{Key: Key{Addr: "b:80"}}, limit: limit}

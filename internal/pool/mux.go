@@ -13,6 +13,8 @@ type MuxState struct {
 	Key     Key
 	seq     uint64 // when its dial started, on the pool's clock (Mark), from 1
 	failed  uint64 // the clock when the connection was first seen failing (FailMark), or 0
+	resends int    // displaced requests' resends it took
+	taught  bool   // its loss under resends taught its route to spread them (ResendLost)
 	started int    // attempts it took, from the first
 	served  int    // attempts that ended in a clean, complete exchange
 	active  int    // attempts running on it
@@ -86,6 +88,10 @@ type Mux[C MuxConn] struct {
 	// failed: until when no attempt dials them again, and how to learn
 	// that a connection joined.
 	down map[Key]*routeDown
+	// spread holds, per route whose new connections died young under
+	// the resends they carried, how many resends one connection takes,
+	// and until when (ResendLost).
+	spread map[Key]learnedLimit
 }
 
 // routeDown is a route whose last dial for a displaced request failed
@@ -228,7 +234,7 @@ const maxLearned = 1024
 
 func NewMux[C MuxConn](maxIdle int, idleTimeout time.Duration, limit *Limit, cap *IdleCap) *Mux[C] {
 	return &Mux[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit, cap: cap,
-		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}, down: map[Key]*routeDown{}}
+		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}, down: map[Key]*routeDown{}, spread: map[Key]learnedLimit{}}
 }
 
 // Learn records, for c's route, that its server accepted streams
@@ -263,6 +269,52 @@ func (p *Mux[C]) budgetLocked(key Key) int {
 		return 0
 	}
 	return l.streams
+}
+
+// spreadLocked returns the resends a connection for key may take, or 0
+// for no learned limit.
+func (p *Mux[C]) spreadLocked(key Key) int {
+	l, ok := p.spread[key]
+	if !ok {
+		return 0
+	}
+	if time.Now().After(l.expires) {
+		delete(p.spread, key)
+		return 0
+	}
+	return l.streams
+}
+
+// ResendLost tells the pool that a displaced request's resend on c
+// failed with c gone under it (closed, or a GOAWAY). When c carried
+// other resends too, they were lost with it, and RS08 allows none of
+// them a third copy: a route whose new connections die young (a server
+// or network that kills connections) learns to spread its resends, for
+// perConnTTL: a connection takes at most half as many resends as c did,
+// down to one (each resend a connection of its own). Each connection
+// teaches this once.
+func (p *Mux[C]) ResendLost(c C, now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := c.Mux()
+	if m.taught || m.resends < 2 || !c.Gone() {
+		return
+	}
+	m.taught = true
+	if _, ok := p.spread[m.Key]; !ok && len(p.spread) >= maxLearned {
+		clear(p.spread)
+	}
+	p.spread[m.Key] = learnedLimit{streams: max(1, m.resends/2), expires: now.Add(perConnTTL)}
+}
+
+// spreading reports whether key's displaced requests spread their
+// resends (ResendLost) while the route answers: each then dials without
+// waiting for another's dial.
+func (p *Mux[C]) spreading(key Key) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, down := p.down[key]
+	return !down && p.spreadLocked(key) > 0
 }
 
 // Mark returns the pool's clock, which ticks when a dial starts and when
@@ -316,8 +368,9 @@ func (p *Mux[C]) Tick() uint64 {
 // h2Conn.gone for why).
 //
 // pending reports, when none had room, that a candidate was waiting for
-// its SETTINGS.
-func (p *Mux[C]) Take(key Key, after uint64, same C) (got C, reused, pending bool) {
+// its SETTINGS. displaced marks a displaced request's resend: it counts
+// against the route's learned spread (ResendLost).
+func (p *Mux[C]) Take(key Key, after uint64, same C, displaced bool) (got C, reused, pending bool) {
 	var dead []C
 	defer func() {
 		for _, c := range dead {
@@ -329,10 +382,15 @@ func (p *Mux[C]) Take(key Key, after uint64, same C) (got C, reused, pending boo
 	list := p.conns[key]
 	kept := list[:0]
 	budget := p.budgetLocked(key)
+	spread := 0
+	if displaced {
+		spread = p.spreadLocked(key)
+	}
 	var zero C
 	for _, c := range list {
 		switch m := c.Mux(); {
-		case got != zero || m.seq <= after && c != same || budget > 0 && m.started >= budget:
+		case got != zero || m.seq <= after && c != same || budget > 0 && m.started >= budget ||
+			spread > 0 && m.resends >= spread:
 			kept = append(kept, c)
 		case m.active == 0 && m.idleArmed && time.Since(m.idleSince) >= p.idleTimeout:
 			// Idle for the whole limit, its timer late: as Idle.Get,
@@ -346,6 +404,9 @@ func (p *Mux[C]) Take(key Key, after uint64, same C) (got C, reused, pending boo
 			}
 			m.active++
 			m.started++
+			if displaced {
+				m.resends++
+			}
 			kept = append(kept, c)
 		case c.Gone():
 			m.retired, m.pooled = true, false
@@ -376,11 +437,18 @@ func (p *Mux[C]) Take(key Key, after uint64, same C) (got C, reused, pending boo
 // add registers c, whose dial started at tick (Tick), with one attempt
 // running on it. The clock ticks again, so that an attempt that took
 // nothing before sees that a connection joined (dialTurn).
-func (p *Mux[C]) add(c C, tick uint64) {
+func (p *Mux[C]) add(c C, tick uint64) { p.addWith(c, tick, false) }
+
+// addWith is add; displaced marks the attempt on c as a displaced
+// request's resend (see Take).
+func (p *Mux[C]) addWith(c C, tick uint64, displaced bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := c.Mux()
 	m.active, m.started = 1, 1
+	if displaced {
+		m.resends = 1
+	}
 	p.seq++
 	m.seq = tick
 	p.upLocked(m.Key)
@@ -628,7 +696,7 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 	}()
 	for {
 		seen := p.Mark()
-		c, reused, pending := p.Take(key, after, same)
+		c, reused, pending := p.Take(key, after, same, redial != nil)
 		if c != zero {
 			return c, reused, nil
 		}
@@ -651,7 +719,13 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 				return zero, false, err
 			}
 		}
-		wait, lead := p.dialTurn(key, seen)
+		var wait <-chan struct{}
+		var lead func()
+		if redial != nil && p.spreading(key) {
+			lead = func() {} // spreading: no waiting on another's dial
+		} else {
+			wait, lead = p.dialTurn(key, seen)
+		}
 		switch {
 		case wait == nil && lead == nil:
 			continue
@@ -681,7 +755,7 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 			}
 			continue
 		}
-		c, err := p.dialCounted(key, dial)
+		c, err := p.dialCounted(key, dial, redial != nil)
 		down := err != nil && redial != nil && ctx.Err() == nil && redial(err)
 		if down {
 			p.dialFailed(key) // before lead: a waiter woken by it sees the route down
@@ -756,15 +830,15 @@ func (g *dialGate) join(key Key) (<-chan struct{}, func()) {
 }
 
 // dialCounted dials a connection for key, whose room in the limit the
-// caller took, and adds it with one attempt running; a failed dial gives
-// the room back.
-func (p *Mux[C]) dialCounted(key Key, dial func() (C, error)) (C, error) {
+// caller took, and adds it with one attempt running (a displaced
+// request's resend when displaced); a failed dial gives the room back.
+func (p *Mux[C]) dialCounted(key Key, dial func() (C, error), displaced bool) (C, error) {
 	tick := p.Tick()
 	c, err := dial()
 	if err != nil {
 		p.limit.Closed(key)
 		return c, err
 	}
-	p.add(c, tick)
+	p.addWith(c, tick, displaced)
 	return c, nil
 }

@@ -57,7 +57,7 @@ func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 		timer := c.Mux().idleTimer
 
 		time.Sleep(900 * time.Millisecond)
-		if got, _, _ := p.Take(Key{}, 0, nil); got != c {
+		if got, _, _ := p.Take(Key{}, 0, nil, false); got != c {
 			t.Fatalf("take at 0.9 s: %v", got)
 		}
 		time.Sleep(200 * time.Millisecond) // 1.1 s: the first idle period's limit passed while busy
@@ -94,7 +94,7 @@ func TestMuxIdleTimerSetForTheRest(t *testing.T) {
 		p, c, start := idleMuxConn()
 		for _, at := range []time.Duration{300 * time.Millisecond, 600 * time.Millisecond} {
 			time.Sleep(at - time.Since(start))
-			if got, _, _ := p.Take(Key{}, 0, nil); got != c {
+			if got, _, _ := p.Take(Key{}, 0, nil, false); got != c {
 				t.Fatalf("take at %v: %v", at, got)
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -151,7 +151,7 @@ func TestDialTurnAfterAnotherDialEnded(t *testing.T) {
 	p := NewMux[*fakeMuxConn](2, 0, NewLimit(0), nil)
 	key := Key{Addr: "a:1"}
 	seen := p.Mark()
-	if got, _, _ := p.Take(key, 0, nil); got != nil {
+	if got, _, _ := p.Take(key, 0, nil, false); got != nil {
 		t.Fatal("took room in an empty pool")
 	}
 	p.add(&fakeMuxConn{state: MuxState{Key: key}}, p.Tick()) // another attempt's dial ended
@@ -232,13 +232,13 @@ func TestMuxTakeRefusesExpired(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, c, _ := idleMuxConn()
 		time.Sleep(999 * time.Millisecond)
-		if got, _, _ := p.Take(Key{}, 0, nil); got != c {
+		if got, _, _ := p.Take(Key{}, 0, nil, false); got != c {
 			t.Fatalf("take within the limit: %v", got)
 		}
 		p.Done(c, true)
 		c.Mux().idleTimer.Stop() // late
 		time.Sleep(time.Second)
-		if got, _, _ := p.Take(Key{}, 0, nil); got != nil {
+		if got, _, _ := p.Take(Key{}, 0, nil, false); got != nil {
 			t.Fatalf("take after the limit handed out %v", got)
 		}
 		if !c.isClosed() || p.IdleCount() != 0 {

@@ -202,15 +202,15 @@ func TestResendSkipsConnDialedBeforeFailure(t *testing.T) {
 	mark := p.Mark() // a connection fails under a request
 	p.add(early, tick)
 	p.Done(early, true)
-	if got, _, _ := p.Take(key, mark, nil); got != nil {
+	if got, _, _ := p.Take(key, mark, nil, false); got != nil {
 		t.Fatalf("resend took %p, dialed before its failure", got)
 	}
-	if got, _, _ := p.Take(key, 0, nil); got != early {
+	if got, _, _ := p.Take(key, 0, nil, false); got != early {
 		t.Fatalf("original attempt took %p, want %p", got, early)
 	}
 	late := &fakeMuxConn{state: MuxState{Key: key}}
 	p.add(late, p.Tick())
-	if got, _, _ := p.Take(key, mark, nil); got != late {
+	if got, _, _ := p.Take(key, mark, nil, false); got != late {
 		t.Fatalf("resend took %p, want the connection dialed after its failure %p", got, late)
 	}
 }
@@ -230,7 +230,48 @@ func TestFailMarkSharedByDisplaced(t *testing.T) {
 	}
 	redial := &fakeMuxConn{state: MuxState{Key: key}}
 	p.add(redial, tick)
-	if got, _, _ := p.Take(key, first, nil); got != redial {
+	if got, _, _ := p.Take(key, first, nil, false); got != redial {
 		t.Fatalf("late displaced request took %p, want the shared redial %p", got, redial)
+	}
+}
+
+// TestResendLostTeachesSpread: a connection that dies with 8 resends on
+// it teaches its route to give a connection at most 4 resends; a later
+// resend then skips a connection carrying 4, an original attempt does
+// not, and a connection lost with one resend teaches nothing.
+func TestResendLostTeachesSpread(t *testing.T) {
+	p := NewMux[*fakeMuxConn](2, 0, NewLimit(0), nil)
+	key := Key{Addr: "a:1"}
+	lone := &fakeMuxConn{state: MuxState{Key: key}}
+	p.addWith(lone, p.Tick(), true)
+	lone.Close()
+	p.ResendLost(lone, time.Now())
+	if n := p.spreadLocked(key); n != 0 {
+		t.Fatalf("a connection lost with one resend taught a spread of %d", n)
+	}
+	dead := &fakeMuxConn{state: MuxState{Key: key}}
+	p.addWith(dead, p.Tick(), true)
+	for range 7 {
+		if got, _, _ := p.Take(key, 0, nil, true); got != dead {
+			t.Fatalf("took %p, want %p", got, dead)
+		}
+	}
+	p.ResendLost(dead, time.Now()) // still up: no loss
+	dead.Close()
+	p.ResendLost(dead, time.Now())
+	p.ResendLost(dead, time.Now()) // its other resends: taught once
+	if n := p.spreadLocked(key); n != 4 {
+		t.Fatalf("spread %d after losing 8 resends, want 4", n)
+	}
+	busy := &fakeMuxConn{state: MuxState{Key: key}}
+	p.addWith(busy, p.Tick(), true)
+	for range 3 {
+		p.Take(key, 0, nil, true)
+	}
+	if got, _, _ := p.Take(key, 0, nil, true); got != nil {
+		t.Fatalf("a fifth resend took %p", got)
+	}
+	if got, _, _ := p.Take(key, 0, nil, false); got != busy {
+		t.Fatalf("an original attempt took %p, want %p", got, busy)
 	}
 }
