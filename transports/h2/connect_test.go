@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/http2"
+
+	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 	"github.com/replaysafe/replaysafe/transports/h2"
 )
 
@@ -260,5 +263,44 @@ func TestTunnelContextEndsBeforeAnswer(t *testing.T) {
 	<-released
 	if got := s.connects.Load(); got != 1 {
 		t.Errorf("server saw %d CONNECTs, want 1", got)
+	}
+}
+
+// RFC 9113 §8.5: until the 2xx no tunnel exists. A refusal, a reset, a
+// GOAWAY or the connection's end before it fails Tunnel with the
+// stream's or the connection's error and no tunnel, as the proxy dialer
+// needs to call it an acquisition failure (nothing reached the target).
+func TestTunnelFailsBeforeAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		action h2server.Action
+		check  func(error) bool
+	}{
+		{"refused", h2server.Refuse(), func(err error) bool {
+			var se *h2.StreamError
+			return errors.As(err, &se) && se.Unprocessed()
+		}},
+		{"connect-error", h2server.Reset(http2.ErrCodeConnect).WithAt(h2server.OnHeaders), func(err error) bool {
+			var se *h2.StreamError
+			return errors.As(err, &se) && se.Code == http2.ErrCodeConnect
+		}},
+		{"goaway-below", h2server.GoAwayBelow().WithClose(h2server.CloseFIN), func(err error) bool {
+			var ge *h2.GoAwayError
+			return errors.As(err, &ge) && ge.Unprocessed()
+		}},
+		{"conn-closed", h2server.CloseConn(), func(err error) bool { return err != nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := scripted(t, false, h2server.Config{Default: h2server.Every(tc.action)})
+			cc := connTo(t, dialScripted(t, s))
+			tun, res, err := openTunnel(t, cc, t.Context(), "o.test:443")
+			if tun != nil || res != nil || !tc.check(err) {
+				t.Fatalf("Tunnel = %v, %v, %v (%T)", tun, res, err, err)
+			}
+			waitRequests(t, s, 1)
+			if got := s.Requests(); len(got) != 1 || got[0].Method != http.MethodConnect || got[0].Authority != "o.test:443" || got[0].Path != "" || got[0].Scheme != "" {
+				t.Errorf("server recorded %+v; want the one CONNECT", got)
+			}
+		})
 	}
 }

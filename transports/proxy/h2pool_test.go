@@ -209,3 +209,35 @@ func TestH2EarlyBytes(t *testing.T) {
 		t.Fatalf("CheckPlainTunnel = %v; want an EarlyResponseError for the %d bytes", err, len("HTTP/1.1 200 OK\r\n\r\n"))
 	}
 }
+
+// The proxy connection ending before the CONNECT's 2xx fails the dial at
+// step connect, hop 1: no tunnel, nothing reached the origin.
+func TestH2ProxyGoneBeforeAnswer(t *testing.T) {
+	p := h2Proxy(t, connectproxy.Config{Default: &connectproxy.Script{Stall: connectproxy.StallAfterRequest}})
+	e := startEcho(t)
+	pool := &H2Pool{}
+	done := make(chan error, 1)
+	go func() {
+		c, err := DialChain(t.Context(), &Dialer{H2: pool}, []Hop{hopTo(p, nil, "")}, e.addr(), budget(ample))
+		if c != nil {
+			c.Close()
+		}
+		done <- err
+	}()
+	for range 2000 { // bounded wait for the CONNECT to arrive
+		if len(p.Requests()) == 1 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.Close()
+	err := <-done
+	var se *StepError
+	var de *route.DeadlineError
+	if !errors.As(err, &se) || se.Step != route.StepConnect || se.Hop != 1 || errors.As(err, &de) {
+		t.Fatalf("DialChain = %v; want a StepError at connect, hop 1, not a deadline", err)
+	}
+	if len(p.Requests()) != 1 || p.Tunnels() != 0 || e.conns() != 0 || pool.Conns() != 0 {
+		t.Errorf("requests=%d tunnels=%d origin conns=%d pool=%d; want 1, 0, 0, 0", len(p.Requests()), p.Tunnels(), e.conns(), pool.Conns())
+	}
+}
