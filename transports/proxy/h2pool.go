@@ -17,6 +17,12 @@ import (
 // acquisitions one acquisition waits for before it dials its own.
 const maxH2Waits = 8
 
+// maxH1Memos bounds the proxies an H2Pool remembers as having picked
+// HTTP/1.1 while it holds no connection to them: past it, such a proxy
+// is forgotten, and the next burst of acquisitions waits for one dial
+// again before dialing in parallel.
+const maxH1Memos = 256
+
 // H2Pool holds the HTTP/2 connections to HTTPS proxies that carry
 // CONNECT tunnels as streams (RFC 9113 §8.5), shared by every tunnel
 // through the same proxy (the same route.Hop, credential identity
@@ -103,6 +109,15 @@ func (p *H2Pool) entry(key h2Key) *h2Entry {
 	return e
 }
 
+// prune drops e, key's entry, when it holds nothing: no connection, no
+// dial, and no memo of an HTTP/1.1 proxy (or too many of them). The
+// caller holds mu.
+func (p *H2Pool) prune(key h2Key, e *h2Entry) {
+	if len(e.conns) == 0 && e.dialing == nil && (!e.h1 || len(p.entries) > maxH1Memos) {
+		delete(p.entries, key)
+	}
+}
+
 // reserve takes a stream of one of e's connections, or returns nil. The
 // caller holds mu.
 func (e *h2Entry) reserve() *h2Conn {
@@ -128,9 +143,7 @@ func (p *H2Pool) release(key h2Key, c *h2Conn) {
 					break
 				}
 			}
-			if len(e.conns) == 0 && e.dialing == nil {
-				delete(p.entries, key)
-			}
+			p.prune(key, e)
 		}
 	}
 	p.mu.Unlock()
@@ -200,16 +213,12 @@ func (p *H2Pool) tunnel(a *acquisition, d *Dialer, h Hop, next string) (tunnel n
 		}
 		switch {
 		case err != nil:
-			if len(e.conns) == 0 && e.dialing == nil {
-				delete(p.entries, key)
-			}
+			p.prune(key, e)
 			p.mu.Unlock()
 			return nil, nil, nil, err
 		case tc.ConnectionState().NegotiatedProtocol != "h2":
 			e.h1 = true
-			if len(e.conns) == 0 && e.dialing == nil {
-				delete(p.entries, key)
-			}
+			p.prune(key, e)
 			p.mu.Unlock()
 			return nil, raw, tc, nil
 		}

@@ -241,3 +241,53 @@ func TestH2ProxyGoneBeforeAnswer(t *testing.T) {
 		t.Errorf("requests=%d tunnels=%d origin conns=%d pool=%d; want 1, 0, 0, 0", len(p.Requests()), p.Tunnels(), e.conns(), pool.Conns())
 	}
 }
+
+// Once a proxy picked HTTP/1.1, later acquisitions dial in parallel: one
+// whose TLS with the proxy stalls holds up no other.
+func TestH2PoolRemembersHTTP1Proxy(t *testing.T) {
+	p := h2Proxy(t, connectproxy.Config{ALPN: []string{"http/1.1"}, Conns: []connectproxy.Script{
+		{}, {Stall: connectproxy.StallBeforeHandshake, StallFor: time.Minute},
+	}})
+	e := startEcho(t)
+	pool := &H2Pool{}
+	d := &Dialer{H2: pool}
+	hop := hopTo(p, nil, "")
+	first, err := DialChain(t.Context(), d, []Hop{hop}, e.addr(), budget(ample))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	stalled := make(chan error, 1)
+	go func() {
+		c, err := DialChain(ctx, d, []Hop{hop}, e.addr(), budget(ample))
+		if c != nil {
+			c.Close()
+		}
+		stalled <- err
+	}()
+	for range 2000 { // bounded wait for the stalled connection's accept
+		if p.Conns() == 2 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	third, err := DialChain(t.Context(), d, []Hop{hop}, e.addr(), budget(ample))
+	if err != nil {
+		t.Fatalf("third dial, beside a stalled one: %v", err)
+	}
+	defer third.Close()
+	echoRoundTrip(t, third, "not held up")
+	select {
+	case err := <-stalled:
+		t.Fatalf("the stalled dial ended first: %v", err)
+	default:
+	}
+	cancel()
+	if err := <-stalled; !errors.Is(err, context.Canceled) {
+		t.Errorf("stalled dial = %v; want context.Canceled", err)
+	}
+	if p.Conns() != 3 || p.Tunnels() != 2 || e.conns() != 2 {
+		t.Errorf("proxy conns=%d tunnels=%d origin conns=%d; want 3, 2, 2", p.Conns(), p.Tunnels(), e.conns())
+	}
+}
