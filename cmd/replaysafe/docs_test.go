@@ -150,3 +150,65 @@ func TestDocsCommandList(t *testing.T) {
 		t.Errorf("the package doc of main.go lists the commands %q, the command has %q", got, want)
 	}
 }
+
+// helpFlags returns the flags a command's -h lists.
+func helpFlags(t *testing.T, name string) map[string]bool {
+	t.Helper()
+	code, _, errOut := runCmd(t, name, "-h")
+	if code != 0 {
+		t.Fatalf("%s -h: exit %d", name, code)
+	}
+	flags := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(errOut, -1) {
+		flags[m[1]] = true
+	}
+	return flags
+}
+
+// TestDocsFlagLists: every flag a document shows with a command (in a
+// code span or a code line "replaysafe COMMAND ...") is one of that
+// command's flags, and the page of a command (fuzzing.md, forwarding.md)
+// shows every flag it has.
+func TestDocsFlagLists(t *testing.T) {
+	flagsOf := map[string]map[string]bool{}
+	for _, c := range commands() {
+		flagsOf[c.name] = helpFlags(t, c.name)
+	}
+	usage := regexp.MustCompile("`[^`\\n]*replaysafe (\\w+) ([^`\\n]*)`|(?m)^\\s*(?:\\$ )?(?:go run \\./cmd/)?replaysafe (\\w+) (.*)$")
+	flagRE := regexp.MustCompile(`(?:^|[\s\[|])-([a-z][a-z0-9-]*)`)
+	// A synopsis too long for a line goes on in indented lines of
+	// bracketed flags.
+	continued := regexp.MustCompile(`\n[ \t]+\[`)
+	shown := map[string]map[string]bool{} // page: the flags shown on it
+	checked := 0
+	for name, text := range docFiles(t) {
+		shown[name] = map[string]bool{}
+		for _, m := range usage.FindAllStringSubmatch(continued.ReplaceAllString(text, " ["), -1) {
+			cmd, rest := m[1], m[2]
+			if cmd == "" {
+				cmd, rest = m[3], m[4]
+			}
+			flags, ok := flagsOf[cmd]
+			if !ok {
+				continue // "replaysafe forward" in prose, say, or another program
+			}
+			for _, f := range flagRE.FindAllStringSubmatch(rest, -1) {
+				checked++
+				shown[name][f[1]] = true
+				if !flags[f[1]] && f[1] != "h" {
+					t.Errorf("%s shows replaysafe %s -%s, which is no flag of it: %q", name, cmd, f[1], m[0])
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no command line with flags in the documents")
+	}
+	for cmd, page := range map[string]string{"fuzz": "fuzzing.md", "forward": "forwarding.md"} {
+		for f := range flagsOf[cmd] {
+			if !shown[filepath.Join("docs", page)][f] {
+				t.Errorf("docs/%s shows no replaysafe %s line with -%s", page, cmd, f)
+			}
+		}
+	}
+}
