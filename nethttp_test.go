@@ -297,6 +297,26 @@ func TestClone(t *testing.T) {
 	}
 }
 
+// TestCloneKeepsOptions: a clone of a Transport with keep-alives off
+// keeps them off: each of its requests says "Connection: close" on a
+// connection of its own.
+func TestCloneKeepsOptions(t *testing.T) {
+	s := start(t, replaysafetest.Config{})
+	tr, _ := client(t, s, replaysafe.Options{DisableKeepAlives: true})
+	c := tr.Clone()
+	defer c.CloseIdleConnections()
+	get(t, c, s, "/a")
+	get(t, c, s, "/b")
+	for _, p := range []string{"/a", "/b"} {
+		if got := wantCopies(t, s, p, 1); got[0].Header.Get("Connection") != "close" {
+			t.Errorf("%s sent Connection %q", p, got[0].Header.Get("Connection"))
+		}
+	}
+	if n := s.Conns(); n != 2 {
+		t.Errorf("%d connections for 2 requests, want 2", n)
+	}
+}
+
 // TestFromTransport: each http.Transport field with a counterpart keeps
 // its meaning: net/http's zero durations and MaxIdleConns (no limit, no
 // wait) become negative, a nil Proxy ignores the environment, and the
