@@ -16,6 +16,7 @@ import (
 
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
 
 // restartFront is a TCP front for a test origin that can restart as a
@@ -231,4 +232,93 @@ func TestRestartResendsShareOneRedial(t *testing.T) {
 			t.Errorf("%d POSTs arrived twice", postTwice)
 		}
 	})
+}
+
+// TestRestartH3ResendsShareOneDial: the same mass displacement over
+// HTTP/3, without the refusing port (the QUIC test server cannot restart
+// on its address): 256 requests in flight on one reused connection
+// (192 GETs, 64 POSTs, none answered) when the server closes it
+// (CONNECTION_CLOSE as the 257th request arrives). The displaced GETs
+// share one new dial instead of dialing one connection each (before:
+// 192 new connections): at most 4 new connections, every GET arrives
+// exactly once more, byte for byte the same, and succeeds, and no POST
+// arrives twice.
+func TestRestartH3ResendsShareOneDial(t *testing.T) {
+	const gets, posts = 192, 64
+	hang := h3server.Hang(20 * time.Second)
+	script := []h3server.Action{h3server.OK("ok")}
+	for range gets + posts {
+		script = append(script, hang)
+	}
+	script = append(script[:len(script)-1], h3server.CloseConn())
+	cfg := h3Script(script)
+	cfg.MaxIncomingStreams = 1000 // all 256 on one connection
+	s := startH3(t, cfg)
+	tr, _ := h3Client(t, s, replaysafe.Options{})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	if code, _, err := roundTrip(tr, newRequest(t, ctx, "GET", s.URL()+"/warm", "")); err != nil || code != 200 {
+		t.Fatal(code, err)
+	}
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	results := make([]result, gets+posts)
+	var wg sync.WaitGroup
+	for i := range gets + posts {
+		wg.Go(func() {
+			var req *http.Request
+			if i < gets {
+				req = newRequest(t, ctx, "GET", fmt.Sprintf("%s/g%d", s.URL(), i), "")
+			} else {
+				req = newRequest(t, ctx, "POST", fmt.Sprintf("%s/p%d", s.URL(), i-gets), fmt.Sprintf("post %d", i-gets))
+			}
+			r := &results[i]
+			r.code, r.body, r.err = roundTrip(tr, req)
+		})
+	}
+	wg.Wait()
+
+	copies := map[string][]h3server.Received{}
+	for _, r := range s.Requests() {
+		copies[r.Path] = append(copies[r.Path], r)
+	}
+	newConns := len(s.Conns()) - 1
+	delivered, getsOK, postTwice, wrong := 0, 0, 0, 0
+	for i := range gets {
+		path := fmt.Sprintf("/g%d", i)
+		if cs := copies[path]; len(cs) == 2 {
+			delivered++
+			a, b := cs[0], cs[1]
+			if a.Conn != 0 || b.Conn == 0 || a.Method != b.Method || !reflect.DeepEqual(a.Header, b.Header) || !bytes.Equal(a.Body, b.Body) {
+				t.Errorf("%s: copies differ or run on the wrong connections: %+v, %+v", path, a.StreamRecord, b.StreamRecord)
+			}
+		} else if wrong++; wrong <= 3 {
+			t.Errorf("%s arrived %d times, want 2", path, len(cs))
+		}
+		if r := results[i]; r.err == nil && r.code == 200 && r.body == "ok" {
+			getsOK++
+		} else if i < 3 {
+			t.Logf("%s: %d %q %v", path, r.code, r.body, r.err)
+		}
+	}
+	for i := range posts {
+		if n := len(copies[fmt.Sprintf("/p%d", i)]); n > 1 {
+			postTwice++
+		}
+	}
+	t.Logf("after the close: %d new connections; GETs delivered once more %d/%d, succeeded %d/%d; POSTs delivered twice %d/%d",
+		newConns, delivered, gets, getsOK, gets, postTwice, posts)
+	if newConns > 4 {
+		t.Errorf("%d new connections, want ≤ 4", newConns)
+	}
+	if getsOK != gets {
+		t.Errorf("%d of %d GETs succeeded", getsOK, gets)
+	}
+	if postTwice != 0 {
+		t.Errorf("%d POSTs arrived twice", postTwice)
+	}
 }
