@@ -184,11 +184,11 @@ type Config struct {
 	// ALPN is the list of protocols the TLS proxy accepts; nil means
 	// "http/1.1" only. With "h2" in it the proxy is an HTTP/2 proxy too:
 	// a connection that negotiates h2 is served by net/http's HTTP/2
-	// server, each CONNECT stream (RFC 9113
-	// §8.5) answered as the connection's Script says (Status, Header,
-	// StallAfterRequest, Extra as DATA; RequireAuth applies) and
-	// tunneled to its target
-	// directly: Upstream does not apply to HTTP/2 connections. See ResetTunnels, H2Conns and TunnelsPerConn.
+	// server, each CONNECT stream (RFC 9113 §8.5) answered as the
+	// connection's Script says (Status, Header, StallAfterRequest, Extra
+	// as DATA; RequireAuth applies) and tunneled to its target directly:
+	// Upstream does not apply to HTTP/2 connections. See ResetTunnels,
+	// H2Conns and TunnelsPerConn.
 	ALPN []string
 	// H2MaxStreams is the SETTINGS_MAX_CONCURRENT_STREAMS of an HTTP/2
 	// connection; zero means net/http's default (250).
