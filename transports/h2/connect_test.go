@@ -242,8 +242,9 @@ func TestTunnelDeadlines(t *testing.T) {
 // answer only; ended first, it fails Tunnel and resets the stream.
 func TestTunnelContextEndsBeforeAnswer(t *testing.T) {
 	var s tunnelServer
-	released := make(chan struct{})
+	arrived, released := make(chan struct{}), make(chan struct{})
 	o := newOrigin(t, false, s.handler(func(r *http.Request, w http.ResponseWriter) bool {
+		close(arrived)
 		<-r.Context().Done() // the client's reset
 		close(released)
 		return false
@@ -251,9 +252,7 @@ func TestTunnelContextEndsBeforeAnswer(t *testing.T) {
 	cc := o.conn(t, h2.Config{})
 	ctx, cancel := context.WithCancel(t.Context())
 	go func() {
-		for s.connects.Load() == 0 { // bounded by the server's lifetime
-			time.Sleep(time.Millisecond)
-		}
+		<-arrived
 		cancel()
 	}()
 	tc, res, err := openTunnel(t, cc, ctx, "o.test:443")

@@ -142,7 +142,15 @@ func TestH2ConnectDeadline(t *testing.T) {
 	}
 	// The caller's context bounds it too.
 	ctx, cancel := context.WithCancel(t.Context())
-	time.AfterFunc(limit/4, cancel)
+	go func() {
+		for range 2000 { // bounded wait for the second CONNECT to arrive
+			if len(p.Requests()) == 2 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+	}()
 	_, err = DialChain(ctx, &Dialer{H2: pool}, []Hop{hopTo(p, nil, "")}, e.addr(), budget(ample))
 	var se *StepError
 	if !errors.As(err, &se) || !errors.Is(err, context.Canceled) || se.Step != route.StepConnect {
