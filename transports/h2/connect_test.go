@@ -303,3 +303,45 @@ func TestTunnelFailsBeforeAnswer(t *testing.T) {
 		})
 	}
 }
+
+// A tunnel carries more than its buffers and the stream windows hold,
+// both ways at once: 1 MiB up, echoed back, every byte in order.
+func TestTunnelLargeTransfer(t *testing.T) {
+	var s tunnelServer
+	o := newOrigin(t, false, s.handler(nil))
+	cc := o.conn(t, h2.Config{StreamWindow: h2.MinWindow})
+	tc, _, err := openTunnel(t, cc, t.Context(), "o.test:443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	const size = 1 << 20
+	msg := make([]byte, size)
+	for i := range msg {
+		msg[i] = 'a' + byte(i%26)
+	}
+	werr := make(chan error, 1)
+	go func() {
+		for p := msg; len(p) > 0; { // odd-sized writes
+			n := min(len(p), 7777)
+			if _, err := tc.Write(p[:n]); err != nil {
+				werr <- err
+				return
+			}
+			p = p[n:]
+		}
+		werr <- tc.CloseWrite()
+	}()
+	got, err := io.ReadAll(tc)
+	if err != nil || len(got) != size {
+		t.Fatalf("read %d bytes, %v; want %d", len(got), err, size)
+	}
+	if err := <-werr; err != nil {
+		t.Fatal(err)
+	}
+	for i := range got {
+		if got[i] != 'A'+byte(i%26) {
+			t.Fatalf("byte %d = %q", i, got[i])
+		}
+	}
+}
