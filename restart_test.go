@@ -11,10 +11,12 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
@@ -320,5 +322,45 @@ func TestRestartH3ResendsShareOneDial(t *testing.T) {
 	}
 	if postTwice != 0 {
 		t.Errorf("%d POSTs arrived twice", postTwice)
+	}
+}
+
+// TestRestartNeverBackEndsAtAcquireTimeout: when the restarted server
+// never listens again, a displaced GET waits for it only until its
+// acquisition deadline: it fails then as a timeout (RS06, 2 attempts),
+// the error names the route's last refused dial, and the redials were
+// spaced (25 ms doubling: a handful in 500 ms, not one per millisecond).
+func TestRestartNeverBackEndsAtAcquireTimeout(t *testing.T) {
+	s := startH2(t, h2Script([]h2server.Action{h2server.OK("ok"), h2server.Hang(20 * time.Second)}))
+	front := newRestartFront(t, s.Addr())
+	var dials atomic.Int64
+	tr, _ := h2Client(t, s, replaysafe.Options{AcquireTimeout: 500 * time.Millisecond,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			dials.Add(1)
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}})
+	base := "http://" + front.addr
+	if code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", base+"/warm", "")); err != nil || code != 200 {
+		t.Fatal(code, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", base+"/x", ""))
+		done <- err
+	}()
+	if err := s.WaitRequests(t.Context(), 2); err != nil {
+		t.Fatal(err)
+	}
+	front.kill() // and never listens again
+	err := <-done
+	var e *replaysafe.Error
+	var te *replaysafe.TimeoutError
+	if !errors.As(err, &e) || e.Rule != fsm.RuleTimeout || e.Attempts != 2 || !errors.As(err, &te) || !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("error %v, want RS06 after 2 attempts, a TimeoutError wrapping the refused dial", err)
+	}
+	redials := dials.Load() - 1
+	t.Logf("%d redials in 500 ms: %v", redials, err)
+	if redials < 2 || redials > 10 {
+		t.Errorf("%d redials in 500 ms, want a few spaced ones", redials)
 	}
 }

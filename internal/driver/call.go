@@ -469,6 +469,11 @@ func abortCause(cause, err error) error {
 		return te // the acquire timeout, naming the step (internal/dial)
 	}
 	if errors.As(cause, &te) {
+		var down *pool.DownError
+		if errors.As(err, &down) {
+			// The deadline ended a wait for a route that refused: say how.
+			return &pool.DownError{Cause: te, LastDial: down.LastDial}
+		}
 		return te
 	}
 	return err

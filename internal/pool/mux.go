@@ -694,6 +694,7 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 			settle.Stop()
 		}
 	}()
+	var last error // the last dial this attempt made that failed with the route down
 	for {
 		seen := p.Mark()
 		c, reused, pending := p.Take(key, after, same, redial != nil)
@@ -734,7 +735,7 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 			case <-wait:
 				continue
 			case <-ctx.Done():
-				return zero, false, context.Cause(ctx)
+				return zero, false, ended(ctx, last)
 			}
 		}
 		if redial != nil {
@@ -743,7 +744,7 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 			if d, up := p.downWait(key); d > 0 {
 				lead()
 				if err := waitUp(ctx, d, up); err != nil {
-					return zero, false, err
+					return zero, false, ended(ctx, last)
 				}
 				continue
 			}
@@ -762,10 +763,33 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 		}
 		lead()
 		if down {
+			last = err
 			continue
 		}
 		return c, false, err
 	}
+}
+
+// DownError ends an acquisition whose context ended while it waited for
+// a route that did not answer: the context's cause, and the error of the
+// last dial it saw fail.
+type DownError struct {
+	Cause, LastDial error
+}
+
+func (e *DownError) Error() string {
+	return e.Cause.Error() + "; the route's last dial: " + e.LastDial.Error()
+}
+
+func (e *DownError) Unwrap() []error { return []error{e.Cause, e.LastDial} }
+
+// ended returns the error of an acquisition whose ctx ended: its cause,
+// with last, the last failed dial, when there was one.
+func ended(ctx context.Context, last error) error {
+	if last == nil {
+		return context.Cause(ctx)
+	}
+	return &DownError{Cause: context.Cause(ctx), LastDial: last}
 }
 
 // waitUp waits d, or until up is closed (a connection for the route
