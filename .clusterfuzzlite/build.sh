@@ -17,6 +17,10 @@
 # this version decodes; local.sh installs the builder of the same version.
 go118fuzzbuild=v0.0.0-20250520111509-a70c2aa677fa
 
+# OSS-Fuzz runs this script as bash -eux build.sh, local.sh as bash
+# build.sh: neither reads the options on the first line, so set them here.
+set -euo pipefail
+
 cd "$SRC/replaysafe"
 GOFLAGS=-mod=mod go get "github.com/AdamKorcz/go-118-fuzz-build/testing@$go118fuzzbuild"
 

@@ -83,11 +83,14 @@ SHIM
 chmod +x "$work/bin/compile_native_go_fuzzer"
 
 start=$(date +%s)
-(
+if ! (
   export PATH="$work/bin:$PATH" CXX=clang++ CXXFLAGS="" LIB_FUZZING_ENGINE=-fsanitize=fuzzer
   cd "$SRC/replaysafe"
   bash "$repo/.clusterfuzzlite/build.sh"
-)
+); then
+  echo "local.sh: build.sh failed: the seeds did not convert or a target did not build (above)" >&2
+  exit 1
+fi
 echo "local.sh: built $(find "$OUT" -maxdepth 1 -type f -perm -u+x | wc -l) fuzzers in $(($(date +%s) - start))s"
 
 # run FUZZER: unpack its seeds and fuzz for $secs seconds; the exit code
