@@ -98,6 +98,7 @@ type Mux[C MuxConn] struct {
 // (Acquire with redial set).
 type routeDown struct {
 	failures int           // dials failed in a row
+	err      error         // the last one's error
 	next     time.Time     // no dial for the route before this
 	up       chan struct{} // closed when a connection for the route joins the pool
 }
@@ -157,9 +158,9 @@ func (r Redial) delay(failures int) time.Duration {
 	return d - half + jitter(half)
 }
 
-// dialFailed records that a dial for key failed: the route is down, and
-// its next dial waits for the spacing.
-func (p *Mux[C]) dialFailed(key Key) {
+// dialFailed records that a dial for key failed with err: the route is
+// down, and its next dial waits for the spacing.
+func (p *Mux[C]) dialFailed(key Key, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
@@ -175,6 +176,7 @@ func (p *Mux[C]) dialFailed(key Key) {
 		d.failures = 0 // an old outage: start the spacing again
 	}
 	d.failures++
+	d.err = err
 	d.next = now.Add(p.redial.delay(d.failures))
 }
 
@@ -196,6 +198,17 @@ func (p *Mux[C]) downWait(key Key) (time.Duration, <-chan struct{}) {
 		return 0, nil
 	}
 	return time.Until(d.next), d.up
+}
+
+// downErr returns the error of the last failed dial of a route that is
+// down, or nil.
+func (p *Mux[C]) downErr(key Key) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if d, ok := p.down[key]; ok {
+		return d.err
+	}
+	return nil
 }
 
 // upLocked forgets that key is down, waking the attempts waiting for it.
@@ -694,7 +707,16 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 			settle.Stop()
 		}
 	}()
-	var last error // the last dial this attempt made that failed with the route down
+	// ended is the error of a displaced attempt whose context ended
+	// while it waited: the cause, and the route's last failed dial.
+	ended := func() error {
+		if redial != nil {
+			if last := p.downErr(key); last != nil {
+				return &DownError{Cause: context.Cause(ctx), LastDial: last}
+			}
+		}
+		return context.Cause(ctx)
+	}
 	for {
 		seen := p.Mark()
 		c, reused, pending := p.Take(key, after, same, redial != nil)
@@ -735,7 +757,7 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 			case <-wait:
 				continue
 			case <-ctx.Done():
-				return zero, false, ended(ctx, last)
+				return zero, false, ended()
 			}
 		}
 		if redial != nil {
@@ -744,7 +766,7 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 			if d, up := p.downWait(key); d > 0 {
 				lead()
 				if err := waitUp(ctx, d, up); err != nil {
-					return zero, false, ended(ctx, last)
+					return zero, false, ended()
 				}
 				continue
 			}
@@ -759,11 +781,10 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 		c, err := p.dialCounted(key, dial, redial != nil)
 		down := err != nil && redial != nil && ctx.Err() == nil && redial(err)
 		if down {
-			p.dialFailed(key) // before lead: a waiter woken by it sees the route down
+			p.dialFailed(key, err) // before lead: a waiter woken by it sees the route down
 		}
 		lead()
 		if down {
-			last = err
 			continue
 		}
 		return c, false, err
@@ -782,15 +803,6 @@ func (e *DownError) Error() string {
 }
 
 func (e *DownError) Unwrap() []error { return []error{e.Cause, e.LastDial} }
-
-// ended returns the error of an acquisition whose ctx ended: its cause,
-// with last, the last failed dial, when there was one.
-func ended(ctx context.Context, last error) error {
-	if last == nil {
-		return context.Cause(ctx)
-	}
-	return &DownError{Cause: context.Cause(ctx), LastDial: last}
-}
 
 // waitUp waits d, or until up is closed (a connection for the route
 // joined the pool), or ctx ends, and returns ctx's cause then.

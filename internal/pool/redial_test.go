@@ -102,7 +102,8 @@ func TestRedialSharedAndSpaced(t *testing.T) {
 // TestRedialEndsAtDeadline: a route that never answers keeps its
 // displaced requests waiting until their acquisition deadline, with
 // dials spaced up to the backoff's maximum (about one a second), and
-// none after the deadline. Fake time (testing/synctest).
+// none after the deadline; each, whether it dialed or not, ends with a
+// DownError naming the last refusal. Fake time (testing/synctest).
 func TestRedialEndsAtDeadline(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := NewMux[*fakeMuxConn](2, 0, NewLimit(0), nil)
@@ -114,14 +115,16 @@ func TestRedialEndsAtDeadline(t *testing.T) {
 		var failed atomic.Int64
 		for range 16 {
 			wg.Go(func() {
-				if _, _, err := p.Acquire(ctx, r.key, 0, nil, nil, r.dial, isRefused); errors.Is(err, context.DeadlineExceeded) {
+				_, _, err := p.Acquire(ctx, r.key, 0, nil, nil, r.dial, isRefused)
+				var down *DownError
+				if errors.Is(err, context.DeadlineExceeded) && errors.As(err, &down) && errors.Is(err, errRefused) {
 					failed.Add(1)
 				}
 			})
 		}
 		wg.Wait()
 		if failed.Load() != 16 {
-			t.Errorf("%d of 16 ended at the deadline", failed.Load())
+			t.Errorf("%d of 16 ended at the deadline with the route's last refusal", failed.Load())
 		}
 		// 25, 50, ... 800 ms waits (¾ of each), then ¾ s: about 15 in 10 s.
 		if n := len(r.dials()); n < 10 || n > 20 {
