@@ -32,9 +32,12 @@ const maxH1Memos = 256
 // is ready to use.
 //
 // A tunnel takes a stream of a connection that can open one (fewer open
-// than the proxy's SETTINGS_MAX_CONCURRENT_STREAMS, 100 before its
-// SETTINGS arrive, and Config.MaxConcurrentStreams, 1000 by default);
-// when none can, a new connection is dialed. Acquisitions that find a
+// than the proxy's SETTINGS_MAX_CONCURRENT_STREAMS and
+// Config.MaxConcurrentStreams, 1000 by default); when none can, a new
+// connection is dialed. A new connection takes its first tunnel at once
+// and more only once the proxy's SETTINGS arrived: until then the
+// others wait (under their own deadline), so that none waits beyond a
+// limit the proxy has but had not announced. Acquisitions that find a
 // dial to the same proxy in progress wait for it (under their own
 // deadline) rather than dial one each. A proxy that picks HTTP/1.1 gets
 // the HTTP/1.1 CONNECT on that connection, and later acquisitions dial
@@ -118,16 +121,24 @@ func (p *H2Pool) prune(key h2Key, e *h2Entry) {
 	}
 }
 
-// reserve takes a stream of one of e's connections, or returns nil. The
-// caller holds mu.
-func (e *h2Entry) reserve() *h2Conn {
+// reserve takes a stream of one of e's connections, or returns nil and
+// whether one of them will take more once the proxy's SETTINGS arrive: a
+// connection takes a second tunnel only then, since until them the
+// proxy's stream limit is a guess (100) that a tunnel waiting beyond
+// the real one would wait out its whole deadline on. The caller holds
+// mu.
+func (e *h2Entry) reserve() (c *h2Conn, settling bool) {
 	for _, c := range e.conns {
+		if c.tunnels > 0 && !c.cc.Settled() {
+			settling = settling || !c.cc.Closed()
+			continue
+		}
 		if c.cc.Reserve() {
 			c.tunnels++
-			return c
+			return c, false
 		}
 	}
-	return nil
+	return nil, settling
 }
 
 // release ends one tunnel of c; the last one closes c.
@@ -183,19 +194,30 @@ func (p *H2Pool) tunnel(a *acquisition, d *Dialer, h Hop, next string) (tunnel n
 		return nil, nil, nil, &StepError{Step: route.StepConnect, Hop: 1, Addr: h.Addr(), Err: err}
 	}
 	key := h2Key{hop: h.Hop, tls: h.TLSConfig}
-	for waits := 0; ; waits++ { // each pass takes a stream, waits for a dial, or dials; waits are bounded
+	waits, settles := 0, 0
+	for { // each pass takes a stream, waits for a dial or SETTINGS, or dials; dial waits are bounded, SETTINGS waits end with the deadline or the proxy's SETTINGS timeout
 		p.mu.Lock()
 		e := p.entry(key)
-		if c := e.reserve(); c != nil {
+		c, settling := e.reserve()
+		if c != nil {
 			p.mu.Unlock()
 			t, err := p.open(a, d, h, req, header, key, c)
 			return t, nil, nil, err
 		}
-		if wait := e.dialing; wait != nil && !e.h1 && waits < maxH2Waits {
+		if settling {
 			p.mu.Unlock()
-			if err := a.waitDial(wait, h.Addr()); err != nil {
+			if err := a.waitProxy(nil, settlePause(settles), h.Addr()); err != nil {
 				return nil, nil, nil, err
 			}
+			settles++
+			continue
+		}
+		if wait := e.dialing; wait != nil && !e.h1 && waits < maxH2Waits {
+			p.mu.Unlock()
+			if err := a.waitProxy(wait, 0, h.Addr()); err != nil {
+				return nil, nil, nil, err
+			}
+			waits++
 			continue
 		}
 		var mine chan struct{}
@@ -235,7 +257,7 @@ func (p *H2Pool) tunnel(a *acquisition, d *Dialer, h Hop, next string) (tunnel n
 			cc.Close()
 			return nil, nil, nil, &StepError{Step: route.StepConnect, Hop: 1, Addr: h.Addr(), Err: cc.Err()}
 		}
-		c := &h2Conn{cc: cc, tunnels: 1}
+		c = &h2Conn{cc: cc, tunnels: 1}
 		e.conns = append(e.conns, c)
 		p.mu.Unlock()
 		t, err := p.open(a, d, h, req, header, key, c)
@@ -294,20 +316,34 @@ func (t *h2Tunnel) Close() error {
 	return err
 }
 
-// waitDial waits for another acquisition's dial to the proxy at addr,
-// under this acquisition's context and deadline.
-func (a *acquisition) waitDial(done <-chan struct{}, addr string) error {
+// settlePause is how long an acquisition waits before it looks again
+// for a proxy connection's SETTINGS, after n looks: 1, 2, 4, 8 ms, then
+// 16 ms, as the origin pool waits (spec/choices.md, choice 24).
+func settlePause(n int) time.Duration { return time.Millisecond << min(n, 4) }
+
+// waitProxy waits, as step tls-to-proxy at hop 1 (the proxy connection
+// is not ready yet), for done to close (another acquisition's dial to
+// the proxy at addr) or, when pause is positive, for that long, under
+// this acquisition's context and deadline.
+func (a *acquisition) waitProxy(done <-chan struct{}, pause time.Duration, addr string) error {
 	if err := a.enter(route.StepProxyTLS, 1, addr); err != nil {
 		return err
 	}
-	var timeout <-chan time.Time
+	var timeout, again <-chan time.Time
 	if !a.deadline.IsZero() {
 		t := time.NewTimer(time.Until(a.deadline))
 		defer t.Stop()
 		timeout = t.C
 	}
+	if pause > 0 {
+		t := time.NewTimer(pause)
+		defer t.Stop()
+		again = t.C
+	}
 	select {
 	case <-done:
+		return nil
+	case <-again:
 		return nil
 	case <-a.ctx.Done():
 		return a.fail(a.ctx.Err())

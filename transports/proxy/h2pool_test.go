@@ -299,3 +299,44 @@ func TestH2PoolRemembersHTTP1Proxy(t *testing.T) {
 		t.Errorf("proxy conns=%d tunnels=%d origin conns=%d; want 3, 2, 2", p.Conns(), p.Tunnels(), e.conns())
 	}
 }
+
+// The proxy's SETTINGS_MAX_CONCURRENT_STREAMS bounds the tunnels on one
+// connection: 10 tunnels through a proxy allowing 4 use three
+// connections, none carrying more than 4, every tunnel working.
+func TestH2TunnelsBoundedByProxyStreams(t *testing.T) {
+	p := h2Proxy(t, connectproxy.Config{H2MaxStreams: 4})
+	e := startEcho(t)
+	pool := &H2Pool{}
+	d := &Dialer{H2: pool}
+	hop := hopTo(p, nil, "")
+	const n = 10
+	conns := make([]net.Conn, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			conns[i], errs[i] = DialChain(t.Context(), d, []Hop{hop}, e.addr(), budget(ample))
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("tunnel %d: %v", i, err)
+		}
+		defer conns[i].Close()
+	}
+	for i, c := range conns {
+		echoRoundTrip(t, c, "bounded "+string(rune('a'+i)))
+	}
+	per := p.TunnelsPerConn()
+	total := 0
+	for conn, k := range per {
+		if k > 4 {
+			t.Errorf("proxy connection %d carried %d tunnels, more than its limit of 4", conn, k)
+		}
+		total += k
+	}
+	if total != n || p.H2Conns() != 3 || pool.Conns() != 3 {
+		t.Errorf("tunnels per connection %v (total %d), %d HTTP/2 connections, pool holds %d; want %d tunnels on 3", per, total, p.H2Conns(), pool.Conns(), n)
+	}
+}
