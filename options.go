@@ -270,7 +270,9 @@ type Options struct {
 	// inside TLS with that hop and need no permission.
 	AllowCleartextChainCredentials bool
 	// ProxyTLSClientConfig configures TLS with https proxies; nil means
-	// the system roots. ALPN always offers "http/1.1" alone.
+	// the system roots. ALPN offers "h2" then "http/1.1" to the first
+	// hop, whose tunnels are then HTTP/2 CONNECT streams on one shared
+	// connection when it picks h2, and "http/1.1" alone to later hops.
 	ProxyTLSClientConfig *tls.Config
 	// ProxyConnectPlainHTTP tunnels plain http:// requests through an
 	// HTTP or HTTPS proxy with CONNECT, as https:// requests always go.
