@@ -1,0 +1,451 @@
+package otel
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	global "go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/fsm"
+)
+
+// ScopeName is the instrumentation scope of the tracer and the meter.
+const ScopeName = "github.com/replaysafe/replaysafe/otel"
+
+// The attributes this package adds where the semantic conventions have
+// none (see the package doc).
+const (
+	AttemptKey     = attribute.Key("replaysafe.attempt")
+	RuleKey        = attribute.Key("replaysafe.rule")
+	ResendRuleKey  = attribute.Key("replaysafe.resend_rule")
+	OutcomeKey     = attribute.Key("replaysafe.outcome")
+	ReusedKey      = attribute.Key("replaysafe.connection.reused")
+	AttemptsKey    = attribute.Key("replaysafe.attempts")
+	RetryDelayKey  = attribute.Key("replaysafe.retry.delay")
+	TraceKey       = attribute.Key("replaysafe.trace")
+	CloseReasonKey = attribute.Key("replaysafe.connection.close_reason")
+)
+
+// Options configures an Instrumentation. The zero Options uses the
+// global providers.
+type Options struct {
+	// TracerProvider makes the spans; nil: otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// MeterProvider makes the instruments; nil: otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+}
+
+// Instrumentation turns a Transport's Observer hooks into spans and
+// metrics. Make it with New, put its Observer in the Transport's
+// Options, and use one Instrumentation per Transport or share it: it is
+// safe for concurrent use.
+type Instrumentation struct {
+	tracer trace.Tracer
+	m      instruments
+
+	mu    sync.Mutex
+	calls map[*http.Request]*call
+}
+
+type instruments struct {
+	duration      metric.Float64Histogram
+	attempts      metric.Int64Counter
+	resends       metric.Int64Counter
+	retries       metric.Int64Counter
+	retryDelay    metric.Float64Histogram
+	failures      metric.Int64Counter
+	budgetRefusal metric.Int64Counter
+}
+
+// durationBuckets are the semantic conventions' advice for
+// http.client.request.duration.
+var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
+
+// New makes the tracer and the instruments.
+func New(o Options) (*Instrumentation, error) {
+	tp, mp := o.TracerProvider, o.MeterProvider
+	if tp == nil {
+		tp = global.GetTracerProvider()
+	}
+	if mp == nil {
+		mp = global.GetMeterProvider()
+	}
+	in := &Instrumentation{
+		tracer: tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
+		calls:  make(map[*http.Request]*call),
+	}
+	meter := mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
+	var errs []error
+	f64h := func(name, desc string, opts ...metric.Float64HistogramOption) metric.Float64Histogram {
+		h, err := meter.Float64Histogram(name, append(opts, metric.WithDescription(desc), metric.WithUnit("s"))...)
+		errs = append(errs, err)
+		return h
+	}
+	i64c := func(name, desc, unit string) metric.Int64Counter {
+		c, err := meter.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit(unit))
+		errs = append(errs, err)
+		return c
+	}
+	in.m = instruments{
+		duration: f64h("http.client.request.duration", "Duration of HTTP client requests: each wire attempt.",
+			metric.WithExplicitBucketBoundaries(durationBuckets...)),
+		attempts:      i64c("replaysafe.client.attempts", "Wire attempts, by kind and the rule that decided how the call went on.", "{attempt}"),
+		resends:       i64c("replaysafe.client.resends", "Automatic resends, by the rule that allowed them.", "{resend}"),
+		retries:       i64c("replaysafe.client.retries", "Configured retries, by the rule that allowed them.", "{retry}"),
+		retryDelay:    f64h("replaysafe.client.retry.delay", "The wait before each configured retry."),
+		failures:      i64c("replaysafe.client.failures", "Calls that failed, by the rule that decided.", "{call}"),
+		budgetRefusal: i64c("replaysafe.client.retry_budget.refusals", "Retries the route's retry budget refused (RS27).", "{retry}"),
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// call is what is known of one call between its hooks.
+type call struct {
+	ctx   context.Context // the call span's
+	span  trace.Span
+	route []attribute.KeyValue // method, url.full, server.address, server.port
+	short []attribute.KeyValue // method, server.address: the metrics' route
+
+	mu        sync.Mutex
+	nextStart time.Time        // when the next attempt started, as far as known
+	prev      fsm.CallDecision // the decision after the previous attempt
+	attempts  int
+	status    int  // the delivered response's status
+	final     bool // the attempt that ended the call was reported
+	responded bool // OnResponse ran
+}
+
+// Observer returns next with the Instrumentation's hooks added: each of
+// them calls next's hook of the same name first, when set.
+func (in *Instrumentation) Observer(next replaysafe.Observer) replaysafe.Observer {
+	o := next
+	o.OnRequest = func(req *http.Request) {
+		if next.OnRequest != nil {
+			next.OnRequest(req)
+		}
+		in.request(req)
+	}
+	o.OnAttempt = func(r replaysafe.AttemptReport) {
+		if next.OnAttempt != nil {
+			next.OnAttempt(r)
+		}
+		in.attempt(r)
+	}
+	o.OnResponse = func(req *http.Request, resp *http.Response) {
+		if next.OnResponse != nil {
+			next.OnResponse(req, resp)
+		}
+		in.response(req, resp)
+	}
+	o.OnError = func(req *http.Request, err error) {
+		if next.OnError != nil {
+			next.OnError(req, err)
+		}
+		in.fail(req, err)
+	}
+	return o
+}
+
+func (in *Instrumentation) request(req *http.Request) {
+	route := routeAttrs(req)
+	now := time.Now()
+	ctx, span := in.tracer.Start(req.Context(), "replaysafe "+req.Method,
+		trace.WithSpanKind(trace.SpanKindInternal), trace.WithTimestamp(now), trace.WithAttributes(route...))
+	c := &call{ctx: ctx, span: span, route: route, short: route[:1:1], nextStart: now}
+	if len(route) > 2 {
+		c.short = []attribute.KeyValue{route[0], route[2]}
+	}
+	in.mu.Lock()
+	in.calls[req] = c
+	in.mu.Unlock()
+}
+
+func (in *Instrumentation) lookup(req *http.Request) *call {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.calls[req]
+}
+
+func (in *Instrumentation) forget(req *http.Request, c *call) {
+	in.mu.Lock()
+	if in.calls[req] == c {
+		delete(in.calls, req)
+	}
+	in.mu.Unlock()
+}
+
+// attemptKind names an attempt as replaysafe.attempt does: how the
+// decision before it went on.
+func attemptKind(number int, prev fsm.CallDecision) string {
+	switch {
+	case number <= 1:
+		return "original"
+	case prev.Retry:
+		return "retry"
+	default:
+		return "resend"
+	}
+}
+
+// outcome names how the call went on after an attempt.
+func outcome(d fsm.CallDecision) string {
+	switch {
+	case d.Action == fsm.ActionResend && d.Retry:
+		return "retry"
+	case d.Action == fsm.ActionResend:
+		return "resend"
+	case d.Action == fsm.ActionDeliver:
+		return "deliver"
+	default:
+		return "fail"
+	}
+}
+
+// protoVersion is network.protocol.version of an attempt's protocol, or
+// "" when it got no connection.
+func protoVersion(p fsm.Proto) string {
+	switch p {
+	case fsm.ProtoH1:
+		return "1.1"
+	case fsm.ProtoH2:
+		return "2"
+	case fsm.ProtoH3:
+		return "3"
+	}
+	return ""
+}
+
+// attemptProto is the protocol of the connection the attempt acquired.
+func attemptProto(events []fsm.Event) fsm.Proto {
+	for _, e := range events {
+		if e.Kind == fsm.EventConnAcquired {
+			return e.Proto
+		}
+	}
+	return fsm.ProtoUnknown
+}
+
+func (in *Instrumentation) attempt(r replaysafe.AttemptReport) {
+	c := in.lookup(r.Request)
+	if c == nil {
+		return // a call that began before the hooks were installed
+	}
+	end := time.Now()
+	c.mu.Lock()
+	start, prev, status := c.nextStart, c.prev, c.status
+	c.prev = r.Call
+	c.attempts = max(c.attempts, r.Number)
+	c.nextStart = end.Add(max(r.Call.Delay, 0))
+	final := r.Call.Action != fsm.ActionResend
+	if final {
+		c.final = true
+	}
+	// A call that delivered ends with the later of OnResponse and its
+	// last attempt (reported when the body is done); one that failed,
+	// in OnError.
+	delivered := final && c.responded
+	done := delivered
+	c.mu.Unlock()
+
+	kind := attemptKind(r.Number, prev)
+	proto := protoVersion(attemptProto(r.Events))
+	attrs := make([]attribute.KeyValue, 0, len(c.route)+10)
+	attrs = append(attrs, c.route...)
+	if proto != "" {
+		attrs = append(attrs, semconv.NetworkProtocolVersion(proto))
+	}
+	attrs = append(attrs, AttemptKey.String(kind), RuleKey.String(r.Call.Rule.ID()), ReusedKey.Bool(r.Reused))
+	if r.Number > 1 {
+		attrs = append(attrs, semconv.HTTPRequestResendCount(r.Number-1), ResendRuleKey.String(prev.Rule.ID()))
+	}
+	errType := ""
+	switch {
+	case r.Err != nil:
+		errType = r.Decision.Rule.String()
+	case delivered && status >= 400:
+		errType = strconv.Itoa(status)
+	}
+	if delivered {
+		attrs = append(attrs, semconv.HTTPResponseStatusCode(status))
+	}
+	if errType != "" {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(errType))
+	}
+	_, span := in.tracer.Start(c.ctx, r.Request.Method, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithTimestamp(start), trace.WithAttributes(attrs...))
+	if r.Err != nil {
+		span.SetStatus(codes.Error, r.Err.Error())
+	} else if errType != "" {
+		span.SetStatus(codes.Error, "")
+	}
+	if !delivered || r.Number > 1 {
+		span.AddEvent("replaysafe.trace", trace.WithTimestamp(end), trace.WithAttributes(TraceKey.String(r.Trace)))
+	}
+	span.End(trace.WithTimestamp(end))
+
+	ctx := c.ctx
+	// Metrics.
+	d := []attribute.KeyValue{c.route[0]}
+	if len(c.route) > 2 {
+		d = append(d, c.route[2:]...)
+	}
+	if proto != "" {
+		d = append(d, semconv.NetworkProtocolVersion(proto))
+	}
+	if delivered {
+		d = append(d, semconv.HTTPResponseStatusCode(status))
+	}
+	if errType != "" {
+		d = append(d, semconv.ErrorTypeKey.String(errType))
+	}
+	d = append(d, AttemptKey.String(kind))
+	in.m.duration.Record(ctx, end.Sub(start).Seconds(), metric.WithAttributes(d...))
+
+	base := append([]attribute.KeyValue(nil), c.short...)
+	if proto != "" {
+		base = append(base, semconv.NetworkProtocolVersion(proto))
+	}
+	rule := RuleKey.String(r.Call.Rule.ID())
+	in.m.attempts.Add(ctx, 1, metric.WithAttributes(append(base, AttemptKey.String(kind), rule, OutcomeKey.String(outcome(r.Call)))...))
+	switch {
+	case r.Call.Action == fsm.ActionResend && r.Call.Retry:
+		in.m.retries.Add(ctx, 1, metric.WithAttributes(append(base, rule)...))
+		in.m.retryDelay.Record(ctx, r.Call.Delay.Seconds(), metric.WithAttributes(c.short[len(c.short)-1], rule))
+		if r.Call.Delay > 0 {
+			c.span.AddEvent("replaysafe.retry_wait", trace.WithTimestamp(end),
+				trace.WithAttributes(RetryDelayKey.Float64(r.Call.Delay.Seconds()), rule))
+		}
+	case r.Call.Action == fsm.ActionResend:
+		in.m.resends.Add(ctx, 1, metric.WithAttributes(append(base, rule)...))
+	case r.Call.Rule == fsm.RuleRetryBudget:
+		in.m.budgetRefusal.Add(ctx, 1, metric.WithAttributes(c.short[len(c.short)-1]))
+	}
+	if done {
+		in.endCall(r.Request, c, r.Call.Rule, end)
+	}
+}
+
+func (in *Instrumentation) response(req *http.Request, resp *http.Response) {
+	c := in.lookup(req)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.status = resp.StatusCode
+	c.responded = true
+	done := c.final
+	rule := c.prev.Rule
+	c.mu.Unlock()
+	c.span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
+	if resp.StatusCode >= 400 {
+		c.span.SetAttributes(semconv.ErrorTypeKey.String(strconv.Itoa(resp.StatusCode)))
+		c.span.SetStatus(codes.Error, "")
+	}
+	if done {
+		in.endCall(req, c, rule, time.Now())
+	}
+}
+
+func (in *Instrumentation) fail(req *http.Request, err error) {
+	c := in.lookup(req)
+	if c == nil {
+		return
+	}
+	rule := fsm.RuleNone
+	var e *replaysafe.Error
+	if errors.As(err, &e) {
+		rule = e.Rule
+	}
+	errType := rule.String()
+	if e == nil {
+		errType = "_OTHER"
+	}
+	attrs := append([]attribute.KeyValue(nil), c.short...)
+	attrs = append(attrs, RuleKey.String(ruleID(rule)), semconv.ErrorTypeKey.String(errType))
+	in.m.failures.Add(c.ctx, 1, metric.WithAttributes(attrs...))
+	c.span.SetAttributes(semconv.ErrorTypeKey.String(errType))
+	c.span.SetStatus(codes.Error, err.Error())
+	in.endCall(req, c, rule, time.Now())
+}
+
+// ruleID is r's ID, or "none" for RuleNone and an invalid rule.
+func ruleID(r fsm.Rule) string {
+	if id := r.ID(); id != "" && r != fsm.RuleNone {
+		return id
+	}
+	return "none"
+}
+
+func (in *Instrumentation) endCall(req *http.Request, c *call, rule fsm.Rule, end time.Time) {
+	in.forget(req, c)
+	c.mu.Lock()
+	n := c.attempts
+	c.mu.Unlock()
+	c.span.SetAttributes(AttemptsKey.Int(n), RuleKey.String(ruleID(rule)))
+	c.span.End(trace.WithTimestamp(end))
+}
+
+// routeAttrs returns http.request.method, url.full and, when the URL
+// names them, server.address and server.port.
+func routeAttrs(req *http.Request) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{semconv.HTTPRequestMethodKey.String(method(req.Method))}
+	u := req.URL
+	if u == nil {
+		return attrs
+	}
+	attrs = append(attrs, semconv.URLFull(redacted(u)))
+	host, port := u.Hostname(), u.Port()
+	if host == "" {
+		return attrs
+	}
+	if port == "" {
+		switch u.Scheme {
+		case "https":
+			port = "443"
+		case "http":
+			port = "80"
+		}
+	}
+	attrs = append(attrs, semconv.ServerAddress(host))
+	if p, err := strconv.Atoi(port); err == nil {
+		attrs = append(attrs, semconv.ServerPort(p))
+	}
+	return attrs
+}
+
+// method is http.request.method: the known methods as they are, "GET"
+// for an empty one (net/http's meaning), "_OTHER" for the rest.
+func method(m string) string {
+	switch m {
+	case "":
+		return http.MethodGet
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodConnect, http.MethodOptions, http.MethodTrace:
+		return m
+	}
+	return "_OTHER"
+}
+
+// redacted is u as url.full: its user information replaced.
+func redacted(u *url.URL) string {
+	if u.User == nil {
+		return u.String()
+	}
+	v := *u
+	v.User = url.UserPassword("REDACTED", "REDACTED")
+	return v.String()
+}

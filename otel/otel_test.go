@@ -1,0 +1,404 @@
+package otel_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/fsm"
+	rsotel "github.com/replaysafe/replaysafe/otel"
+	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+)
+
+// recorded is an Instrumentation on an in-memory span recorder and a
+// manual metric reader.
+type recorded struct {
+	spans  *tracetest.SpanRecorder
+	reader *sdkmetric.ManualReader
+	in     *rsotel.Instrumentation
+}
+
+func record(t *testing.T) *recorded {
+	t.Helper()
+	r := &recorded{spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r.reader))
+	t.Cleanup(func() { tp.Shutdown(context.Background()); mp.Shutdown(context.Background()) })
+	in, err := rsotel.New(rsotel.Options{TracerProvider: tp, MeterProvider: mp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.in = in
+	return r
+}
+
+// transport returns a Transport observed by r, closed at the end.
+func (r *recorded) transport(t *testing.T, o replaysafe.Options) *replaysafe.Transport {
+	t.Helper()
+	o.Observer = r.in.Observer(o.Observer)
+	tr := replaysafe.New(o)
+	t.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
+// ended returns the ended spans whose url.full ends in path, calls
+// (kind internal) and attempts (kind client) apart, in the order they
+// ended.
+func (r *recorded) ended(path string) (calls, attempts []sdktrace.ReadOnlySpan) {
+	for _, s := range r.spans.Ended() {
+		if !strings.HasSuffix(attr(s.Attributes(), "url.full").AsString(), path) {
+			continue
+		}
+		if strings.HasPrefix(s.Name(), "replaysafe ") {
+			calls = append(calls, s)
+		} else {
+			attempts = append(attempts, s)
+		}
+	}
+	return calls, attempts
+}
+
+func attr(kvs []attribute.KeyValue, key string) attribute.Value {
+	for _, kv := range kvs {
+		if string(kv.Key) == key {
+			return kv.Value
+		}
+	}
+	return attribute.Value{}
+}
+
+// wantAttrs checks the span's attributes; a value of nil wants the
+// attribute absent.
+func wantAttrs(t *testing.T, what string, s sdktrace.ReadOnlySpan, want map[string]any) {
+	t.Helper()
+	for k, w := range want {
+		got := attr(s.Attributes(), k)
+		if w == nil {
+			if got.Type() != attribute.EMPTY {
+				t.Errorf("%s: %s = %v, want it absent", what, k, got.String())
+			}
+			continue
+		}
+		if got.AsInterface() != w {
+			t.Errorf("%s: %s = %v (%T), want %v", what, k, got.AsInterface(), got.AsInterface(), w)
+		}
+	}
+}
+
+// sum adds up the data points of the named counter (or the counts of
+// the named histogram) whose attributes include every one of match.
+func (r *recorded) sum(t *testing.T, name string, match ...attribute.KeyValue) int64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	has := func(set attribute.Set) bool {
+		for _, kv := range match {
+			if v, ok := set.Value(kv.Key); !ok || v != kv.Value {
+				return false
+			}
+		}
+		return true
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					if has(p.Attributes) {
+						n += p.Value
+					}
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					if has(p.Attributes) {
+						n += p.Value
+					}
+				}
+			case metricdata.Histogram[float64]:
+				for _, p := range d.DataPoints {
+					if has(p.Attributes) {
+						n += int64(p.Count)
+					}
+				}
+			default:
+				t.Fatalf("%s: unexpected data %T", name, m.Data)
+			}
+		}
+	}
+	return n
+}
+
+func wantSum(t *testing.T, r *recorded, want int64, name string, match ...attribute.KeyValue) {
+	t.Helper()
+	if got := r.sum(t, name, match...); got != want {
+		t.Errorf("%s %v = %d, want %d", name, match, got, want)
+	}
+}
+
+func start(t *testing.T, cfg replaysafetest.Config) *replaysafetest.Server {
+	t.Helper()
+	cfg.Logf = t.Logf
+	s, err := replaysafetest.Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func startH2(t *testing.T, cfg h2server.Config) *h2server.Server {
+	t.Helper()
+	cfg.Logf = t.Logf
+	s, err := h2server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func roundTrip(t *testing.T, tr http.RoundTripper, method, url, body string) (int, error) {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	_, err = io.ReadAll(resp.Body)
+	return resp.StatusCode, err
+}
+
+// copies counts the complete requests for path the server received.
+func copies(s *replaysafetest.Server, path string) int {
+	n := 0
+	for _, r := range s.Requests() {
+		if r.Target == path {
+			n++
+		}
+	}
+	return n
+}
+
+// crossing scripts a close crossing the second request on connection 0,
+// then a connection that answers.
+func crossing() replaysafetest.Config {
+	return replaysafetest.Config{Conns: []replaysafetest.ConnScript{
+		replaysafetest.Script(replaysafetest.RespondThenCloseOnNext(replaysafetest.CloseFIN)),
+		replaysafetest.Script(replaysafetest.OK()),
+	}}
+}
+
+var (
+	resend   = attribute.String("replaysafe.attempt", "resend")
+	retry    = attribute.String("replaysafe.attempt", "retry")
+	original = attribute.String("replaysafe.attempt", "original")
+)
+
+func rule(r fsm.Rule) attribute.KeyValue { return attribute.String("replaysafe.rule", r.ID()) }
+
+// TestStaleConnectionResend: a GET crossing the close of its pooled
+// connection is resent (RS20) on a new one: two attempt spans under one
+// call span, the second with http.request.resend_count=1, and the
+// counters match the copies the origin received.
+func TestStaleConnectionResend(t *testing.T) {
+	s := start(t, crossing())
+	r := record(t)
+	tr := r.transport(t, replaysafe.Options{})
+	for _, path := range []string{"/warm", "/target"} {
+		if code, err := roundTrip(t, tr, "GET", s.URL()+path, ""); err != nil || code != 200 {
+			t.Fatalf("GET %s: %d %v", path, code, err)
+		}
+	}
+	if n := copies(s, "/target"); n != 2 {
+		t.Fatalf("the origin received %d copies of /target, want 2", n)
+	}
+	calls, attempts := r.ended("/target")
+	if len(calls) != 1 || len(attempts) != 2 {
+		t.Fatalf("%d call spans and %d attempt spans, want 1 and 2", len(calls), len(attempts))
+	}
+	call := calls[0]
+	for i, a := range attempts {
+		if a.Parent().SpanID() != call.SpanContext().SpanID() {
+			t.Errorf("attempt %d is not a child of the call span", i+1)
+		}
+		if a.StartTime().Before(call.StartTime()) || a.EndTime().After(call.EndTime()) {
+			t.Errorf("attempt %d [%v, %v] outside the call [%v, %v]", i+1, a.StartTime(), a.EndTime(), call.StartTime(), call.EndTime())
+		}
+	}
+	wantAttrs(t, "attempt 1", attempts[0], map[string]any{
+		"http.request.method": "GET", "server.address": "127.0.0.1", "network.protocol.version": "1.1",
+		"replaysafe.attempt": "original", "replaysafe.rule": "RS20", "replaysafe.connection.reused": true,
+		"http.request.resend_count": nil, "error.type": "ambiguous-idempotent-resend", "http.response.status_code": nil,
+	})
+	wantAttrs(t, "attempt 2", attempts[1], map[string]any{
+		"http.request.resend_count": int64(1), "replaysafe.attempt": "resend", "replaysafe.resend_rule": "RS20",
+		"replaysafe.rule": "RS02", "replaysafe.connection.reused": false, "http.response.status_code": int64(200),
+		"error.type": nil, "network.protocol.version": "1.1",
+	})
+	wantAttrs(t, "call", call, map[string]any{"replaysafe.attempts": int64(2), "replaysafe.rule": "RS02",
+		"http.response.status_code": int64(200)})
+	if attempts[0].Status().Code != codes.Error || call.Status().Code == codes.Error {
+		t.Errorf("statuses: attempt 1 %v, call %v; want the attempt's error and the call's success", attempts[0].Status(), call.Status())
+	}
+	ev := attempts[0].Events()
+	if len(ev) != 1 || ev[0].Name != "replaysafe.trace" || !strings.Contains(attr(ev[0].Attributes, "replaysafe.trace").AsString(), "conn-acquired") {
+		t.Errorf("attempt 1 events %+v, want its trace", ev)
+	}
+
+	wantSum(t, r, 1, "replaysafe.client.resends", rule(fsm.RuleAmbiguousIdempotentResend))
+	wantSum(t, r, 1, "replaysafe.client.resends")
+	wantSum(t, r, 0, "replaysafe.client.retries")
+	wantSum(t, r, 3, "replaysafe.client.attempts") // /warm and the two of /target
+	wantSum(t, r, 1, "replaysafe.client.attempts", resend, rule(fsm.RuleDeliverFinalResponse))
+	wantSum(t, r, 3, "http.client.request.duration")
+	wantSum(t, r, 0, "replaysafe.client.failures")
+}
+
+// TestRefusedStreamResend: an HTTP/2 stream refused with REFUSED_STREAM
+// is resent (RS13) on the same connection, a POST included.
+func TestRefusedStreamResend(t *testing.T) {
+	s := startH2(t, h2server.Config{Conns: []h2server.ConnScript{{Streams: []h2server.Action{h2server.Refuse()}}}})
+	r := record(t)
+	tr := r.transport(t, replaysafe.Options{Protocol: replaysafe.ProtocolHTTP2, TLSClientConfig: s.ClientTLSConfig()})
+	if code, err := roundTrip(t, tr, "POST", s.URL()+"/p", "payload"); err != nil || code != 200 {
+		t.Fatalf("POST: %d %v", code, err)
+	}
+	_, attempts := r.ended("/p")
+	if len(attempts) != 2 {
+		t.Fatalf("%d attempt spans, want 2", len(attempts))
+	}
+	wantAttrs(t, "attempt 1", attempts[0], map[string]any{"network.protocol.version": "2", "replaysafe.rule": "RS13",
+		"error.type": "evidence-refused-stream", "replaysafe.attempt": "original"})
+	wantAttrs(t, "attempt 2", attempts[1], map[string]any{"network.protocol.version": "2", "http.request.resend_count": int64(1),
+		"replaysafe.resend_rule": "RS13", "replaysafe.attempt": "resend",
+		"http.response.status_code": int64(200)})
+	wantSum(t, r, 1, "replaysafe.client.resends", rule(fsm.RuleEvidenceRefusedStream), attribute.String("network.protocol.version", "2"))
+	wantSum(t, r, 2, "replaysafe.client.attempts", attribute.String("http.request.method", "POST"))
+}
+
+// TestRetryAfter503: a configured retry after a 503 asking for a second
+// in Retry-After: the retry's span starts after the wait, the call span
+// has the wait as an event, and the retry counters count it.
+func TestRetryAfter503(t *testing.T) {
+	s := start(t, replaysafetest.Config{Conns: []replaysafetest.ConnScript{replaysafetest.Script(
+		replaysafetest.Respond(503, "later").WithHeader("Retry-After", "1"), replaysafetest.OK())}})
+	r := record(t)
+	tr := r.transport(t, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond}})
+	if code, err := roundTrip(t, tr, "GET", s.URL()+"/r", ""); err != nil || code != 200 {
+		t.Fatalf("GET: %d %v", code, err)
+	}
+	if n := copies(s, "/r"); n != 2 {
+		t.Fatalf("the origin received %d copies, want 2", n)
+	}
+	calls, attempts := r.ended("/r")
+	if len(calls) != 1 || len(attempts) != 2 {
+		t.Fatalf("%d call spans and %d attempt spans, want 1 and 2", len(calls), len(attempts))
+	}
+	wantAttrs(t, "attempt 1", attempts[0], map[string]any{"replaysafe.rule": "RS23", "replaysafe.attempt": "original", "error.type": nil})
+	wantAttrs(t, "attempt 2", attempts[1], map[string]any{"replaysafe.attempt": "retry", "http.request.resend_count": int64(1),
+		"replaysafe.resend_rule": "RS23", "http.response.status_code": int64(200)})
+	if gap := attempts[1].StartTime().Sub(attempts[0].EndTime()); gap < time.Second {
+		t.Errorf("the retry's span starts %v after the first attempt's end, want the 1s wait", gap)
+	}
+	var wait []attribute.KeyValue
+	for _, e := range calls[0].Events() {
+		if e.Name == "replaysafe.retry_wait" {
+			wait = e.Attributes
+		}
+	}
+	if attr(wait, "replaysafe.retry.delay").AsFloat64() != 1 || attr(wait, "replaysafe.rule").AsString() != "RS23" {
+		t.Errorf("call span events %+v, want a retry wait of 1s by RS23", calls[0].Events())
+	}
+	wantSum(t, r, 1, "replaysafe.client.retries", rule(fsm.RuleRetryStatus))
+	wantSum(t, r, 0, "replaysafe.client.resends")
+	wantSum(t, r, 1, "replaysafe.client.retry.delay", rule(fsm.RuleRetryStatus))
+	wantSum(t, r, 1, "replaysafe.client.attempts", retry, rule(fsm.RuleDeliverFinalResponse))
+	wantSum(t, r, 1, "replaysafe.client.attempts", original, rule(fsm.RuleRetryStatus), attribute.String("replaysafe.outcome", "retry"))
+}
+
+// TestRefusedPOST: a POST crossing the close of its pooled connection may
+// have been processed, so it is not resent (RS18): one attempt span, a
+// failed call, and the failure counted by its rule.
+func TestRefusedPOST(t *testing.T) {
+	s := start(t, crossing())
+	r := record(t)
+	tr := r.transport(t, replaysafe.Options{})
+	if code, err := roundTrip(t, tr, "GET", s.URL()+"/warm", ""); err != nil || code != 200 {
+		t.Fatalf("GET: %d %v", code, err)
+	}
+	_, err := roundTrip(t, tr, "POST", s.URL()+"/pay", "pay 10")
+	var e *replaysafe.Error
+	if !errors.As(err, &e) || e.Rule != fsm.RuleAmbiguousNotIdempotent {
+		t.Fatalf("POST: %v, want RS18", err)
+	}
+	if n := copies(s, "/pay"); n != 1 {
+		t.Fatalf("the origin received %d copies, want 1", n)
+	}
+	calls, attempts := r.ended("/pay")
+	if len(calls) != 1 || len(attempts) != 1 {
+		t.Fatalf("%d call spans and %d attempt spans, want 1 and 1", len(calls), len(attempts))
+	}
+	wantAttrs(t, "attempt", attempts[0], map[string]any{"replaysafe.rule": "RS18", "error.type": "ambiguous-not-idempotent",
+		"replaysafe.connection.reused": true, "http.request.resend_count": nil})
+	wantAttrs(t, "call", calls[0], map[string]any{"replaysafe.rule": "RS18", "error.type": "ambiguous-not-idempotent", "replaysafe.attempts": int64(1)})
+	if calls[0].Status().Code != codes.Error {
+		t.Errorf("call status %v, want an error", calls[0].Status())
+	}
+	wantSum(t, r, 1, "replaysafe.client.failures", rule(fsm.RuleAmbiguousNotIdempotent), attribute.String("http.request.method", "POST"))
+	wantSum(t, r, 0, "replaysafe.client.resends")
+	wantSum(t, r, 1, "replaysafe.client.attempts", rule(fsm.RuleAmbiguousNotIdempotent), attribute.String("replaysafe.outcome", "fail"))
+}
+
+// TestRetryBudgetRefusal: a route whose retry budget is empty (no floor,
+// a tiny ratio) delivers the 503 instead of retrying it (RS27), and the
+// refusal is counted.
+func TestRetryBudgetRefusal(t *testing.T) {
+	s := start(t, replaysafetest.Config{Default: &replaysafetest.ConnScript{Default: ptr(replaysafetest.Respond(503, "down"))}})
+	r := record(t)
+	tr := r.transport(t, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond,
+		Budget: replaysafe.RetryBudget{Ratio: 0.0001, MinPerSecond: -1, Window: 10 * time.Second}}})
+	if code, err := roundTrip(t, tr, "GET", s.URL()+"/b", ""); err != nil || code != 503 {
+		t.Fatalf("GET: %d %v, want the 503 delivered", code, err)
+	}
+	if n := copies(s, "/b"); n != 1 {
+		t.Fatalf("the origin received %d copies, want 1", n)
+	}
+	calls, attempts := r.ended("/b")
+	if len(calls) != 1 || len(attempts) != 1 {
+		t.Fatalf("%d call spans and %d attempt spans, want 1 and 1", len(calls), len(attempts))
+	}
+	wantAttrs(t, "attempt", attempts[0], map[string]any{"replaysafe.rule": "RS27", "http.response.status_code": int64(503), "error.type": "503"})
+	wantAttrs(t, "call", calls[0], map[string]any{"replaysafe.rule": "RS27", "http.response.status_code": int64(503)})
+	wantSum(t, r, 1, "replaysafe.client.retry_budget.refusals", attribute.String("server.address", "127.0.0.1"))
+	wantSum(t, r, 0, "replaysafe.client.retries")
+	wantSum(t, r, 0, "replaysafe.client.failures")
+}
+
+func ptr[T any](v T) *T { return &v }
