@@ -23,9 +23,11 @@ import (
 // time and go back to the pool only when the machine says ConnReuse;
 // HTTP/2 and HTTP/3 ones are multiplexed up to the server's limits.
 // MaxIdleConnsPerHost and MaxConnsPerHost bound every pool. A resend runs
-// on a connection opened after the failure (after a refusal of the
-// stream alone, HTTP/2 REFUSED_STREAM, the same connection);
-// spec/choices.md says when the requests one failure displaced share it.
+// on a connection opened after the failure, except after a refusal of
+// the stream alone (HTTP/2 REFUSED_STREAM), which may take the same
+// connection while it has room (spec/choices.md choice 22); choice 23
+// says when the requests one failure displaced wait on one new dial and
+// share its connection.
 //
 // A Transport is safe for concurrent use. Close idle connections with
 // CloseIdleConnections when done with it.
