@@ -149,8 +149,11 @@ type Options struct {
 
 	// AcquireTimeout bounds getting a connection for one wire attempt: the
 	// pool lookup, the dial and the TLS handshake under one deadline (fsm
-	// PhaseAcquire). A resend starts a new deadline. Zero means
-	// DefaultAcquireTimeout; a negative value means no limit.
+	// PhaseAcquire). A resend starts a new deadline; a resend displaced
+	// by a connection's death waits up to that long for its route to come
+	// back when the shared redial is refused (a restarting server), and
+	// then fails as a timeout (RS06) naming the last refused dial. Zero
+	// means DefaultAcquireTimeout; a negative value means no limit.
 	AcquireTimeout time.Duration
 
 	// WriteTimeout bounds the upload: from acquiring the connection until
