@@ -121,6 +121,14 @@ func (o Options) config() driver.Config {
 	if f := o.Observer.OnAttempt; f != nil {
 		c.OnAttempt = func(r driver.Report) { f(AttemptReport(r)) }
 	}
+	if f := o.Observer.OnAttemptStart; f != nil {
+		c.OnAttemptStart = func(s driver.AttemptStart) { f(AttemptStart(s)) }
+	}
+	if f := o.Observer.OnConn; f != nil {
+		c.OnConn = func(e driver.ConnEvent) {
+			f(ConnEvent{Kind: ConnEventKind(e.Kind), Addr: e.Addr, Proto: e.Proto, Reason: ConnCloseReason(e.Reason)})
+		}
+	}
 	return c
 }
 

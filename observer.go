@@ -38,6 +38,17 @@ type Observer struct {
 	// ExampleObserver_clientTimeout. With a deadline on the request's
 	// context instead, Client.Do returns the *Error itself.
 	OnError func(req *http.Request, err error)
+
+	// OnAttemptStart is called as each wire attempt begins, before it
+	// takes or dials a connection, from the call's goroutine: with
+	// OnAttempt it brackets the attempt.
+	OnAttemptStart func(AttemptStart)
+	// OnConn is told of the Transport's connections: each one dialed
+	// (once it is ready for its first request), each attempt that took
+	// a pooled one, and each close with its reason (ConnEvent). A
+	// connection reported dialed is reported closed exactly once; it may
+	// be called from any goroutine, the pool's timers included.
+	OnConn func(ConnEvent)
 }
 
 // AttemptReport describes one finished wire attempt.

@@ -125,6 +125,9 @@ type bodyWatch struct{ mux, finish bool }
 // recorder rec, made unarmed with a as its Deadliner.
 func (tr *try) newAttempt(a *attempt, n int, body io.ReadCloser, rec attemptRecorder, w bodyWatch) *attempt {
 	a.tr, a.n, a.number, a.rec = tr, n, tr.call.cm.Attempts()+1, rec
+	if f := tr.t.cfg.OnAttemptStart; f != nil {
+		f(AttemptStart{Request: tr.req, Number: a.number, Facts: rec.Request()})
+	}
 	if body != nil && body != http.NoBody {
 		a.body = &a.reqBody
 		a.body.init(body, a.rec, w.mux)

@@ -74,6 +74,11 @@ type Config struct {
 
 	// OnAttempt, if set, is told of every finished wire attempt.
 	OnAttempt func(Report)
+	// OnAttemptStart, if set, is told of every wire attempt as it begins.
+	OnAttemptStart func(AttemptStart)
+	// OnConn, if set, is told of every connection dialed, reused and
+	// closed (observe.go).
+	OnConn func(ConnEvent)
 }
 
 // Transport carries out calls: it owns the pools, the connection

@@ -97,7 +97,7 @@ func (w *h1Wire) end(d fsm.Decision, clean bool) {
 		w.t.h1pool.Put(w.pc)
 		return
 	}
-	w.pc.Close()
+	w.pc.closeFor(CloseDiscarded)
 }
 
 // retire does nothing: an HTTP/1.1 connection carries one attempt, and
@@ -117,6 +117,7 @@ func (w *h1Wire) delivered(resp *http.Response) bool {
 	}
 	w.pc.conn.Detach()
 	w.pc.release()
+	w.pc.obs.shut(CloseTakenOver)
 	return true
 }
 

@@ -29,15 +29,21 @@ type persistConn struct {
 	limit       *pool.Limit // where its room is counted
 	closeOnce   sync.Once
 	releaseOnce sync.Once
+	obs         connObs
 }
 
 func (pc *persistConn) Idle() *pool.IdleState { return &pc.idle }
 
 // Close closes the connection, and gives its room in the connection
-// limit back; net/http's loops exit with it.
-func (pc *persistConn) Close() {
+// limit back; net/http's loops exit with it. The pool calls it: for
+// Config.OnConn the connection closed idle.
+func (pc *persistConn) Close() { pc.closeFor(CloseIdle) }
+
+// closeFor is Close, reporting why.
+func (pc *persistConn) closeFor(why CloseReason) {
 	pc.closeOnce.Do(func() { pc.cc.Close() })
 	pc.release()
+	pc.obs.shut(why)
 }
 
 // release gives the connection's room in the limit back, once: when it
@@ -167,6 +173,7 @@ func (t *Transport) acquire(ctx context.Context, key pool.Key, snap *dial.Route,
 		pc.Close()
 		return nil, false, errors.New("replaysafe: new connection unusable at once")
 	}
+	t.opened(&pc.obs, key, fsm.ProtoH1)
 	rec.Acquired(false)
 	return pc, false, nil
 }
@@ -190,6 +197,7 @@ func (t *Transport) adopt(ctx context.Context, key pool.Key, c dial.Conn, rec *h
 		pc.Close()
 		return nil
 	}
+	t.opened(&pc.obs, key, fsm.ProtoH1)
 	rec.Acquired(false)
 	return pc
 }
@@ -204,10 +212,11 @@ func (t *Transport) pooled(key pool.Key, rec *h1.Recorder) *persistConn {
 			return nil
 		}
 		if usable(pc, rec) {
+			pc.obs.reused()
 			rec.Acquired(true)
 			return pc
 		}
-		pc.Close()
+		pc.closeFor(CloseBroken)
 	}
 	return nil
 }

@@ -108,6 +108,9 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 		return a.acquireFailed(err)
 	}
 	a.reused = reused
+	if reused {
+		hc.obs.reused()
+	}
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH2})
 	trace := httptrace.ContextClientTrace(tr.ctx)
 	if trace != nil && trace.GotConn != nil {
@@ -207,7 +210,10 @@ func (s *h2Stream) complete(a *attempt) fsm.Decision {
 // as reused for the next.
 func (s *h2Stream) end(_ fsm.Decision, clean bool) { s.t.h2pool.Done(s.hc, clean) }
 
-func (s *h2Stream) retire() { s.t.h2pool.Retire(s.hc) }
+func (s *h2Stream) retire() {
+	s.hc.obs.retired.Store(true)
+	s.t.h2pool.Retire(s.hc)
+}
 
 // learnGoAway reads the connection's GOAWAY, if one came: HTTP/2 client
 // streams are 1, 3, 5, ... and its last stream ID is the last one the
@@ -281,5 +287,7 @@ func (t *Transport) dialH2(ctx context.Context, key pool.Key, snap *dial.Route, 
 		cc.Close()
 		return nil, fmt.Errorf("replaysafe: new HTTP/2 connection to %s takes no stream", key.Addr)
 	}
-	return &h2Conn{cc: cc, tls: c.TLS, conn: c.Conn, state: pool.MuxState{Key: key}}, nil
+	hc := &h2Conn{cc: cc, tls: c.TLS, conn: c.Conn, state: pool.MuxState{Key: key}}
+	t.opened(&hc.obs, key, fsm.ProtoH2)
+	return hc, nil
 }

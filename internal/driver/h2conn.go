@@ -24,6 +24,7 @@ type h2Conn struct {
 	// waiting: Reserve's last refusal was for the server's SETTINGS
 	// (guarded by the pool's lock, see Pending).
 	waiting bool
+	obs     connObs
 }
 
 func (c *h2Conn) Mux() *pool.MuxState { return &c.state }
@@ -66,6 +67,8 @@ func (c *h2Conn) Gone() bool {
 // canceled or abandoned one being reset, a CONNECT tunnel's upload), and
 // an abrupt close would fail it.
 func (c *h2Conn) Close() {
+	_, goAway := c.cc.GoAway()
+	c.obs.shut(muxCloseReason(goAway, c.cc.Closed(), c.obs.retired.Load()))
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), h2DrainTimeout)
 		defer cancel()

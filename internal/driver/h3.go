@@ -145,6 +145,9 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 		return a.acquireFailed(err)
 	}
 	a.reused = reused
+	if reused {
+		hc.obs.reused()
+	}
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3})
 
 	s := &ha.stream
@@ -224,7 +227,10 @@ func (s *h3Stream) end(_ fsm.Decision, clean bool) {
 	s.t.h3pool.Done(s.hc, clean)
 }
 
-func (s *h3Stream) retire() { s.t.h3pool.Retire(s.hc) }
+func (s *h3Stream) retire() {
+	s.hc.obs.retired.Store(true)
+	s.t.h3pool.Retire(s.hc)
+}
 
 // learnGoAway reads the connection's GOAWAY, if one came: HTTP/3 request
 // streams are 0, 4, 8, ... and its ID is the first one the server does
@@ -419,7 +425,9 @@ func (t *Transport) dialH3(ctx context.Context, key pool.Key) (*h3Conn, error) {
 	}
 	context.AfterFunc(qc.Context(), release)
 	state := qc.ConnectionState().TLS
-	return &h3Conn{qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w, tls: &state, state: pool.MuxState{Key: key}}, nil
+	hc := &h3Conn{qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w, tls: &state, state: pool.MuxState{Key: key}}
+	t.opened(&hc.obs, key, fsm.ProtoH3)
+	return hc, nil
 }
 
 // resolveOne returns the first address of host, or host itself when it

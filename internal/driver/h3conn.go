@@ -22,6 +22,7 @@ type h3Conn struct {
 	watch *h3.Watch
 	tls   *tls.ConnectionState // the handshake's, shared by the responses h3.Attempt.RoundTrip returns
 	state pool.MuxState        // guarded by the pool's lock
+	obs   connObs
 }
 
 func (c *h3Conn) Mux() *pool.MuxState { return &c.state }
@@ -45,4 +46,8 @@ func (c *h3Conn) Pending() bool { return false }
 func (c *h3Conn) Gone() bool { return true }
 
 // Close closes the QUIC connection with H3_NO_ERROR.
-func (c *h3Conn) Close() { c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "") }
+func (c *h3Conn) Close() {
+	_, goAway := c.watch.GoAway()
+	c.obs.shut(muxCloseReason(goAway, c.qc.Context().Err() != nil, c.obs.retired.Load()))
+	c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "")
+}

@@ -1,0 +1,101 @@
+package driver
+
+import (
+	"net/http"
+	"sync/atomic"
+
+	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/pool"
+)
+
+// AttemptStart describes a wire attempt as it begins (the face's
+// AttemptStart, field for field).
+type AttemptStart struct {
+	Request *http.Request
+	Number  int
+	Facts   fsm.Request
+}
+
+// ConnEventKind says what happened to a connection (the face's
+// ConnEventKind, value for value).
+type ConnEventKind uint8
+
+// Connection events.
+const (
+	ConnEventNone ConnEventKind = iota
+	ConnDialed
+	ConnReused
+	ConnClosed
+)
+
+// CloseReason says why a connection closed (the face's ConnCloseReason,
+// value for value).
+type CloseReason uint8
+
+// Close reasons.
+const (
+	CloseNone CloseReason = iota
+	CloseIdle
+	CloseDiscarded
+	CloseGoAway
+	CloseBroken
+	CloseTakenOver
+)
+
+// ConnEvent is one connection event (the face's ConnEvent, field for
+// field).
+type ConnEvent struct {
+	Kind   ConnEventKind
+	Addr   string
+	Proto  fsm.Proto
+	Reason CloseReason
+}
+
+// connObs is a connection's part in Config.OnConn: nil hook, nothing
+// reported. The close is reported once, and only for a connection whose
+// dial was.
+type connObs struct {
+	on      func(ConnEvent)
+	addr    string
+	proto   fsm.Proto
+	retired atomic.Bool // an attempt took it out of the pool (HTTP/2, HTTP/3)
+	closed  atomic.Bool
+}
+
+// opened reports the dial of a connection for key.
+func (t *Transport) opened(o *connObs, key pool.Key, proto fsm.Proto) {
+	if t.cfg.OnConn == nil {
+		return
+	}
+	o.on, o.addr, o.proto = t.cfg.OnConn, key.Addr, proto
+	o.on(ConnEvent{Kind: ConnDialed, Addr: o.addr, Proto: o.proto})
+}
+
+// reused reports an attempt that took the pooled connection.
+func (o *connObs) reused() {
+	if o.on != nil {
+		o.on(ConnEvent{Kind: ConnReused, Addr: o.addr, Proto: o.proto})
+	}
+}
+
+// shut reports the close, once.
+func (o *connObs) shut(why CloseReason) {
+	if o.on != nil && o.closed.CompareAndSwap(false, true) {
+		o.on(ConnEvent{Kind: ConnClosed, Addr: o.addr, Proto: o.proto, Reason: why})
+	}
+}
+
+// muxCloseReason is why a multiplexed connection the pool closes is
+// closing: the server's GOAWAY, a failed connection, an attempt that
+// retired it, or else the pool's idle handling.
+func muxCloseReason(goAway, failed, retired bool) CloseReason {
+	switch {
+	case goAway:
+		return CloseGoAway
+	case failed:
+		return CloseBroken
+	case retired:
+		return CloseDiscarded
+	}
+	return CloseIdle
+}
