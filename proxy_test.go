@@ -304,8 +304,9 @@ func TestProxyChainOfTwo(t *testing.T) {
 }
 
 // A chain whose second hop is a cleartext proxy (http, or socks5) with
-// credentials would show them to hop 1: the call fails with a
-// *ProxyError naming hop 2, before any proxy or the origin gets a byte.
+// credentials would show them to hop 1: the call fails with an *Error
+// (RS04) wrapping a *ProxyError naming hop 2, before any proxy or the
+// origin gets a byte.
 func TestProxyChainCleartextCredentialsRefused(t *testing.T) {
 	s := start(t, replaysafetest.Config{})
 	p1 := startProxy(t, connectproxy.Config{})
@@ -325,6 +326,12 @@ func TestProxyChainCleartextCredentialsRefused(t *testing.T) {
 		var ce *proxy.ChainCredentialsError
 		if !errors.As(err, &pe) || pe.Hop != 2 || !errors.As(err, &ce) || ce.Addr != u2.Host || !errors.Is(err, proxy.ErrCleartextChainCredentials) {
 			t.Fatalf("%s: error %v, want a ProxyError for hop 2 wrapping a ChainCredentialsError", u2.Scheme, err)
+		}
+		// The refusal names its rule like every failed call: the
+		// acquisition failed before anything was sent, after no attempt.
+		var e *replaysafe.Error
+		if !errors.As(err, &e) || e.Rule != fsm.RuleAcquireFailed || e.Attempts != 0 || !errors.As(e.Err, &pe) {
+			t.Fatalf("%s: error %v, want a *replaysafe.Error (RS04, 0 attempts) wrapping the ProxyError", u2.Scheme, err)
 		}
 		t.Log(err)
 	}

@@ -65,7 +65,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	pol, budget := retryFor(req, t.opt.Retry)
 	call, err := t.d.Start(req, pol, budget)
 	if err != nil {
-		return nil, err
+		return nil, callError(err) // an *Error (RS04) when the proxies could not be used
 	}
 	t.opt.Observer.request(req)
 	resp, err := call.Run()

@@ -88,7 +88,9 @@ const MaxAttempts = 10
 
 // Start validates req and resolves its first try under the retry policy
 // pol and its budget: the proxies, the dispatch plan and the route. An
-// error (req's body closed) means nothing was sent and no attempt made.
+// error (req's body closed) means nothing was sent and no attempt made:
+// a *Failure (RS04) when the proxies could not be decided, else the
+// request's own fault.
 func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Call, error) {
 	key, err := validate(req)
 	if err != nil {
@@ -100,7 +102,7 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Cal
 		t.budgets.call(key.Addr, budget, time.Now())
 	}
 	if err := c.resolve(&c.first, resend{facts: c.cm.Next(), body: req.Body}); err != nil {
-		return nil, closeBody(req, err)
+		return nil, closeBody(req, c.resolveFailed(err))
 	}
 	//lint:ignore SA1019 net/http still honours the deprecated Cancel channel, and a caller moving from it expects the same
 	if cancel := req.Cancel; cancel != nil {
@@ -144,9 +146,23 @@ func (c *Call) run() (*http.Response, error) {
 			if rn.start.body != nil {
 				rn.start.body.Close() // the retry's route could not be resolved
 			}
-			return nil, err
+			return nil, c.resolveFailed(err)
 		}
 	}
+}
+
+// resolveFailed is the error of a try whose route could not be
+// resolved. Proxies that could not be decided or may not be used (a
+// *proxy.ResolveError: the selector failed, a chain would send cleartext
+// credentials) fail the acquisition before anything is sent, as a dial
+// that fails does (RS04), after the attempts already made. Any other
+// cause (a protocol no route can carry) is returned as it is.
+func (c *Call) resolveFailed(err error) error {
+	var re *proxy.ResolveError
+	if !errors.As(err, &re) {
+		return err
+	}
+	return &Failure{Rule: fsm.RuleAcquireFailed, Attempts: c.cm.Attempts(), History: c.History(), Err: err}
 }
 
 // History returns a copy of the call machine's decisions so far.
