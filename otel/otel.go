@@ -3,6 +3,7 @@ package otel
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -56,6 +57,17 @@ type Instrumentation struct {
 
 	mu    sync.Mutex
 	calls map[*http.Request]*call
+
+	connMu     sync.Mutex
+	open       map[connKey]int64 // connections open, per route and protocol
+	transports []*replaysafe.Transport
+	reg        metric.Registration
+}
+
+// connKey is a route and protocol of open connections.
+type connKey struct {
+	addr  string
+	proto fsm.Proto
 }
 
 type instruments struct {
@@ -66,6 +78,11 @@ type instruments struct {
 	retryDelay    metric.Float64Histogram
 	failures      metric.Int64Counter
 	budgetRefusal metric.Int64Counter
+	dials         metric.Int64Counter
+	reuses        metric.Int64Counter
+	closes        metric.Int64Counter
+	openConns     metric.Int64ObservableGauge
+	idleConns     metric.Int64ObservableGauge
 }
 
 // durationBuckets are the semantic conventions' advice for
@@ -84,6 +101,7 @@ func New(o Options) (*Instrumentation, error) {
 	in := &Instrumentation{
 		tracer: tp.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
 		calls:  make(map[*http.Request]*call),
+		open:   make(map[connKey]int64),
 	}
 	meter := mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL))
 	var errs []error
@@ -106,11 +124,113 @@ func New(o Options) (*Instrumentation, error) {
 		retryDelay:    f64h("replaysafe.client.retry.delay", "The wait before each configured retry."),
 		failures:      i64c("replaysafe.client.failures", "Calls that failed, by the rule that decided.", "{call}"),
 		budgetRefusal: i64c("replaysafe.client.retry_budget.refusals", "Retries the route's retry budget refused (RS27).", "{retry}"),
+		dials:         i64c("replaysafe.client.connection.dials", "Connections dialed.", "{connection}"),
+		reuses:        i64c("replaysafe.client.connection.reuses", "Attempts that took a pooled connection.", "{connection}"),
+		closes:        i64c("replaysafe.client.connection.closes", "Connections closed, by reason.", "{connection}"),
 	}
+	var err error
+	in.m.openConns, err = meter.Int64ObservableGauge("replaysafe.client.connections.open",
+		metric.WithDescription("Connections open now, per route and protocol."), metric.WithUnit("{connection}"))
+	errs = append(errs, err)
+	in.m.idleConns, err = meter.Int64ObservableGauge("replaysafe.client.connections.idle",
+		metric.WithDescription("Idle pooled connections of the Transports given to ObserveTransport."), metric.WithUnit("{connection}"))
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	in.reg, err = meter.RegisterCallback(in.observeConns, in.m.openConns, in.m.idleConns)
+	if err != nil {
+		return nil, err
+	}
 	return in, nil
+}
+
+// ObserveTransport adds tr's idle connections (Transport.IdleConns) to
+// replaysafe.client.connections.idle. Call it once per Transport that
+// runs on the Instrumentation's Observer.
+func (in *Instrumentation) ObserveTransport(tr *replaysafe.Transport) {
+	in.connMu.Lock()
+	in.transports = append(in.transports, tr)
+	in.connMu.Unlock()
+}
+
+// Close unregisters the observable gauges' callback: the Instrumentation
+// then reports them no more. Its Observer hooks go on working.
+func (in *Instrumentation) Close() error { return in.reg.Unregister() }
+
+// observeConns reports the connection gauges.
+func (in *Instrumentation) observeConns(_ context.Context, o metric.Observer) error {
+	in.connMu.Lock()
+	open := make(map[connKey]int64, len(in.open))
+	for k, n := range in.open {
+		open[k] = n
+	}
+	trs := append([]*replaysafe.Transport(nil), in.transports...)
+	in.connMu.Unlock()
+	for k, n := range open {
+		o.ObserveInt64(in.m.openConns, n, metric.WithAttributes(connAttrs(k.addr, k.proto)...))
+	}
+	if len(trs) > 0 {
+		idle := 0
+		for _, tr := range trs {
+			idle += tr.IdleConns()
+		}
+		o.ObserveInt64(in.m.idleConns, int64(idle))
+	}
+	return nil
+}
+
+// connAttrs are a connection's server.address, server.port and
+// network.protocol.version.
+func connAttrs(addr string, proto fsm.Proto) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 3)
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	attrs = append(attrs, semconv.ServerAddress(host))
+	if p, err := strconv.Atoi(port); err == nil {
+		attrs = append(attrs, semconv.ServerPort(p))
+	}
+	if v := protoVersion(proto); v != "" {
+		attrs = append(attrs, semconv.NetworkProtocolVersion(v))
+	}
+	return attrs
+}
+
+// conn counts a connection event.
+func (in *Instrumentation) conn(e replaysafe.ConnEvent) {
+	ctx := context.Background()
+	attrs := connAttrs(e.Addr, e.Proto)
+	k := connKey{e.Addr, e.Proto}
+	switch e.Kind {
+	case replaysafe.ConnDialed:
+		in.connMu.Lock()
+		in.open[k]++
+		in.connMu.Unlock()
+		in.m.dials.Add(ctx, 1, metric.WithAttributes(attrs...))
+	case replaysafe.ConnReused:
+		in.m.reuses.Add(ctx, 1, metric.WithAttributes(attrs...))
+	case replaysafe.ConnClosed:
+		in.connMu.Lock()
+		// A route's entry stays at zero rather than going: the gauge
+		// then reports its return to zero.
+		in.open[k]--
+		in.connMu.Unlock()
+		in.m.closes.Add(ctx, 1, metric.WithAttributes(append(attrs, CloseReasonKey.String(e.Reason.String()))...))
+	}
+}
+
+// attemptStart notes when a call's next attempt started.
+func (in *Instrumentation) attemptStart(s replaysafe.AttemptStart) {
+	c := in.lookup(s.Request)
+	if c == nil {
+		return
+	}
+	now := time.Now()
+	c.mu.Lock()
+	c.nextStart = now
+	c.mu.Unlock()
 }
 
 // call is what is known of one call between its hooks.
@@ -156,6 +276,18 @@ func (in *Instrumentation) Observer(next replaysafe.Observer) replaysafe.Observe
 			next.OnError(req, err)
 		}
 		in.fail(req, err)
+	}
+	o.OnAttemptStart = func(s replaysafe.AttemptStart) {
+		if next.OnAttemptStart != nil {
+			next.OnAttemptStart(s)
+		}
+		in.attemptStart(s)
+	}
+	o.OnConn = func(e replaysafe.ConnEvent) {
+		if next.OnConn != nil {
+			next.OnConn(e)
+		}
+		in.conn(e)
 	}
 	return o
 }

@@ -402,3 +402,60 @@ func TestRetryBudgetRefusal(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestConnectionGauges: the connections dialed, reused and closed are
+// counted, and the open and idle gauges return to zero after
+// CloseIdleConnections, over HTTP/1.1 (with a stale connection
+// discarded) and HTTP/2.
+func TestConnectionGauges(t *testing.T) {
+	addr := func(a string) attribute.KeyValue { return attribute.String("server.address", a) }
+	closes := "replaysafe.client.connection.closes"
+	reason := func(r string) attribute.KeyValue { return attribute.String("replaysafe.connection.close_reason", r) }
+	waitOpen := func(t *testing.T, r *recorded, want int64) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for r.sum(t, "replaysafe.client.connections.open") != want && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond) // HTTP/2 closes in the background
+		}
+		wantSum(t, r, want, "replaysafe.client.connections.open")
+	}
+	t.Run("h1", func(t *testing.T) {
+		s := start(t, crossing())
+		r := record(t)
+		tr := r.transport(t, replaysafe.Options{})
+		r.in.ObserveTransport(tr)
+		for _, path := range []string{"/warm", "/target"} {
+			if code, err := roundTrip(t, tr, "GET", s.URL()+path, ""); err != nil || code != 200 {
+				t.Fatalf("GET %s: %d %v", path, code, err)
+			}
+		}
+		wantSum(t, r, 2, "replaysafe.client.connection.dials", addr("127.0.0.1"), attribute.String("network.protocol.version", "1.1"))
+		wantSum(t, r, 1, "replaysafe.client.connection.reuses")
+		wantSum(t, r, 1, closes, reason("discarded"))
+		wantSum(t, r, 1, "replaysafe.client.connections.open", addr("127.0.0.1"))
+		wantSum(t, r, 1, "replaysafe.client.connections.idle")
+		tr.CloseIdleConnections()
+		waitOpen(t, r, 0)
+		wantSum(t, r, 0, "replaysafe.client.connections.idle")
+		wantSum(t, r, 1, closes, reason("idle"))
+		wantSum(t, r, 2, closes)
+	})
+	t.Run("h2", func(t *testing.T) {
+		s := startH2(t, h2server.Config{Default: h2server.Every(h2server.OK("ok"))})
+		r := record(t)
+		tr := r.transport(t, replaysafe.Options{Protocol: replaysafe.ProtocolHTTP2, TLSClientConfig: s.ClientTLSConfig()})
+		r.in.ObserveTransport(tr)
+		for range 3 {
+			if code, err := roundTrip(t, tr, "GET", s.URL()+"/x", ""); err != nil || code != 200 {
+				t.Fatalf("GET: %d %v", code, err)
+			}
+		}
+		wantSum(t, r, 1, "replaysafe.client.connection.dials", attribute.String("network.protocol.version", "2"))
+		wantSum(t, r, 2, "replaysafe.client.connection.reuses")
+		wantSum(t, r, 1, "replaysafe.client.connections.open", attribute.String("network.protocol.version", "2"))
+		tr.CloseIdleConnections()
+		waitOpen(t, r, 0)
+		wantSum(t, r, 1, closes, reason("idle"))
+		wantSum(t, r, 0, "replaysafe.client.connections.idle")
+	})
+}
