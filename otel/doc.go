@@ -81,6 +81,30 @@
 //   - replaysafe.client.retry_budget.refusals (counter, {retry}): retries
 //     the route's retry budget refused (RS27), with server.address.
 //
+// Connections, from the Observer's OnConn; every series has
+// server.address, server.port and network.protocol.version:
+//
+//   - replaysafe.client.connection.dials (counter, {connection}):
+//     connections dialed (ready for their first request).
+//   - replaysafe.client.connection.reuses (counter, {connection}):
+//     attempts that took a pooled connection.
+//   - replaysafe.client.connection.closes (counter, {connection}):
+//     connections closed, with replaysafe.connection.close_reason, a
+//     replaysafe.ConnCloseReason's name: "idle", "discarded", "goaway",
+//     "broken" or "taken-over".
+//   - replaysafe.client.connections.open (observable gauge,
+//     {connection}): the connections open now (dialed and not yet
+//     closed), per route and protocol; a route keeps its series at 0
+//     once its connections closed.
+//   - replaysafe.client.connections.idle (observable gauge,
+//     {connection}): the idle pooled connections of the Transports
+//     given to Instrumentation.ObserveTransport, all routes together
+//     (the Transport counts them per pool, not per route).
+//
+// The conventions' http.client.open_connections is not used: it needs
+// http.connection.state (active or idle) per route, which the
+// Observer's events do not tell.
+//
 // Names and units follow the OpenTelemetry semantic conventions where
 // one exists (semconv 1.43.0), and use the replaysafe namespace where
 // none does.
