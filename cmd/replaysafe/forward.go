@@ -43,12 +43,14 @@ const defaultShutdownTimeout = 10 * time.Second
 // forwardUsage is the text of forward -h before the flags.
 const forwardUsage = `usage: replaysafe forward -to URL [-listen ADDR] [-tls-cert F -tls-key F] [-h2c] [-h3]
        [-egress h1|h2|h3|negotiate] [-x-forwarded-for=false] [-forwarded] [-preserve-host]
-       [-trust-forwarded] [-shutdown-timeout D]
+       [-trust-forwarded] [-shutdown-timeout D] [-metrics ADDR]
 
 Forwards every request to the upstream and logs one line per request to stderr. Its first
 line names the listeners, what they accept and the egress. On SIGINT or SIGTERM it stops
 accepting, lets the requests in flight finish for up to -shutdown-timeout, logs how many
-did, and exits (1 when some were cut). See docs/forwarding.md.
+did, and exits (1 when some were cut). With -metrics it serves the egress Transport's
+attempts, resends, retries and connections at http://ADDR/metrics (Prometheus text format).
+See docs/forwarding.md and docs/observability.md.
 
 flags:
 `
@@ -72,6 +74,7 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	preserveHost := fs.Bool("preserve-host", false, "send the inbound Host upstream instead of the upstream's")
 	trust := fs.Bool("trust-forwarded", false, "keep the inbound Forwarded and X-Forwarded-* fields and append to them (by default they are removed: any client can write them)")
 	shutdownTimeout := fs.Duration("shutdown-timeout", defaultShutdownTimeout, "on SIGINT or SIGTERM, how long the requests in flight may take to finish")
+	metricsAddr := fs.String("metrics", "", "serve Prometheus metrics of the egress (resends, retries, connections) at http://ADDR/metrics")
 	fs.Usage = func() {
 		fmt.Fprint(stderr, forwardUsage)
 		fs.PrintDefaults()
@@ -111,10 +114,21 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	}
 
 	logger := slog.New(slog.NewTextHandler(stderr, nil))
+	topts := replaysafe.Options{AcquireTimeout: *acquire}
+	var metrics *egressMetrics
+	var metricsLn net.Listener
+	if *metricsAddr != "" {
+		if metricsLn, err = net.Listen("tcp", *metricsAddr); err != nil {
+			return fail("-metrics: %v", err)
+		}
+		defer metricsLn.Close()
+		metrics = newEgressMetrics()
+		topts.Observer = metrics.observer(topts.Observer)
+	}
 	fw := forward.New(forward.Options{
 		Upstream:         up,
 		Egress:           egress,
-		TransportOptions: replaysafe.Options{AcquireTimeout: *acquire},
+		TransportOptions: topts,
 		XForwardedFor:    *xff,
 		Forwarded:        *forwarded,
 		PreserveHost:     *preserveHost,
@@ -122,6 +136,11 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 		Logger:           logger,
 	})
 	defer fw.Transport().CloseIdleConnections()
+	if metrics != nil {
+		msrv := serveMetrics(metricsLn, metrics, fw.Transport().IdleConns)
+		defer msrv.Close()
+		fmt.Fprintf(stderr, "replaysafe forward: metrics at http://%s/metrics\n", metricsLn.Addr())
+	}
 	var inFlight atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		inFlight.Add(1)
