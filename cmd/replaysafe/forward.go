@@ -139,7 +139,6 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	if metrics != nil {
 		msrv := serveMetrics(metricsLn, metrics, fw.Transport().IdleConns)
 		defer msrv.Close()
-		fmt.Fprintf(stderr, "replaysafe forward: metrics at http://%s/metrics\n", metricsLn.Addr())
 	}
 	var inFlight atomic.Int64
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -202,6 +201,9 @@ func serveForward(ctx context.Context, args []string, stderr io.Writer, ready fu
 	}
 	fmt.Fprintf(stderr, "replaysafe forward: listening on %s, forwarding to %s (egress %v; adds %s; %s; %s)\n",
 		listeners, up, egress, strings.Join(headers, ", "), host, inbound)
+	if metrics != nil {
+		fmt.Fprintf(stderr, "replaysafe forward: metrics at http://%s/metrics\n", metricsLn.Addr())
+	}
 	go func() {
 		if *cert != "" {
 			errc <- srv.ServeTLS(ln, "", "")
