@@ -118,6 +118,7 @@ func (o Options) config() driver.Config {
 	if c.BackgroundDialTimeout <= 0 {
 		c.BackgroundDialTimeout = DefaultAcquireTimeout
 	}
+	c.FailureError = func(f *driver.Failure) error { return callError(f) }
 	if f := o.Observer.OnAttempt; f != nil {
 		c.OnAttempt = func(r driver.Report) { f(AttemptReport(r)) }
 	}

@@ -423,7 +423,9 @@ func (a *attempt) deliver(resp *http.Response) *http.Response {
 
 // finishBody ends a delivered attempt when its response body ends: io.EOF
 // completes the exchange, errAbandoned means the caller closed it early,
-// anything else is a read failure.
+// anything else is a read failure, for which it returns the error the
+// body's Read gives the caller: the call's failure under the rule that
+// decided it, wrapping err.
 //
 // An HTTP/3 server may answer before the request body is all sent
 // (RFC 9114 §4.1): the upload then goes on after the response ended,
@@ -431,8 +433,9 @@ func (a *attempt) deliver(resp *http.Response) *http.Response {
 // (STOP_SENDING), it stalls, or the caller cancels the request. The
 // attempt's context stays alive for it, and is released by the stack's
 // end of the upload (see h3Stream).
-func (a *attempt) finishBody(err error) {
+func (a *attempt) finishBody(err error) error {
 	var d fsm.Decision
+	var failed error
 	clean := false
 	switch {
 	case errors.Is(err, io.EOF):
@@ -442,6 +445,11 @@ func (a *attempt) finishBody(err error) {
 		d = a.rec.Feed(fsm.Event{Kind: fsm.EventCanceled}) // the caller gave up on the rest
 	default:
 		d = a.wire.fail(a, err)
+		f := a.tr.fail(d.Rule, err)
+		failed = f
+		if conv := a.tr.t.cfg.FailureError; conv != nil {
+			failed = conv(f)
+		}
 	}
 	a.endWire(d, clean)
 	if err != nil || !a.wire.uploading() {
@@ -454,6 +462,7 @@ func (a *attempt) finishBody(err error) {
 	if a.cd.Action == fsm.ActionDeliver {
 		a.tr.call.done() // the call's response is over
 	}
+	return failed
 }
 
 // abandon ends the attempt's context when the caller closed the

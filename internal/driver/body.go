@@ -156,7 +156,7 @@ var errAbandoned = errors.New("replaysafe: response body closed before its end")
 
 // bodyFinisher is the attempt a response body reports its end to.
 type bodyFinisher interface {
-	finishBody(err error)
+	finishBody(err error) error
 	// abandon ends the attempt's context: the caller closed the body
 	// before its end.
 	abandon()
@@ -170,14 +170,20 @@ type respBody struct {
 	rc io.ReadCloser
 	a  bodyFinisher
 
-	once sync.Once
+	once   sync.Once
+	failed error // what a Read that failed returns, once the failure is decided
 }
 
-// Read reads the response body.
+// Read reads the response body. A read that fails (not io.EOF) returns
+// the attempt's decided failure, naming its rule and wrapping the
+// stack's error, then and on every later Read.
 func (b *respBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if err != nil {
 		b.finish(err)
+		if err != io.EOF && b.failed != nil {
+			err = b.failed
+		}
 	}
 	return n, err
 }
@@ -200,7 +206,7 @@ func (b *respBody) Close() error {
 }
 
 func (b *respBody) finish(err error) {
-	b.once.Do(func() { b.a.finishBody(err) })
+	b.once.Do(func() { b.failed = b.a.finishBody(err) })
 }
 
 // stallWatch is a request body's stall timer: at most one of its two

@@ -79,6 +79,10 @@ type Config struct {
 	// OnConn, if set, is told of every connection dialed, reused and
 	// closed (observe.go).
 	OnConn func(ConnEvent)
+	// FailureError, if set, turns the *Failure of a response body that
+	// failed mid-read into the error its Read returns (the face's *Error);
+	// unset, Read returns the *Failure.
+	FailureError func(*Failure) error
 }
 
 // Transport carries out calls: it owns the pools, the connection
