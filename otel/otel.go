@@ -27,14 +27,26 @@ const ScopeName = "github.com/replaysafe/replaysafe/otel"
 // The attributes this package adds where the semantic conventions have
 // none (see the package doc).
 const (
-	AttemptKey     = attribute.Key("replaysafe.attempt")
-	RuleKey        = attribute.Key("replaysafe.rule")
-	ResendRuleKey  = attribute.Key("replaysafe.resend_rule")
-	OutcomeKey     = attribute.Key("replaysafe.outcome")
-	ReusedKey      = attribute.Key("replaysafe.connection.reused")
-	AttemptsKey    = attribute.Key("replaysafe.attempts")
-	RetryDelayKey  = attribute.Key("replaysafe.retry.delay")
-	TraceKey       = attribute.Key("replaysafe.trace")
+	// AttemptKey is the attempt's kind: "original", "resend" or "retry".
+	AttemptKey = attribute.Key("replaysafe.attempt")
+	// RuleKey is the ID of the rule that decided how the call went on
+	// after the attempt (on a call, the rule that ended it).
+	RuleKey = attribute.Key("replaysafe.rule")
+	// ResendRuleKey is the ID of the rule that made a repeated attempt.
+	ResendRuleKey = attribute.Key("replaysafe.resend_rule")
+	// OutcomeKey is how the call went on after an attempt: "deliver",
+	// "fail", "resend" or "retry".
+	OutcomeKey = attribute.Key("replaysafe.outcome")
+	// ReusedKey says whether the attempt ran on a pooled connection.
+	ReusedKey = attribute.Key("replaysafe.connection.reused")
+	// AttemptsKey is a call's number of wire attempts.
+	AttemptsKey = attribute.Key("replaysafe.attempts")
+	// RetryDelayKey is the wait before a configured retry, in seconds.
+	RetryDelayKey = attribute.Key("replaysafe.retry.delay")
+	// TraceKey is an attempt in the spec trace format.
+	TraceKey = attribute.Key("replaysafe.trace")
+	// CloseReasonKey is why a connection closed
+	// (replaysafe.ConnCloseReason's name).
 	CloseReasonKey = attribute.Key("replaysafe.connection.close_reason")
 )
 

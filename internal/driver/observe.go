@@ -22,10 +22,10 @@ type ConnEventKind uint8
 
 // Connection events.
 const (
-	ConnEventNone ConnEventKind = iota
-	ConnDialed
-	ConnReused
-	ConnClosed
+	ConnEventNone ConnEventKind = iota // the zero value, never reported
+	ConnDialed                         // a new connection is ready for its first request
+	ConnReused                         // an attempt took a pooled connection
+	ConnClosed                         // a connection reported dialed closed
 )
 
 // CloseReason says why a connection closed (the face's ConnCloseReason,
@@ -34,12 +34,12 @@ type CloseReason uint8
 
 // Close reasons.
 const (
-	CloseNone CloseReason = iota
-	CloseIdle
-	CloseDiscarded
-	CloseGoAway
-	CloseBroken
-	CloseTakenOver
+	CloseNone      CloseReason = iota // the zero value: not a close
+	CloseIdle                         // the pool closed it idle
+	CloseDiscarded                    // an attempt ended it, or retired it from the pool
+	CloseGoAway                       // the server sent GOAWAY
+	CloseBroken                       // it was found closed or failed
+	CloseTakenOver                    // a 101 response handed it to the caller
 )
 
 // ConnEvent is one connection event (the face's ConnEvent, field for
