@@ -222,10 +222,25 @@ func request(seed uint64, i int64) (string, []byte) {
 	return m, b
 }
 
-// call makes request i and reports its method, whether it succeeded
-// (200 with the body's digest) and the class of its failure.
-func call(ctx context.Context, rt http.RoundTripper, base string, cfg Config, i int64) (method string, ok bool, class string, forceClosed bool) {
+// callResult is how one call ended at the client.
+type callResult struct {
+	method string
+	// ok: 200 with the digest of the body sent.
+	ok bool
+	// status is the status of a response read whole, 0 without one.
+	status int
+	// err is the error of the call or of its body read.
+	err error
+	// class names the failure: the rule and its cause, or the status.
+	class string
+	// forceClosed: the error mentions "force closed".
+	forceClosed bool
+}
+
+// call makes request i and reports how it ended.
+func call(ctx context.Context, rt http.RoundTripper, base string, cfg Config, i int64) callResult {
 	method, body := request(cfg.Seed, i)
+	res := callResult{method: method}
 	ctx, cancel := context.WithTimeout(ctx, cfg.RequestTimeout)
 	defer cancel()
 	id := strconv.FormatInt(i, 10)
@@ -235,29 +250,58 @@ func call(ctx context.Context, rt http.RoundTripper, base string, cfg Config, i 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, base+"/soak/"+id, rd)
 	if err != nil {
-		return method, false, "request: " + err.Error(), false
+		res.err, res.class = err, "request: "+err.Error()
+		return res
 	}
 	req.Header.Set(IDHeader, id)
 	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		return method, false, classify(err), strings.Contains(err.Error(), "force closed")
+		res.err, res.class, res.forceClosed = err, classify(err), strings.Contains(err.Error(), "force closed")
+		return res
 	}
 	got, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if err != nil {
-		return method, false, "body: " + classify(err), strings.Contains(err.Error(), "force closed")
+		res.err, res.class, res.forceClosed = err, "body: "+classify(err), strings.Contains(err.Error(), "force closed")
+		return res
 	}
+	res.status = resp.StatusCode
 	if resp.StatusCode != http.StatusOK {
-		return method, false, "status " + strconv.Itoa(resp.StatusCode), false
+		res.class = "status " + strconv.Itoa(resp.StatusCode)
+		return res
 	}
 	sum := sha256.Sum256(body)
 	if string(got) != hex.EncodeToString(sum[:]) {
-		return method, false, "wrong response body", false
+		res.class = "wrong response body"
+		return res
 	}
-	return method, true, "", false
+	res.ok = true
+	return res
 }
 
-var noise = regexp.MustCompile(`(127\.0\.0\.1|\[::1\]):\d+|0x[0-9a-f]+|\b\d{2,}\b`)
+// ruleOf returns the rule ID of a *replaysafe.Error in err's chain, or
+// "".
+func ruleOf(err error) string {
+	var re *replaysafe.Error
+	if errors.As(err, &re) {
+		return re.Rule.ID()
+	}
+	return ""
+}
+
+// noise is what splits one error class into many: addresses and ports,
+// stream numbers (single digits included), connection and frame counters
+// and pointers. A rule ID (RS17) and a status word stay.
+var noise = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`\[[0-9a-fA-F:.]*\](:\d+)?`), "ADDR"},
+	{regexp.MustCompile(`\b\d{1,3}(\.\d{1,3}){3}(:\d+)?`), "ADDR"},
+	{regexp.MustCompile(`(?i)\b(stream(?:[ _]?id)?|streamid)([ =:#]*)\d+`), "${1}${2}N"},
+	{regexp.MustCompile(`0x[0-9a-fA-F]+`), "N"},
+	{regexp.MustCompile(`(^|[^A-Za-z0-9/])\d{2,}\b`), "${1}N"},
+}
 
 // classify names an error's class: the rule of a *replaysafe.Error and
 // its cause, or a short description with addresses and numbers blanked.
@@ -282,7 +326,9 @@ func shortCause(err error) string {
 }
 
 func trim(s string) string {
-	s = noise.ReplaceAllString(s, "N")
+	for _, n := range noise {
+		s = n.re.ReplaceAllString(s, n.with)
+	}
 	if len(s) > 160 {
 		s = s[:160] + "…"
 	}

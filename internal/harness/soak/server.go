@@ -68,11 +68,47 @@ const (
 	// FaultDelay: the answer waits 1 to 20 ms.
 	FaultDelay
 
+	// The faults below are the prod model's (ModelProd); it also draws
+	// FaultStreamReset, FaultDelay and, over HTTP/1.1, FaultIdleFIN.
+
+	// FaultStreamCancel: as FaultStreamReset with CANCEL (HTTP/3:
+	// H3_REQUEST_CANCELLED); over HTTP/1.1 an aborted handler.
+	FaultStreamCancel
+	// FaultRefused: the stream is refused before the request is read
+	// (REFUSED_STREAM; H3_REQUEST_REJECTED): not a delivery. HTTP/1.1 has
+	// no such signal: the connection is closed (FIN) unread.
+	FaultRefused
+	// FaultCutMidResponse: the response header and half its body are
+	// sent, then the stream is reset (HTTP/2 INTERNAL_ERROR, HTTP/3
+	// H3_INTERNAL_ERROR); over HTTP/1.1 the connection is closed.
+	FaultCutMidResponse
+	// FaultRetryAfter: the answer is 503 with "Retry-After: 1".
+	FaultRetryAfter
+	// FaultTooEarly: the answer is 425 Too Early.
+	FaultTooEarly
+	// FaultGoAway: a graceful end of the connection after its drawn
+	// life: HTTP/2 GOAWAY with the last stream ID the server took (x/net,
+	// on "Connection: close"), HTTP/3 GOAWAY (quic-go's Shutdown of the
+	// connection's own server), HTTP/1.1 "Connection: close".
+	FaultGoAway
+	// FaultAbruptFIN: the connection is closed (FIN; QUIC
+	// CONNECTION_CLOSE H3_NO_ERROR) at a random moment within 20 ms of
+	// the request that ends its life: every request in flight dies.
+	FaultAbruptFIN
+	// FaultAbruptRST: as FaultAbruptFIN with an RST (QUIC
+	// H3_INTERNAL_ERROR).
+	FaultAbruptRST
+	// FaultRestart: a server restart: every connection is reset at once
+	// and the listener refuses for RestartRefusal.
+	FaultRestart
+
 	faultCount // number of faults; keep last
 )
 
 var faultNames = [faultCount]string{"none", "idle-fin", "idle-rst", "close-before-response",
-	"reset-before-response", "reset-mid-body", "close-mid-response", "stream-reset", "delay"}
+	"reset-before-response", "reset-mid-body", "close-mid-response", "stream-reset", "delay",
+	"stream-cancel", "refused", "cut-mid-response", "503-retry-after", "425-too-early",
+	"goaway", "abrupt-fin", "abrupt-rst", "restart"}
 
 // String returns the fault's name, such as idle-fin.
 func (f Fault) String() string {
@@ -85,9 +121,9 @@ func (f Fault) String() string {
 // endsConn reports whether f ends the connection it hits.
 func (f Fault) endsConn(proto string) bool {
 	switch f {
-	case FaultNone, FaultDelay:
+	case FaultNone, FaultDelay, FaultRetryAfter, FaultTooEarly, FaultRestart:
 		return false
-	case FaultStreamReset:
+	case FaultStreamReset, FaultStreamCancel, FaultRefused, FaultCutMidResponse:
 		return proto == "h1" || proto == "h1tls"
 	}
 	return true
@@ -100,13 +136,48 @@ type delivery struct {
 	partial int    // copies whose body was cut by FaultResetMidBody
 	digest  string // digest of the first whole copy
 	differ  bool   // a later whole copy had another digest
+	// arrivals is every copy that reached the handler, in order.
+	arrivals []copyRecord
 }
+
+// copyRecord is what the server saw of one copy of a request.
+type copyRecord struct {
+	// fault is the request fault drawn for the copy.
+	fault Fault
+	// whole reports that the request was received whole.
+	whole bool
+	// started reports that a response byte left the server (the
+	// handler's flush of the response header returned on a connection
+	// the server had not closed) before the copy died.
+	started bool
+	// fresh reports that the copy arrived on a connection on which no
+	// response had been completed yet.
+	fresh bool
+}
+
 
 // server is the in-process faulty origin. It counts accepted
 // connections and whole copies of every request id.
 type server struct {
 	proto  string
 	faults float64
+	model  Model
+	seed   uint64
+	// connLife is the prod model's mean connection life in requests.
+	connLife int
+	// connSeq numbers the accepted connections, for their drawn plans.
+	connSeq atomic.Uint64
+	// connEnds counts the connections the fault model ended (closed,
+	// GOAWAY, "Connection: close"), once each; restarts apart.
+	connEnds atomic.Int64
+	// restarts counts the server restarts made.
+	restarts atomic.Int64
+	// rl is the TCP listener a restart closes and opens again.
+	rl *restartListener
+	// lnMu guards quicLn and udp, which a restart replaces; lnCond
+	// signals a new QUIC listener.
+	lnMu   sync.Mutex
+	lnCond *sync.Cond
 
 	rngMu sync.Mutex
 	rng   *rand.Rand
@@ -116,7 +187,6 @@ type server struct {
 	h2      *http2.Server
 	udp     net.PacketConn
 	quicLn  *quic.Listener
-	h3      *http3.Server
 	tlsConf *tls.Config
 	roots   *x509.CertPool
 
@@ -129,7 +199,6 @@ type server struct {
 
 	mu     sync.Mutex
 	seen   map[string]*delivery
-	cut    map[string]bool // ids whose response was cut after it started
 	conns  map[*sconn]struct{}
 	quics  map[*quic.Conn]*sconn
 	closed bool
@@ -145,6 +214,21 @@ type sconn struct {
 	// idle is the idle close asked for: FaultIdleFIN or FaultIdleRST.
 	idle atomic.Uint32
 	once sync.Once
+	// dead is set once the server closed the connection.
+	dead atomic.Bool
+	// plan is the prod model's end of the connection.
+	plan connPlan
+	// reqs counts the requests that arrived; completed the responses
+	// flushed whole.
+	reqs, completed atomic.Int64
+	// ended is set once the fault model ended the connection.
+	ended atomic.Bool
+	// h3 is the connection's own HTTP/3 server, so that a GOAWAY
+	// (its Shutdown) reaches this connection only.
+	h3 *http3.Server
+	// h2w rewrites the code of the RST_STREAM frames the HTTP/2 server
+	// writes on this connection (nil on other protocols).
+	h2w *h2Writer
 }
 
 type connKey struct{}
@@ -153,6 +237,7 @@ type connKey struct{}
 // H3_INTERNAL_ERROR).
 func (c *sconn) close(reset bool) {
 	c.once.Do(func() {
+		c.dead.Store(true)
 		if c.q != nil {
 			code := http3.ErrCodeNoError
 			if reset {
@@ -168,16 +253,23 @@ func (c *sconn) close(reset bool) {
 	})
 }
 
-func startServer(proto string, faults float64, seed uint64) (*server, error) {
+func startServer(cfg Config) (*server, error) {
+	proto, seed := cfg.Proto, cfg.Seed
 	s := &server{
-		proto:  proto,
-		faults: faults,
-		rng:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		seen:   map[string]*delivery{},
-		cut:    map[string]bool{},
-		conns:  map[*sconn]struct{}{},
-		quics:  map[*quic.Conn]*sconn{},
-		done:   make(chan struct{}),
+		proto:    proto,
+		faults:   cfg.Faults,
+		model:    cfg.Model,
+		seed:     seed,
+		connLife: cfg.ConnLife,
+		rng:      rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		seen:     map[string]*delivery{},
+		conns:    map[*sconn]struct{}{},
+		quics:    map[*quic.Conn]*sconn{},
+		done:     make(chan struct{}),
+	}
+	s.lnCond = sync.NewCond(&s.lnMu)
+	if s.connLife == 0 {
+		s.connLife = DefaultConnLife
 	}
 	if proto != "h1" && proto != "h2c" {
 		cert, leaf, err := selfsigned.New("replaysafe soak")
@@ -188,15 +280,22 @@ func startServer(proto string, faults float64, seed uint64) (*server, error) {
 		s.roots.AddCert(leaf)
 		s.tlsConf = &tls.Config{Certificates: []tls.Certificate{cert}}
 	}
+	var err error
 	switch proto {
 	case "h1", "h1tls":
-		return s, s.startH1()
+		err = s.startH1()
 	case "h2", "h2c":
-		return s, s.startH2()
+		err = s.startH2()
 	case "h3":
-		return s, s.startH3()
+		err = s.startH3()
+	default:
+		return nil, fmt.Errorf("soak: unknown protocol %q (want h1, h1tls, h2, h2c or h3)", proto)
 	}
-	return nil, fmt.Errorf("soak: unknown protocol %q (want h1, h1tls, h2, h2c or h3)", proto)
+	if err == nil && s.model == ModelProd && cfg.Restarts > 0 {
+		s.wg.Add(1)
+		go s.restartEvery(cfg.Restarts)
+	}
+	return s, err
 }
 
 // URL is the base URL of the server.
@@ -205,6 +304,8 @@ func (s *server) URL() string {
 	case "h1", "h2c":
 		return "http://" + s.tcp.Addr().String()
 	case "h3":
+		s.lnMu.Lock()
+		defer s.lnMu.Unlock()
 		return "https://" + s.udp.LocalAddr().String()
 	}
 	return "https://" + s.tcp.Addr().String()
@@ -218,6 +319,9 @@ func (s *server) addConn(c *sconn) bool {
 	}
 	s.conns[c] = struct{}{}
 	s.peakOpen = max(s.peakOpen, len(s.conns))
+	if s.model == ModelProd {
+		c.plan = prodConnPlan(s.seed, s.connSeq.Add(1)-1, s.connLife, s.proto)
+	}
 	if c.q != nil {
 		s.quics[c.q] = c
 	}
@@ -267,11 +371,11 @@ func (l trackedListener) Accept() (net.Conn, error) {
 }
 
 func (s *server) startH1() error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenRestartable()
 	if err != nil {
-		return fmt.Errorf("soak: listen: %w", err)
+		return err
 	}
-	s.tcp = ln
+	s.tcp, s.rl = ln, ln
 	var l net.Listener = trackedListener{ln, s}
 	if s.tlsConf != nil {
 		c := s.tlsConf.Clone()
@@ -281,6 +385,8 @@ func (s *server) startH1() error {
 	s.h1 = &http.Server{
 		Handler:  http.HandlerFunc(s.handle),
 		ErrorLog: log.New(acceptErrCounter{s}, "", 0),
+		// The prod model's "Connection: close" and aborted handlers end
+		// connections; keep-alives stay on.
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, sconnOf(c))
 		},
@@ -325,12 +431,12 @@ func sconnOf(c net.Conn) *sconn {
 }
 
 func (s *server) startH2() error {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenRestartable()
 	if err != nil {
-		return fmt.Errorf("soak: listen: %w", err)
+		return err
 	}
-	s.tcp = ln
-	s.h2 = &http2.Server{MaxConcurrentStreams: 250}
+	s.tcp, s.rl = ln, ln
+	s.h2 = &http2.Server{MaxConcurrentStreams: StreamLimit}
 	var tlsConf *tls.Config
 	if s.tlsConf != nil {
 		tlsConf = s.tlsConf.Clone()
@@ -375,6 +481,8 @@ func (s *server) startH2() error {
 					_ = tc.SetDeadline(time.Time{})
 					conn = tc
 				}
+				sc.h2w = &h2Writer{Conn: conn}
+				conn = sc.h2w
 				ctx := context.WithValue(context.Background(), connKey{}, sc)
 				s.h2.ServeConn(conn, &http2.ServeConnOpts{Context: ctx, Handler: http.HandlerFunc(s.handle)})
 			}()
@@ -384,33 +492,24 @@ func (s *server) startH2() error {
 }
 
 func (s *server) startH3() error {
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
+	udp, ln, err := s.listenQUIC("127.0.0.1:0")
 	if err != nil {
-		return fmt.Errorf("soak: listen: %w", err)
+		return err
 	}
-	s.udp = udp
-	tlsConf := http3.ConfigureTLSConfig(s.tlsConf.Clone())
-	ln, err := quic.Listen(udp, tlsConf, &quic.Config{MaxIdleTimeout: 30 * time.Second, MaxIncomingStreams: 250})
-	if err != nil {
-		udp.Close()
-		return fmt.Errorf("soak: quic listen: %w", err)
-	}
-	s.quicLn = ln
-	s.h3 = &http3.Server{
-		Handler: http.HandlerFunc(s.handle),
-		ConnContext: func(ctx context.Context, c *quic.Conn) context.Context {
-			s.mu.Lock()
-			sc := s.quics[c]
-			s.mu.Unlock()
-			return context.WithValue(ctx, connKey{}, sc)
-		},
-	}
+	s.udp, s.quicLn = udp, ln
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		for {
+			ln := s.currentQUIC()
+			if ln == nil {
+				return // closed
+			}
 			c, err := ln.Accept(context.Background())
 			if err != nil {
+				if s.quicSwapped(ln) {
+					continue // a restart replaced the listener
+				}
 				return
 			}
 			sc := &sconn{q: c}
@@ -418,15 +517,67 @@ func (s *server) startH3() error {
 				_ = c.CloseWithError(0, "closed")
 				return
 			}
+			sc.h3 = &http3.Server{
+				Handler: http.HandlerFunc(s.handle),
+				ConnContext: func(ctx context.Context, _ *quic.Conn) context.Context {
+					return context.WithValue(ctx, connKey{}, sc)
+				},
+			}
 			s.wg.Add(1)
 			go func() {
 				defer s.wg.Done()
 				defer s.dropConn(sc)
-				_ = s.h3.ServeQUICConn(c)
+				_ = sc.h3.ServeQUICConn(c)
 			}()
 		}
 	}()
 	return nil
+}
+
+// listenQUIC opens a UDP socket on addr and a QUIC listener on it.
+func (s *server) listenQUIC(addr string) (net.PacketConn, *quic.Listener, error) {
+	udp, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("soak: listen: %w", err)
+	}
+	tlsConf := http3.ConfigureTLSConfig(s.tlsConf.Clone())
+	ln, err := quic.Listen(udp, tlsConf, &quic.Config{MaxIdleTimeout: 30 * time.Second, MaxIncomingStreams: StreamLimit})
+	if err != nil {
+		udp.Close()
+		return nil, nil, fmt.Errorf("soak: quic listen: %w", err)
+	}
+	return udp, ln, nil
+}
+
+// currentQUIC returns the QUIC listener, waiting through a restart, or
+// nil once the server is closed.
+func (s *server) currentQUIC() *quic.Listener {
+	s.lnMu.Lock()
+	defer s.lnMu.Unlock()
+	for s.quicLn == nil && !s.isClosed() {
+		s.lnCond.Wait()
+	}
+	if s.isClosed() {
+		return nil
+	}
+	return s.quicLn
+}
+
+// quicSwapped reports whether a restart replaced ln (and the server is
+// still open).
+func (s *server) quicSwapped(ln *quic.Listener) bool {
+	s.lnMu.Lock()
+	defer s.lnMu.Unlock()
+	return s.quicLn != ln && !s.isClosed()
+}
+
+func (s *server) isClosed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // draw picks the fault for one request, and the delay of FaultDelay.
@@ -440,14 +591,24 @@ func (s *server) draw() (Fault, time.Duration) {
 	return f, time.Duration(1+s.rng.IntN(20)) * time.Millisecond
 }
 
-// handle answers one request: it reads the body whole, records the copy
-// and answers 200 with the body's digest, unless a fault hits it.
+// handle answers one request under the server's model.
 func (s *server) handle(w http.ResponseWriter, r *http.Request) {
 	sc, _ := r.Context().Value(connKey{}).(*sconn)
 	if sc != nil {
 		sc.active.Add(1)
 		defer s.released(sc)
 	}
+	if s.model == ModelProd {
+		s.handleProd(w, r, sc)
+		return
+	}
+	s.handleHarsh(w, r, sc)
+}
+
+// handleHarsh answers one request under the harsh model: it reads the
+// body whole, records the copy and answers 200 with the body's digest,
+// unless a fault hits it.
+func (s *server) handleHarsh(w http.ResponseWriter, r *http.Request, sc *sconn) {
 	id := r.Header.Get(IDHeader)
 	f, delay := s.draw()
 	hasBody := r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
@@ -461,6 +622,7 @@ func (s *server) handle(w http.ResponseWriter, r *http.Request) {
 		f = FaultNone // no connection to end: should not happen
 	}
 	s.injected[f].Add(1)
+	copyNo := s.arrive(id, r.Method, sc, f)
 
 	h := sha256.New()
 	if f == FaultResetMidBody {
@@ -469,7 +631,7 @@ func (s *server) handle(w http.ResponseWriter, r *http.Request) {
 			half = 1
 		}
 		_, _ = io.CopyN(h, r.Body, half)
-		s.record(id, r.Method, "", true)
+		s.record(id, copyNo, "", true)
 		sc.close(true)
 		return
 	}
@@ -477,14 +639,14 @@ func (s *server) handle(w http.ResponseWriter, r *http.Request) {
 		return // the client gave up on the upload: not a delivery
 	}
 	digest := hex.EncodeToString(h.Sum(nil))
-	s.record(id, r.Method, digest, false)
+	s.record(id, copyNo, digest, false)
 
 	switch f {
 	case FaultCloseBeforeResponse, FaultResetBeforeResponse:
 		sc.close(f == FaultResetBeforeResponse)
 		return
 	case FaultStreamReset:
-		s.resetStream(w)
+		s.resetStream(w, sc, http2.ErrCodeInternal, http3.ErrCodeInternalError)
 		return
 	case FaultDelay:
 		time.Sleep(delay)
@@ -494,29 +656,52 @@ func (s *server) handle(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain")
 	w.Header().Set("Content-Length", strconv.Itoa(len(digest)))
 	if f == FaultCloseMidResponse {
-		s.markCut(id)
 		w.WriteHeader(http.StatusOK)
 		_, _ = io.WriteString(w, digest[:len(digest)/2])
-		if fl, ok := w.(http.Flusher); ok {
-			fl.Flush()
-		}
+		s.flushStarted(w, sc, id, copyNo)
 		sc.close(false)
 		return
 	}
 	_, _ = io.WriteString(w, digest)
+	s.flushStarted(w, sc, id, copyNo)
+	sc.completed.Add(1)
 }
 
-// resetStream resets the request's stream (HTTP/2, HTTP/3) or aborts the
-// handler (HTTP/1.1: net/http closes the connection).
-func (s *server) resetStream(w http.ResponseWriter) {
-	if hs, ok := w.(http3.HTTPStreamer); ok {
-		if str, err := hs.HTTPStream(); err == nil {
-			str.CancelRead(quic.StreamErrorCode(http3.ErrCodeInternalError))
-			str.CancelWrite(quic.StreamErrorCode(http3.ErrCodeInternalError))
+// flushStarted flushes the response written so far and records whether
+// a response byte of copy copyNo of id left the server. Over HTTP/2 the
+// connection's writer marks it as the response's HEADERS frame goes to
+// the socket; elsewhere it is marked once the flush returned, unless the
+// server had closed the connection before it (over HTTP/1.1 the flush
+// writes to the socket; over HTTP/3 into the QUIC stream, whose packets
+// may still be lost with the connection: a call counted cut there may
+// have been recoverable, never the other way).
+func (s *server) flushStarted(w http.ResponseWriter, sc *sconn, id string, copyNo int) {
+	if sc != nil && sc.h2w != nil {
+		if sid, ok := h2StreamID(w); ok {
+			sc.h2w.watchHeaders(sid, func(started bool) { s.setStarted(id, copyNo, started) })
+			if fl, ok := w.(http.Flusher); ok {
+				fl.Flush()
+			}
 			return
 		}
 	}
-	panic(http.ErrAbortHandler)
+	if sc != nil && sc.dead.Load() {
+		return
+	}
+	if fl, ok := w.(http.Flusher); ok {
+		fl.Flush()
+	}
+	s.setStarted(id, copyNo, true)
+}
+
+// setStarted records whether a response byte of copy copyNo of id left
+// the server.
+func (s *server) setStarted(id string, copyNo int, started bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := s.seen[id]; d != nil && copyNo >= 1 && copyNo <= len(d.arrivals) {
+		d.arrivals[copyNo-1].started = started
+	}
 }
 
 // released ends a request on sc; the last one out runs an idle close
@@ -553,25 +738,30 @@ func (s *server) released(sc *sconn) {
 	}()
 }
 
-// markCut records that a response to id was cut after it started: no
-// client can recover that call by itself.
-func (s *server) markCut(id string) {
-	s.mu.Lock()
-	if s.cut != nil { // nil once forgotten: a handler the close outran
-		s.cut[id] = true
+// arrive records that a copy of request id reached the handler, with the
+// fault drawn for it, and returns its number, from 1.
+func (s *server) arrive(id, method string, sc *sconn, f Fault) int {
+	if id == "" {
+		return 0
 	}
-	s.mu.Unlock()
-}
-
-// wasCut reports whether a response to id was cut after it started.
-func (s *server) wasCut(id string) bool {
+	fresh := sc == nil || sc.completed.Load() == 0
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.cut[id]
+	if s.seen == nil { // forgotten: a handler the close outran
+		return 0
+	}
+	d := s.seen[id]
+	if d == nil {
+		d = &delivery{method: method}
+		s.seen[id] = d
+	}
+	d.arrivals = append(d.arrivals, copyRecord{fault: f, fresh: fresh})
+	return len(d.arrivals)
 }
 
-// record counts one copy of request id.
-func (s *server) record(id, method, digest string, partial bool) {
+// record counts copy copyNo of request id: received whole with digest,
+// or cut in its body (partial).
+func (s *server) record(id string, copyNo int, digest string, partial bool) {
 	if id == "" {
 		return
 	}
@@ -582,12 +772,14 @@ func (s *server) record(id, method, digest string, partial bool) {
 	}
 	d := s.seen[id]
 	if d == nil {
-		d = &delivery{method: method}
-		s.seen[id] = d
+		return
 	}
 	if partial {
 		d.partial++
 		return
+	}
+	if copyNo >= 1 && copyNo <= len(d.arrivals) {
+		d.arrivals[copyNo-1].whole = true
 	}
 	d.copies++
 	if d.copies == 1 {
@@ -595,6 +787,16 @@ func (s *server) record(id, method, digest string, partial bool) {
 	} else if d.digest != digest {
 		d.differ = true
 	}
+}
+
+// copiesOf returns what the server saw of the copies of id.
+func (s *server) copiesOf(id string) []copyRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d := s.seen[id]; d != nil {
+		return append([]copyRecord(nil), d.arrivals...)
+	}
+	return nil
 }
 
 // deliveries returns a snapshot of the copies of every id seen.
@@ -613,7 +815,7 @@ func (s *server) deliveries() map[string]delivery {
 func (s *server) forget() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.seen, s.cut = nil, nil
+	s.seen = nil
 }
 
 // openConns returns the number of connections open at the server.
@@ -640,7 +842,11 @@ func (s *server) Close() error {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
+	s.lnMu.Lock()
 	close(s.done)
+	s.lnCond.Broadcast()
+	quicLn, udp := s.quicLn, s.udp
+	s.lnMu.Unlock()
 	var err error
 	if s.tcp != nil {
 		err = s.tcp.Close()
@@ -648,17 +854,14 @@ func (s *server) Close() error {
 	if s.h1 != nil {
 		_ = s.h1.Close()
 	}
-	if s.h3 != nil {
-		_ = s.h3.Close()
-	}
-	if s.quicLn != nil {
-		_ = s.quicLn.Close()
+	if quicLn != nil {
+		_ = quicLn.Close()
 	}
 	for _, c := range conns {
 		c.close(true)
 	}
-	if s.udp != nil {
-		_ = s.udp.Close()
+	if udp != nil {
+		_ = udp.Close()
 	}
 	waited := make(chan struct{})
 	go func() { s.wg.Wait(); close(waited) }()

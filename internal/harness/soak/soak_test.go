@@ -17,7 +17,8 @@ func tiny(t *testing.T, cfg Config) Result {
 	if cfg.Seed == 0 {
 		cfg.Seed = testSeed
 	}
-	t.Logf("soak %s n=%d c=%d faults=%.2f seed=%d peer=%v", cfg.Proto, cfg.N, cfg.Concurrency, cfg.Faults, cfg.Seed, cfg.Peer)
+	t.Logf("soak %s model=%s n=%d c=%d faults=%.2f conn-life=%d restarts=%v seed=%d peer=%v",
+		cfg.Proto, cfg.Model, cfg.N, cfg.Concurrency, cfg.Faults, cfg.ConnLife, cfg.Restarts, cfg.Seed, cfg.Peer)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	res, err := Run(ctx, cfg)
@@ -52,48 +53,78 @@ func delivered(r Result) int {
 }
 
 // TestSoakSafetyBounds runs a few hundred requests with faults over every
-// protocol and asserts the hard bounds: at most two copies of a request
-// at the server, no second delivery of a POST, byte-identical copies,
-// every attempt trace clean under tracecheck, and the goroutines and fds
-// back to where they were after CloseIdleConnections. Dials, success
-// rates and "force closed" errors are measured and logged, not asserted.
+// protocol, under both models (prod with connections living 50 requests
+// on average), and asserts the hard bounds: at most two copies of a
+// request at the server, no second delivery of a POST, byte-identical
+// copies, every attempt trace clean under tracecheck, and the goroutines
+// and fds back to where they were after CloseIdleConnections. Dials,
+// success rates and "force closed" errors are measured and logged, not
+// asserted.
 func TestSoakSafetyBounds(t *testing.T) {
-	for _, proto := range Protocols {
+	for _, model := range []Model{ModelProd, ModelHarsh} {
+		for _, proto := range Protocols {
+			t.Run(model.String()+"/"+proto, func(t *testing.T) {
+				testSafetyBounds(t, Config{Proto: proto, Model: model, N: 400, Concurrency: 16, Faults: 0.1, ConnLife: 50})
+			})
+		}
+	}
+}
+
+// TestSoakRestarts: the prod model's restarts (every 50 ms here) reset
+// every connection and refuse the port for 100 ms; the hard bounds hold
+// through them. HTTP/3 is left out: a QUIC client whose connection the
+// restart closed may wait for its idle timeout (issue 33, item 4).
+func TestSoakRestarts(t *testing.T) {
+	for _, proto := range []string{"h1", "h2c"} {
 		t.Run(proto, func(t *testing.T) {
-			const n = 400
-			res := tiny(t, Config{Proto: proto, N: n, Concurrency: 16, Faults: 0.1})
-			if got, _ := calls(res); got != n {
-				t.Fatalf("%d calls made, want %d", got, n)
-			}
-			if len(res.Injected) == 0 {
-				t.Fatalf("no fault injected at rate 0.1 over %d requests", n)
-			}
-			if res.MaxCopies > 2 {
-				t.Errorf("max copies %d at the server, want ≤ 2", res.MaxCopies)
-			}
-			if res.DuplicateNonIdempotent != 0 {
-				t.Errorf("%d POST requests delivered more than once, want 0", res.DuplicateNonIdempotent)
-			}
-			if res.Differing != 0 {
-				t.Errorf("%d requests whose copies differ, want 0", res.Differing)
-			}
-			if res.TraceErr != nil {
-				t.Errorf("tracecheck: %v", res.TraceErr)
-			}
-			if res.TracesChecked < n || res.TracesChecked != res.Attempts {
-				t.Errorf("tracecheck checked %d traces of %d attempts, want every attempt and ≥ %d", res.TracesChecked, res.Attempts, n)
-			}
-			if _, ok := calls(res); delivered(res) < ok {
-				t.Errorf("%d calls succeeded but the server received only %d requests whole", ok, delivered(res))
-			}
-			if !res.Settled {
-				t.Errorf("after CloseIdleConnections: %v, before: %v; want back to before within the settle wait", res.After, res.Before)
-			}
-			if res.OpenAfter != 0 {
-				t.Errorf("%d connections still open at the server after CloseIdleConnections, want 0", res.OpenAfter)
+			res := testSafetyBounds(t, Config{Proto: proto, N: 400, Concurrency: 16, Faults: 0.05,
+				Restarts: 50 * time.Millisecond, RequestTimeout: 10 * time.Second})
+			if res.Restarts == 0 && res.Elapsed > 60*time.Millisecond {
+				t.Errorf("no restart in a run of %v with restarts every 50ms", res.Elapsed)
 			}
 		})
 	}
+}
+
+// testSafetyBounds runs cfg and asserts the hard bounds.
+func testSafetyBounds(t *testing.T, cfg Config) Result {
+	t.Helper()
+	n := cfg.N
+	res := tiny(t, cfg)
+	if got, _ := calls(res); got != n {
+		t.Fatalf("%d calls made, want %d", got, n)
+	}
+	if len(res.Injected) == 0 {
+		t.Fatalf("no fault injected at rate %.2f over %d requests", cfg.Faults, n)
+	}
+	if res.MaxCopies > 2 {
+		t.Errorf("max copies %d at the server, want ≤ 2", res.MaxCopies)
+	}
+	if res.DuplicateNonIdempotent != 0 {
+		t.Errorf("%d POST requests delivered more than once, want 0", res.DuplicateNonIdempotent)
+	}
+	if res.Differing != 0 {
+		t.Errorf("%d requests whose copies differ, want 0", res.Differing)
+	}
+	if res.TraceErr != nil {
+		t.Errorf("tracecheck: %v", res.TraceErr)
+	}
+	if res.TracesChecked < n || res.TracesChecked != res.Attempts {
+		t.Errorf("tracecheck checked %d traces of %d attempts, want every attempt and ≥ %d", res.TracesChecked, res.Attempts, n)
+	}
+	if _, ok := calls(res); delivered(res) < ok {
+		t.Errorf("%d calls succeeded but the server received only %d requests whole", ok, delivered(res))
+	}
+	if !res.Settled {
+		t.Errorf("after CloseIdleConnections: %v, before: %v; want back to before within the settle wait", res.After, res.Before)
+	}
+	if res.OpenAfter != 0 {
+		t.Errorf("%d connections still open at the server after CloseIdleConnections, want 0", res.OpenAfter)
+	}
+	if v := res.Violations(); len(v) != 0 {
+		t.Errorf("violations %q", v)
+	}
+	return res
 }
 
 // TestSoakFaultFree checks the harness itself: with no fault every call
@@ -102,7 +133,7 @@ func TestSoakFaultFree(t *testing.T) {
 	for _, proto := range Protocols {
 		t.Run(proto, func(t *testing.T) {
 			const n = 200
-			res := tiny(t, Config{Proto: proto, N: n, Concurrency: 8})
+			res := tiny(t, Config{Proto: proto, N: n, Concurrency: 8, ConnLife: -1})
 			if _, ok := calls(res); ok != n {
 				t.Errorf("%d of %d calls succeeded without faults, errors %v", ok, n, res.Errors)
 			}
@@ -128,7 +159,7 @@ func TestSoakPeer(t *testing.T) {
 	for _, proto := range Protocols {
 		t.Run(proto, func(t *testing.T) {
 			const n = 200
-			res := tiny(t, Config{Proto: proto, N: n, Concurrency: 8, Peer: true})
+			res := tiny(t, Config{Proto: proto, N: n, Concurrency: 8, ConnLife: -1, Peer: true})
 			if res.Client == "replaysafe" || res.Client == "" {
 				t.Fatalf("client %q, want the peer", res.Client)
 			}
@@ -147,11 +178,15 @@ func TestSoakPeer(t *testing.T) {
 
 // TestViolations checks which numbers break the hard bounds.
 func TestViolations(t *testing.T) {
-	ok := Result{MaxCopies: 2}
+	ok := Result{MaxCopies: 2, Settled: true}
 	if v := ok.Violations(); len(v) != 0 {
 		t.Errorf("two copies, nothing else: %v, want none", v)
 	}
-	bad := Result{MaxCopies: 3, DuplicateNonIdempotent: 1, Differing: 1, ForceClosed: 2}
+	leak := Result{MaxCopies: 1}
+	if v := leak.Violations(); len(v) != 1 || !strings.Contains(v[0], "resources not back") {
+		t.Errorf("resources not back: %q, want that violation", v)
+	}
+	bad := Result{MaxCopies: 3, DuplicateNonIdempotent: 1, Differing: 1, ForceClosed: 2, Settled: true}
 	if v := bad.Violations(); len(v) != 3 || strings.Contains(strings.Join(v, "\n"), "force closed") {
 		t.Errorf("violations %q, want copies, duplicate and differing (force closed is x/net's, counted only)", v)
 	}
@@ -200,6 +235,9 @@ func TestMainExitStatus(t *testing.T) {
 	if code := Main([]string{"-faults", "2"}, &out, &errb); code != 2 {
 		t.Errorf("-faults 2: exit %d, want 2", code)
 	}
+	if code := Main([]string{"-model", "gentle"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown fault model") {
+		t.Errorf("-model gentle: exit %d, stderr %q; want 2 and unknown fault model", code, errb.String())
+	}
 	if code := Main([]string{"-proto", "h9", "-n", "1"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown protocol") {
 		t.Errorf("-proto h9: exit %d, stderr %q; want 2 and unknown protocol", code, errb.String())
 	}
@@ -210,7 +248,7 @@ func TestMainExitStatus(t *testing.T) {
 // connections open at once.
 func TestSoakMaxConns(t *testing.T) {
 	const n, limit = 200, 4
-	res := tiny(t, Config{Proto: "h1", N: n, Concurrency: 16, MaxConns: limit})
+	res := tiny(t, Config{Proto: "h1", N: n, Concurrency: 16, MaxConns: limit, ConnLife: -1})
 	if _, ok := calls(res); ok != n || res.Copies[1] != n {
 		t.Errorf("MaxConns %d without faults: %d of %d calls succeeded, ids by copies %v", limit, ok, n, res.Copies)
 	}
