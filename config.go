@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
 
 	"github.com/replaysafe/replaysafe/internal/dial"
 	"github.com/replaysafe/replaysafe/internal/driver"
+	"github.com/replaysafe/replaysafe/transports/h2"
 	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
@@ -119,6 +121,7 @@ func (o Options) config() driver.Config {
 		c.BackgroundDialTimeout = DefaultAcquireTimeout
 	}
 	c.FailureError = func(f *driver.Failure) error { return callError(f) }
+	c.H2 = h2Config(o.HTTP2)
 	if f := o.Observer.OnAttempt; f != nil {
 		c.OnAttempt = func(r driver.Report) { f(AttemptReport(r)) }
 	}
@@ -150,4 +153,32 @@ func connectResponse(req proxy.ConnectRequest, resp *proxy.Response) *http.Respo
 	return &http.Response{Status: fmt.Sprintf("%d %s", resp.StatusCode, resp.Reason), StatusCode: resp.StatusCode,
 		Proto: resp.Proto, ProtoMajor: major, ProtoMinor: minor, Header: resp.Header, Body: http.NoBody,
 		Request: connectRequest(req)}
+}
+
+// h2Config maps net/http's HTTP2Config onto the HTTP/2 connection's
+// (Options.HTTP2): values net/http would call invalid, and zero ones,
+// keep transports/h2's defaults.
+func h2Config(c *http.HTTP2Config) h2.Config {
+	var out h2.Config
+	if c == nil {
+		return out
+	}
+	if c.MaxReadFrameSize >= 16<<10 && c.MaxReadFrameSize <= 16<<20 {
+		out.MaxReadFrameSize = uint32(c.MaxReadFrameSize)
+	}
+	if c.MaxReceiveBufferPerStream > 0 && c.MaxReceiveBufferPerStream <= math.MaxInt32 {
+		out.StreamWindow = int32(c.MaxReceiveBufferPerStream)
+	}
+	if c.MaxReceiveBufferPerConnection >= 64<<10 && c.MaxReceiveBufferPerConnection <= math.MaxInt32 {
+		out.ConnWindow = int32(c.MaxReceiveBufferPerConnection)
+	}
+	switch {
+	case c.SendPingTimeout > 0:
+		out.PingAfter = c.SendPingTimeout
+	case c.SendPingTimeout < 0:
+		out.PingAfter = -1
+	}
+	out.PingTimeout = max(c.PingTimeout, 0)
+	out.WriteByteTimeout = max(c.WriteByteTimeout, 0)
+	return out
 }

@@ -16,6 +16,10 @@ func (t *Transport) Clone() *Transport {
 	o.TLSClientConfig = o.TLSClientConfig.Clone()
 	o.ProxyTLSClientConfig = o.ProxyTLSClientConfig.Clone()
 	o.ProxyConnectHeader = o.ProxyConnectHeader.Clone()
+	if o.HTTP2 != nil {
+		c := *o.HTTP2
+		o.HTTP2 = &c
+	}
 	return New(o)
 }
 
@@ -33,7 +37,7 @@ func (t *Transport) Clone() *Transport {
 // configuration and not ForceAttemptHTTP2, or a TLSNextProto without an
 // "h2" entry (an empty one turns HTTP/2 off). The fields without a
 // counterpart (TLSNextProto's RoundTrippers, WriteBufferSize,
-// ReadBufferSize, HTTP2) are left out; docs/guarantees.md's table
+// ReadBufferSize) are left out; HTTP2 is copied. docs/guarantees.md's table
 // "http.Transport field → replaysafe" lists every field.
 func FromTransport(ht *http.Transport) Options {
 	o := Options{
@@ -56,6 +60,10 @@ func FromTransport(ht *http.Transport) Options {
 		GetProxyConnectHeader:  ht.GetProxyConnectHeader,
 		MaxResponseHeaderBytes: ht.MaxResponseHeaderBytes,
 		Protocol:               protocolOf(ht),
+	}
+	if ht.HTTP2 != nil {
+		c := *ht.HTTP2
+		o.HTTP2 = &c
 	}
 	if o.MaxIdleConns == 0 {
 		o.MaxIdleConns = -1 // net/http: no limit

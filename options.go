@@ -330,6 +330,26 @@ type Options struct {
 	// connection that carried no request for that long.
 	QUICConfig *quic.Config
 
+	// HTTP2 configures HTTP/2 connections with net/http's HTTP2Config,
+	// each field with its meaning where a client has the notion;
+	// nil, or a zero field, keeps replaysafe's defaults (those of
+	// package transports/h2). SendPingTimeout is how long a connection
+	// with a stream open may go without reading a frame before it sends
+	// a liveness PING (default 2 s; negative: no liveness PING, as
+	// net/http's zero), PingTimeout how long that PING waits for any frame
+	// before the connection is declared dead (default 2 s), and the
+	// requests on it are judged as under a close (spec/choices.md 36).
+	// MaxReadFrameSize, MaxReceiveBufferPerStream and
+	// MaxReceiveBufferPerConnection set the frame size and the receive
+	// windows advertised to the server (defaults 16 KiB, 4 MiB, 16 MiB),
+	// WriteByteTimeout bounds a socket write that makes no progress
+	// (default none). The rest do not apply to this client:
+	// MaxConcurrentStreams is a server's; StrictMaxConcurrentRequests is
+	// MaxConnsPerHost here; the hpack table sizes keep RFC 7541's 4 KiB;
+	// PermitProhibitedCipherSuites is TLSClientConfig's CipherSuites;
+	// CountError's counts are Observer.OnConn's close reasons.
+	HTTP2 *http.HTTP2Config
+
 	// HTTP3HeadStart is how long, under ProtocolPreferHTTP3 and
 	// ProtocolDiscoverHTTP3, a call that finds no pooled HTTP/3 connection
 	// waits for a new one before it goes over TCP. The QUIC handshake

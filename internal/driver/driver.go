@@ -79,6 +79,10 @@ type Config struct {
 	// OnConn, if set, is told of every connection dialed, reused and
 	// closed (observe.go).
 	OnConn func(ConnEvent)
+	// H2 is the base of every HTTP/2 connection's configuration; the
+	// fields this Config also sets (compression, the header list size,
+	// the 1xx bound) are taken from here.
+	H2 h2.Config
 	// FailureError, if set, turns the *Failure of a response body that
 	// failed mid-read into the error its Read returns (the face's *Error);
 	// unset, Read returns the *Failure.

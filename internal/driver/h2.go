@@ -41,7 +41,8 @@ func (e *alpnH1) Is(target error) bool { return target == errFallbackH1 }
 // room for more interim responses than the attempt's own 1xx bound
 // (adapters/informational), which then decides.
 func h2Config(cfg Config) h2.Config {
-	c := h2.Config{DisableCompression: cfg.DisableCompression, MaxInformational: 2 * informational.DefaultCount}
+	c := cfg.H2
+	c.DisableCompression, c.MaxInformational = cfg.DisableCompression, 2*informational.DefaultCount
 	if cfg.MaxResponseHeaderBytes > 0 && cfg.MaxResponseHeaderBytes <= 1<<32-1 {
 		c.MaxHeaderListSize = uint32(cfg.MaxResponseHeaderBytes)
 	}
