@@ -10,6 +10,7 @@ import (
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
 
 // connLog records OnConn and OnAttemptStart.
@@ -114,4 +115,53 @@ func TestConnEventNames(t *testing.T) {
 	if s := replaysafe.ConnClosed.String() + " " + replaysafe.ConnCloseGoAway.String() + " " + replaysafe.ConnEventKind(9).String() + " " + replaysafe.ConnCloseReason(9).String(); s != "closed goaway ConnEventKind(9) ConnCloseReason(9)" {
 		t.Errorf("names: %s", s)
 	}
+}
+
+// TestObserverConnEventsGoAway: a connection whose server sent GOAWAY is
+// reported closed for it, over HTTP/2 and HTTP/3; the resend's new
+// connection is reported dialed, and closed idle by
+// CloseIdleConnections.
+func TestObserverConnEventsGoAway(t *testing.T) {
+	check := func(t *testing.T, l *connLog, tr *replaysafe.Transport, proto fsm.Proto) {
+		t.Helper()
+		if d := l.count(replaysafe.ConnDialed, 0); d != 2 {
+			t.Errorf("%d dialed, want 2: %+v", d, l.events)
+		}
+		tr.CloseIdleConnections()
+		l.waitClosed(t, 2)
+		if g, i := l.count(replaysafe.ConnClosed, replaysafe.ConnCloseGoAway), l.count(replaysafe.ConnClosed, replaysafe.ConnCloseIdle); g != 1 || i != 1 {
+			t.Errorf("%d closed for GOAWAY, %d idle; want 1 and 1: %+v", g, i, l.events)
+		}
+		for _, e := range l.events {
+			if e.Proto != proto {
+				t.Errorf("event %+v, want %v", e, proto)
+			}
+		}
+	}
+	t.Run("h2", func(t *testing.T) {
+		s := startH2(t, h2Script([]h2server.Action{h2server.OK("ok"), h2server.GoAwayBelow()}))
+		var l connLog
+		tr := replaysafe.New(replaysafe.Options{Protocol: replaysafe.ProtocolHTTP2, TLSClientConfig: s.ClientTLSConfig(), Observer: l.observer()})
+		defer tr.CloseIdleConnections()
+		for _, path := range []string{"/warm", "/g"} {
+			if code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+path, "")); err != nil || code != 200 {
+				t.Fatalf("GET %s: %d %v", path, code, err)
+			}
+		}
+		wantH2Copies(t, s, "/g", 0, 1)
+		check(t, &l, tr, fsm.ProtoH2)
+	})
+	t.Run("h3", func(t *testing.T) {
+		s := startH3(t, h3Script([]h3server.Action{h3server.OK("first"), h3server.GoAwayRejecting().WithClose()}))
+		var l connLog
+		tr := replaysafe.New(replaysafe.Options{Protocol: replaysafe.ProtocolHTTP3, TLSClientConfig: s.ClientTLSConfig(), Observer: l.observer()})
+		defer tr.CloseIdleConnections()
+		for _, path := range []string{"/warm", "/g"} {
+			if code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+path, "")); err != nil || code != 200 {
+				t.Fatalf("GET %s: %d %v", path, code, err)
+			}
+		}
+		wantH3Copies(t, s, "/g", 0, 1)
+		check(t, &l, tr, fsm.ProtoH3)
+	})
 }
