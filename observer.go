@@ -62,6 +62,9 @@ type AttemptReport struct {
 	Facts fsm.Request
 	// Reused reports whether the attempt ran on a pooled connection.
 	Reused bool
+	// Status is the status of the final response the attempt received,
+	// delivered or not (a 503 that is retried), or 0 when none arrived.
+	Status int
 	// Decision is the machine's last decision: its action and rule, and
 	// what happened to the connection.
 	Decision fsm.Decision

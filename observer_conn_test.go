@@ -165,3 +165,24 @@ func TestObserverConnEventsGoAway(t *testing.T) {
 		check(t, &l, tr, fsm.ProtoH3)
 	})
 }
+
+// TestAttemptReportStatus: an attempt's report carries the status it
+// received, the retried 503 too; an attempt that got none reports 0.
+func TestAttemptReportStatus(t *testing.T) {
+	s := start(t, replaysafetest.Config{Conns: []replaysafetest.ConnScript{replaysafetest.Script(
+		replaysafetest.Respond(503, "busy"), replaysafetest.OK())}})
+	tr, obs := client(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}})
+	get(t, tr, s, "/r")
+	as := obs.attemptsFor("/r")
+	if len(as) != 2 || as[0].Status != 503 || as[1].Status != 200 {
+		t.Fatalf("reports %+v, want statuses 503 then 200", as)
+	}
+
+	c := start(t, crossing(replaysafetest.CloseFIN))
+	tr, obs = client(t, c, replaysafe.Options{})
+	get(t, tr, c, "/warm")
+	get(t, tr, c, "/target")
+	if as := obs.attemptsFor("/target"); len(as) != 2 || as[0].Status != 0 || as[1].Status != 200 {
+		t.Fatalf("reports %+v, want statuses 0 (the close) then 200", as)
+	}
+}

@@ -95,6 +95,7 @@ type attempt struct {
 	rec       attemptRecorder
 	displaced bool // a displaced request's resend (resend.displaced)
 	reused    bool
+	status    int         // the final response's status, once its header section arrived
 	body      *reqBody    // nil without a body
 	wire      attemptWire // nil until a connection (HTTP/1.1) or stream was had
 
@@ -259,6 +260,7 @@ func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, 
 		resp.Body.Close()
 		return a.failed(d, a.cause(a.abortCause()))
 	}
+	a.status = resp.StatusCode
 	o := fsm.Outcome{Decision: d, Facts: a.rec.Facts(), Status: resp.StatusCode}
 	if v := resp.Header["Retry-After"]; len(v) > 0 && v[0] != "" { // canonical key: no CanonicalMIMEHeaderKey per call
 		o.RetryAfter, o.HasRetryAfter = fsm.ParseRetryAfter(v[0], time.Now())
@@ -471,7 +473,7 @@ func (a *attempt) abandon() { a.cancel(nil) }
 
 // report tells the Observer how the attempt ended.
 func (a *attempt) report(err error) {
-	a.tr.report(a.number, a.reused, err, a.rec, a.cd)
+	a.tr.report(a.number, a.reused, a.status, err, a.rec, a.cd)
 }
 
 // boundError is a stack's error caused by a bound replaysafe set (the 1xx

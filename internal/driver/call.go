@@ -569,7 +569,7 @@ func (tr *try) nextStart(body *reqBody) (*resend, error) {
 
 // report tells the caller's observer (Config.OnAttempt) how wire attempt n of the call ended, and how
 // the call went on after it (cd).
-func (tr *try) report(n int, reused bool, err error, rec attemptRecorder, cd fsm.CallDecision) {
+func (tr *try) report(n int, reused bool, status int, err error, rec attemptRecorder, cd fsm.CallDecision) {
 	if tr.t.cfg.OnAttempt == nil {
 		return
 	}
@@ -585,6 +585,7 @@ func (tr *try) report(n int, reused bool, err error, rec attemptRecorder, cd fsm
 		Number:   n,
 		Facts:    rec.Request(),
 		Reused:   reused,
+		Status:   status,
 		Decision: final,
 		Call:     cd,
 		Events:   events,

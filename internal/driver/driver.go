@@ -200,6 +200,7 @@ type Report struct {
 	Number   int
 	Facts    fsm.Request
 	Reused   bool
+	Status   int
 	Decision fsm.Decision
 	Call     fsm.CallDecision
 	Events   []fsm.Event
