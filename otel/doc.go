@@ -28,12 +28,12 @@
 //   - server.address, server.port: the URL's host and port.
 //   - network.protocol.version (attempt): "1.1", "2" or "3", the
 //     protocol of the connection the attempt ran on, when it got one.
-//   - http.response.status_code: the status of the delivered response
-//     (the call span and the attempt that delivered it).
+//   - http.response.status_code: on an attempt, the status it received
+//     (a retried 503 too); on the call span, the delivered response's.
 //   - error.type: on an attempt that failed, the slug of the fsm rule
 //     that failed it (such as "ambiguous-idempotent-resend"); on a call
 //     that failed, the slug of the rule in its *replaysafe.Error; on a
-//     delivered status of 400 or more, the status code.
+//     status of 400 or more, the status code.
 //   - http.request.resend_count (attempt): on every attempt after the
 //     first, its ordinal: 1 for the second attempt, whatever its cause.
 //   - replaysafe.attempt (attempt): "original", "resend" (the automatic

@@ -256,7 +256,7 @@ type call struct {
 	nextStart time.Time        // when the next attempt started, as far as known
 	prev      fsm.CallDecision // the decision after the previous attempt
 	attempts  int
-	status    int  // the delivered response's status
+	status    int  // the delivered response's status (OnResponse)
 	final     bool // the attempt that ended the call was reported
 	responded bool // OnResponse ran
 }
@@ -390,7 +390,7 @@ func (in *Instrumentation) attempt(r replaysafe.AttemptReport) {
 	}
 	end := time.Now()
 	c.mu.Lock()
-	start, prev, status := c.nextStart, c.prev, c.status
+	start, prev, status := c.nextStart, c.prev, r.Status
 	c.prev = r.Call
 	c.attempts = max(c.attempts, r.Number)
 	c.nextStart = end.Add(max(r.Call.Delay, 0))
@@ -402,6 +402,9 @@ func (in *Instrumentation) attempt(r replaysafe.AttemptReport) {
 	// last attempt (reported when the body is done); one that failed,
 	// in OnError.
 	delivered := final && c.responded
+	if status == 0 && delivered {
+		status = c.status
+	}
 	done := delivered
 	c.mu.Unlock()
 
@@ -420,10 +423,10 @@ func (in *Instrumentation) attempt(r replaysafe.AttemptReport) {
 	switch {
 	case r.Err != nil:
 		errType = r.Decision.Rule.String()
-	case delivered && status >= 400:
+	case status >= 400:
 		errType = strconv.Itoa(status)
 	}
-	if delivered {
+	if status > 0 {
 		attrs = append(attrs, semconv.HTTPResponseStatusCode(status))
 	}
 	if errType != "" {
@@ -450,7 +453,7 @@ func (in *Instrumentation) attempt(r replaysafe.AttemptReport) {
 	if proto != "" {
 		d = append(d, semconv.NetworkProtocolVersion(proto))
 	}
-	if delivered {
+	if status > 0 {
 		d = append(d, semconv.HTTPResponseStatusCode(status))
 	}
 	if errType != "" {

@@ -321,7 +321,8 @@ func TestRetryAfter503(t *testing.T) {
 	if len(calls) != 1 || len(attempts) != 2 {
 		t.Fatalf("%d call spans and %d attempt spans, want 1 and 2", len(calls), len(attempts))
 	}
-	wantAttrs(t, "attempt 1", attempts[0], map[string]any{"replaysafe.rule": "RS23", "replaysafe.attempt": "original", "error.type": nil})
+	wantAttrs(t, "attempt 1", attempts[0], map[string]any{"replaysafe.rule": "RS23", "replaysafe.attempt": "original",
+		"http.response.status_code": int64(503), "error.type": "503"})
 	wantAttrs(t, "attempt 2", attempts[1], map[string]any{"replaysafe.attempt": "retry", "http.request.resend_count": int64(1),
 		"replaysafe.resend_rule": "RS23", "http.response.status_code": int64(200)})
 	if gap := attempts[1].StartTime().Sub(attempts[0].EndTime()); gap < time.Second {
@@ -339,6 +340,7 @@ func TestRetryAfter503(t *testing.T) {
 	wantSum(t, r, 1, "replaysafe.client.retries", rule(fsm.RuleRetryStatus))
 	wantSum(t, r, 0, "replaysafe.client.resends")
 	wantSum(t, r, 1, "replaysafe.client.retry.delay", rule(fsm.RuleRetryStatus))
+	wantSum(t, r, 1, "http.client.request.duration", attribute.Int("http.response.status_code", 503), retry.Key.String("original"))
 	wantSum(t, r, 1, "replaysafe.client.attempts", retry, rule(fsm.RuleDeliverFinalResponse))
 	wantSum(t, r, 1, "replaysafe.client.attempts", original, rule(fsm.RuleRetryStatus), attribute.String("replaysafe.outcome", "retry"))
 }

@@ -310,7 +310,11 @@ func (m *egressMetrics) attempt(r replaysafe.AttemptReport) {
 	method := label{"http_request_method", r.Request.Method}
 	pl, rule := protoLabel(proto), ruleLabel(r.Call.Rule)
 	if ok {
-		m.reg.observe(m.duration, now.Sub(start).Seconds(), method, pl, label{"replaysafe_attempt", kind})
+		labels := []label{method, pl, label{"replaysafe_attempt", kind}}
+		if r.Status > 0 {
+			labels = append(labels, label{"http_response_status_code", strconv.Itoa(r.Status)})
+		}
+		m.reg.observe(m.duration, now.Sub(start).Seconds(), labels...)
 	}
 	outcome := "fail"
 	switch {
