@@ -3,6 +3,7 @@ package otel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -460,4 +461,52 @@ func TestConnectionGauges(t *testing.T) {
 		wantSum(t, r, 1, closes, reason("idle"))
 		wantSum(t, r, 0, "replaysafe.client.connections.idle")
 	})
+}
+
+// TestCallSpanUnderCallerSpan: the call span is a child of the span in
+// the request's context (an otelhttp span around the Transport, say),
+// and concurrent calls on one Transport each get their own call span
+// with their attempts under it.
+func TestCallSpanUnderCallerSpan(t *testing.T) {
+	s := startH2(t, h2server.Config{Default: h2server.Every(h2server.OK("ok"))})
+	r := record(t)
+	tr := r.transport(t, replaysafe.Options{Protocol: replaysafe.ProtocolHTTP2, TLSClientConfig: s.ClientTLSConfig()})
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(r.spans))
+	ctx, parent := tp.Tracer("caller").Start(t.Context(), "caller")
+	const n = 16
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			req, err := http.NewRequestWithContext(ctx, "GET", fmt.Sprintf("%s/c%d", s.URL(), i), nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			resp, err := tr.RoundTrip(req)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				err = resp.Body.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	parent.End()
+	for i := range n {
+		calls, attempts := r.ended(fmt.Sprintf("/c%d", i))
+		if len(calls) != 1 || len(attempts) != 1 {
+			t.Fatalf("/c%d: %d call spans, %d attempt spans; want 1 and 1", i, len(calls), len(attempts))
+		}
+		if calls[0].Parent().SpanID() != parent.SpanContext().SpanID() || calls[0].SpanContext().TraceID() != parent.SpanContext().TraceID() {
+			t.Errorf("/c%d: the call span is not a child of the caller's span", i)
+		}
+		if attempts[0].Parent().SpanID() != calls[0].SpanContext().SpanID() {
+			t.Errorf("/c%d: the attempt span is not a child of its call span", i)
+		}
+	}
+	wantSum(t, r, n, "replaysafe.client.attempts", original, rule(fsm.RuleDeliverFinalResponse), attribute.String("network.protocol.version", "2"))
 }
