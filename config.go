@@ -115,7 +115,6 @@ func (o Options) config() driver.Config {
 		HTTP3HeadStart:         o.HTTP3HeadStart,
 		H3RetryAfter:           H3RetryAfter,
 		BackgroundDialTimeout:  o.AcquireTimeout,
-		KeepAlive:              DefaultKeepAlive,
 	}
 	if c.BackgroundDialTimeout <= 0 {
 		c.BackgroundDialTimeout = DefaultAcquireTimeout

@@ -319,8 +319,13 @@ type Options struct {
 	// ProtocolDiscoverHTTP3 speaks HTTP/3 over QUIC to https origins on
 	// direct routes, with quic-go's ClientConn driven directly.
 	// QUICConfig configures those connections; nil means quic-go's
-	// defaults with a KeepAlivePeriod of
-	// DefaultKeepAlive. It is cloned for each connection, and its Tracer
+	// defaults with a KeepAlivePeriod of 1 s and a MaxIdleTimeout of 4 s,
+	// so that a server that vanished without a stateless reset (killed,
+	// or restarted) is found within 5 s of its last packet, the call
+	// failing with the idle timeout (RS06) instead of waiting quic-go's
+	// 30 s; a live server acknowledges the keep-alive PINGs, one a second
+	// on an idle connection. A QUICConfig of the caller's keeps its own
+	// values. It is cloned for each connection, and its Tracer
 	// and MaxIncomingStreams are replaced (replaysafe observes every
 	// connection through its tracer). TLSClientConfig applies as for
 	// HTTP/1.1, with ALPN "h3" and TLS 1.3. QUIC connections are dialed

@@ -65,8 +65,6 @@ type Config struct {
 	// BackgroundDialTimeout bounds a QUIC dial that goes on after its
 	// call's head start passed.
 	BackgroundDialTimeout time.Duration
-	// KeepAlive is the QUIC keep-alive period when QUICConfig is nil.
-	KeepAlive time.Duration
 	// Redial spaces the dials of a route that refuses while displaced
 	// requests wait for it (spec/choices.md, choice 23); the zero value
 	// means pool.DefaultRedialBase and pool.DefaultRedialMax.
