@@ -138,7 +138,7 @@ func TestEveryCommandHelp(t *testing.T) {
 		"fuzz":        {"-dir", "-parallel", "-per-target", "-target", "-time"},
 		"bench":       {"-benchtime", "-count", "-filter", "-in", "-interleave", "-json", "-o", "-svg"},
 		"soak":        {"-c", "-conn-life", "-faultfree", "-faults", "-maxconns", "-model", "-n", "-peer", "-proto", "-restarts", "-retry", "-seed", "-timeout"},
-		"forward": {"-acquire-timeout", "-egress", "-forwarded", "-h2c", "-h3", "-listen", "-preserve-host",
+		"forward": {"-acquire-timeout", "-egress", "-forwarded", "-h2c", "-h3", "-listen", "-metrics", "-preserve-host",
 			"-shutdown-timeout", "-tls-cert", "-tls-key", "-to", "-trust-forwarded", "-x-forwarded-for"},
 	}
 	flagLine := regexp.MustCompile(`(?m)^  (-[a-z0-9-]+)`)
