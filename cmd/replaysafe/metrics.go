@@ -290,8 +290,8 @@ func (m *egressMetrics) attempt(r replaysafe.AttemptReport) {
 	prev := m.prev[r.Request]
 	m.prev[r.Request] = r.Call
 	m.mu.Unlock()
-	if r.Call.Action != fsm.ActionResend && r.Err == nil {
-		m.forget(r.Request) // delivered: no attempt and no OnError follow
+	if r.Call.Action != fsm.ActionResend {
+		m.forget(r.Request) // the call's last attempt
 	}
 	kind := "original"
 	switch {

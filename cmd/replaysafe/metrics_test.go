@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 )
 
@@ -160,5 +162,31 @@ func TestForwardMetrics(t *testing.T) {
 	open, _ := scrape(t, metricsURL, "replaysafe_client_connections_open")
 	if open != dials-closes || open != 1 {
 		t.Errorf("%v open, %v dialed, %v closed: want the one pooled connection open", open, dials, closes)
+	}
+}
+
+// TestEgressMetricsForget: the per-call state is gone once a call's last
+// attempt is reported, whether it delivered, failed, or failed while its
+// body was read.
+func TestEgressMetricsForget(t *testing.T) {
+	m := newEgressMetrics()
+	o := m.observer(replaysafe.Observer{})
+	for i, last := range []fsm.CallDecision{
+		{Action: fsm.ActionDeliver, Rule: fsm.RuleDeliverFinalResponse},
+		{Action: fsm.ActionFail, Rule: fsm.RuleAmbiguousNotIdempotent},
+		{Action: fsm.ActionDeliver, Rule: fsm.RuleDeliverFinalResponse},
+	} {
+		req, _ := http.NewRequest("GET", "http://example.test/", nil)
+		o.OnAttemptStart(replaysafe.AttemptStart{Request: req, Number: 1})
+		o.OnAttempt(replaysafe.AttemptReport{Request: req, Number: 1, Call: fsm.CallDecision{Action: fsm.ActionResend, Rule: fsm.RuleAmbiguousIdempotentResend}})
+		o.OnAttemptStart(replaysafe.AttemptStart{Request: req, Number: 2})
+		var err error
+		if i > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		o.OnAttempt(replaysafe.AttemptReport{Request: req, Number: 2, Call: last, Err: err})
+	}
+	if len(m.starts) != 0 || len(m.prev) != 0 {
+		t.Errorf("%d starts and %d decisions kept after the calls ended", len(m.starts), len(m.prev))
 	}
 }
