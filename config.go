@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"time"
 
 	"github.com/replaysafe/replaysafe/internal/dial"
 	"github.com/replaysafe/replaysafe/internal/driver"
@@ -20,7 +21,7 @@ import (
 // its sign for config.
 func (o Options) normalized() Options {
 	if o.DialContext == nil {
-		d := &net.Dialer{KeepAlive: DefaultKeepAlive}
+		d := &net.Dialer{KeepAlive: defaultKeepAlive}
 		o.DialContext = d.DialContext
 	}
 	if o.Proxy == nil && o.ProxyChain == nil && !o.IgnoreProxyEnvironment {
@@ -113,7 +114,7 @@ func (o Options) config() driver.Config {
 		MaxResponseHeaderBytes: o.MaxResponseHeaderBytes,
 		QUICConfig:             o.QUICConfig,
 		HTTP3HeadStart:         o.HTTP3HeadStart,
-		H3RetryAfter:           H3RetryAfter,
+		H3RetryAfter:           h3RetryAfter,
 		BackgroundDialTimeout:  o.AcquireTimeout,
 	}
 	if c.BackgroundDialTimeout <= 0 {
@@ -153,6 +154,9 @@ func connectResponse(req proxy.ConnectRequest, resp *proxy.Response) *http.Respo
 		Proto: resp.Proto, ProtoMajor: major, ProtoMinor: minor, Header: resp.Header, Body: http.NoBody,
 		Request: connectRequest(req)}
 }
+
+// defaultKeepAlive is the TCP keep-alive period of the default dialer.
+const defaultKeepAlive = 30 * time.Second
 
 // h2Config maps net/http's HTTP2Config onto the HTTP/2 connection's
 // (Options.HTTP2): values net/http would call invalid, and zero ones,

@@ -78,13 +78,13 @@ func (e *Error) Timeout() bool {
 type TimeoutError = recorder.TimeoutError
 
 // Stall names the side of a request body upload that stopped making
-// progress: StallNone, StallProducer (the caller's body) or
-// StallTransport (the connection).
+// progress: StallProducer (the caller's body) or StallTransport (the
+// connection); its zero value (recorder.StallNone) means no stall: a
+// phase limit passed.
 type Stall = recorder.Stall
 
 // Stalls, as TimeoutError.Stall reports them.
 const (
-	StallNone      = recorder.StallNone
 	StallProducer  = recorder.StallProducer
 	StallTransport = recorder.StallTransport
 )

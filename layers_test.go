@@ -180,3 +180,64 @@ func TestNoXNetHTTP2Transport(t *testing.T) {
 		t.Fatalf("scanned %d library files; the walk missed the tree", files)
 	}
 }
+
+// TestFaceStaysThin: the root package is the face (../shared/DESIGN.md,
+// "Layout"): at most 15 source files and 2,500 lines, at most 45 exported
+// names, each with a doc comment (on itself or on its group).
+func TestFaceStaysThin(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, lines := 0, 0
+	var names, undocumented []string
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			files++
+			lines += fset.Position(f.End()).Line
+			for _, d := range f.Decls {
+				switch d := d.(type) {
+				case *ast.FuncDecl:
+					if d.Recv == nil && d.Name.IsExported() {
+						names = append(names, d.Name.Name)
+						if d.Doc == nil {
+							undocumented = append(undocumented, d.Name.Name)
+						}
+					}
+				case *ast.GenDecl:
+					for _, s := range d.Specs {
+						var ids []*ast.Ident
+						var doc *ast.CommentGroup
+						switch s := s.(type) {
+						case *ast.TypeSpec:
+							ids, doc = []*ast.Ident{s.Name}, s.Doc
+						case *ast.ValueSpec:
+							ids, doc = s.Names, s.Doc
+						}
+						for _, id := range ids {
+							if !id.IsExported() {
+								continue
+							}
+							names = append(names, id.Name)
+							if doc == nil && d.Doc == nil {
+								undocumented = append(undocumented, id.Name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("root: %d source files, %d lines, %d exported names", files, lines, len(names))
+	if files > 15 || lines > 2500 {
+		t.Errorf("the root package has %d source files and %d lines, want at most 15 and 2,500", files, lines)
+	}
+	if len(names) > 45 {
+		slices.Sort(names)
+		t.Errorf("the root package exports %d names, want at most 45: %v", len(names), names)
+	}
+	if len(undocumented) > 0 {
+		t.Errorf("exported names without a doc comment: %v", undocumented)
+	}
+}

@@ -25,8 +25,8 @@ type ConnEventKind uint8
 
 // Connection events.
 const (
-	// ConnEventNone is the zero value: never reported.
-	ConnEventNone ConnEventKind = iota
+	// connEventNone is the zero value: never reported.
+	connEventNone ConnEventKind = iota
 	// ConnDialed: a new connection is ready for its first request.
 	ConnDialed
 	// ConnReused: an attempt took a pooled connection that carried an
@@ -52,8 +52,8 @@ type ConnCloseReason uint8
 
 // Close reasons.
 const (
-	// ConnCloseNone is the zero value: not a close.
-	ConnCloseNone ConnCloseReason = iota
+	// connCloseNone is the zero value: not a close.
+	connCloseNone ConnCloseReason = iota
 	// ConnCloseIdle: the pool closed it while it carried no request
 	// (CloseIdleConnections, IdleConnTimeout, MaxIdleConnsPerHost or
 	// MaxIdleConns).

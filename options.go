@@ -22,8 +22,6 @@ const (
 	// DefaultAcquireTimeout bounds getting a new connection: the dial and
 	// the TLS handshake under one deadline.
 	DefaultAcquireTimeout = 30 * time.Second
-	// DefaultKeepAlive is the TCP keep-alive period of the default dialer.
-	DefaultKeepAlive = 30 * time.Second
 	// DefaultHTTP3HeadStart is how long, under ProtocolPreferHTTP3 and
 	// ProtocolDiscoverHTTP3, a call waits for a new QUIC connection
 	// before it goes over TCP instead (curl and browsers race QUIC
@@ -88,7 +86,7 @@ const (
 type Options struct {
 	// DialContext dials the TCP connection for a new HTTP or HTTPS
 	// connection; TLS runs over what it returns. nil means a net.Dialer
-	// with KeepAlive DefaultKeepAlive. Its context carries the
+	// with a 30 s TCP keep-alive. Its context carries the
 	// acquisition deadline (AcquireTimeout) and the request's context.
 	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 
@@ -361,7 +359,7 @@ type Options struct {
 	// goes on in the background, under AcquireTimeout (or
 	// DefaultAcquireTimeout when that is negative), and later calls use
 	// the connection if it is established; if it fails, the route is
-	// marked broken for H3RetryAfter and its Alt-Svc entry dropped. So a
+	// marked broken for five minutes and its Alt-Svc entry dropped. So a
 	// black-holed UDP path costs a call at most this delay, whatever
 	// AcquireTimeout is. Zero means DefaultHTTP3HeadStart; a negative
 	// value waits for the handshake under the attempt's AcquireTimeout,
@@ -375,7 +373,7 @@ type Options struct {
 	HTTP3HeadStart time.Duration
 }
 
-// H3RetryAfter is how long, under ProtocolPreferHTTP3, a route whose QUIC
+// h3RetryAfter is how long, under ProtocolPreferHTTP3, a route whose QUIC
 // connection could not be established keeps using TCP before HTTP/3 is
 // tried again.
-const H3RetryAfter = 5 * time.Minute
+const h3RetryAfter = 5 * time.Minute

@@ -33,7 +33,7 @@ const (
 	// ProtocolPreferHTTP3 tries HTTP/3 first for https URLs on direct
 	// routes. When no QUIC connection can be had (nothing of the request
 	// was sent then), the call goes over TCP as under ProtocolNegotiate,
-	// and so do the route's calls for the next H3RetryAfter. Proxied
+	// and so do the route's calls for the next five minutes. Proxied
 	// routes and http URLs use TCP as under ProtocolNegotiate.
 	ProtocolPreferHTTP3 = plan.PreferHTTP3
 	// ProtocolDiscoverHTTP3 speaks as ProtocolNegotiate until an https
