@@ -26,6 +26,7 @@ type conn struct {
 	qc     *quic.Conn
 	script *ConnScript
 	wg     sync.WaitGroup // the connection's stream goroutines
+	done   chan struct{}  // closed once the connection is over and recorded
 
 	ctrlMu sync.Mutex       // serializes writes on ctrl
 	ctrl   *quic.SendStream // the server's control stream
@@ -46,6 +47,7 @@ func newConn(s *Server, rec *connRecord, qc *quic.Conn) *conn {
 		idx:     rec.info.Index,
 		qc:      qc,
 		script:  kit.ScriptFor(s.cfg.Conns, s.cfg.Default, rec.info.Index),
+		done:    make(chan struct{}),
 		streams: make(map[uint64]*stream),
 	}
 }
@@ -132,6 +134,7 @@ func (c *conn) finish() {
 		c.rec.conn = nil
 	})
 	c.logf("over: %v", cause)
+	close(c.done)
 	c.s.core.WG.Done()
 }
 

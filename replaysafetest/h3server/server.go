@@ -37,6 +37,13 @@
 // the server has not sent yet. That is why a GOAWAY with Close waits
 // DefaultGoAwayCloseDelay before closing.
 //
+// Kill and Listen restart the server as a process restarts: every QUIC
+// connection dies at once (with CONNECTION_CLOSE, or silently as in a
+// crash: KillMode), the UDP port is closed meanwhile, and the server
+// listens again on the same address with the same certificate and
+// configuration; connection indexes and records carry on. Restart does
+// both with a pause between.
+//
 // Every wait is bounded: the QUIC handshake by Config.HandshakeTimeout, a
 // silent connection by the QUIC idle timeout, each request stream read by
 // Config.IdleTimeout and each write by Config.WriteTimeout; hanging
@@ -52,6 +59,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/quic-go/qpack"
@@ -207,14 +215,60 @@ type connRecord struct {
 // concurrent use.
 type Server struct {
 	cfg    Config
-	udp    *net.UDPConn
-	tr     *quic.Transport
-	ln     *quic.Listener
+	addr   *net.UDPAddr // where the server listens, whenever it does
+	tlsCfg *tls.Config
 	cert   kit.Cert
 	ctx    context.Context // canceled when Close starts
 	cancel context.CancelFunc
 
-	core kit.Core[Received, connRecord] // streams, connections, waiters, Close
+	restartMu sync.Mutex // serializes Kill and Listen
+
+	core   kit.Core[Received, connRecord] // streams, connections, waiters, Close; its Mu guards sock, down, closed
+	sock   socket                         // the listening socket; zero while killed or closed
+	down   bool                           // killed, not listening again yet
+	closed bool                           // Close has started
+}
+
+// socket is one life of the server's UDP port: the socket, the QUIC
+// transport over it, its listener, and done, closed when its accept loop
+// has returned. Whoever takes it out of Server.sock (Kill or Close)
+// closes it.
+type socket struct {
+	udp  *net.UDPConn
+	tr   *quic.Transport
+	ln   *quic.Listener
+	done chan struct{}
+}
+
+// listen opens a socket on addr (port 0: an ephemeral one).
+func listen(addr *net.UDPAddr, tlsCfg *tls.Config, conf *quic.Config) (socket, error) {
+	udp, err := net.ListenUDP("udp", addr)
+	if err != nil {
+		return socket{}, fmt.Errorf("h3server: listen: %w", err)
+	}
+	// No StatelessResetKey: packets of a connection the server no longer
+	// knows (one a Kill ended) draw no stateless reset, so the client
+	// learns nothing until its idle timeout.
+	tr := &quic.Transport{Conn: udp}
+	ln, err := tr.Listen(tlsCfg, conf)
+	if err != nil {
+		tr.Close()
+		udp.Close()
+		return socket{}, fmt.Errorf("h3server: listen: %w", err)
+	}
+	return socket{udp: udp, tr: tr, ln: ln, done: make(chan struct{})}, nil
+}
+
+// release closes the socket's transport (which ends any connection still
+// open without a word) and the UDP socket, then waits for its accept
+// loop.
+func (k socket) release() {
+	if k.udp == nil {
+		return
+	}
+	k.tr.Close()
+	k.udp.Close()
+	<-k.done
 }
 
 // New starts a server on UDP 127.0.0.1 with an ephemeral port.
@@ -224,18 +278,11 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	sock, err := listen(&net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)}, tlsCfg, cfg.quicConfig())
 	if err != nil {
-		return nil, fmt.Errorf("h3server: listen: %w", err)
+		return nil, err
 	}
-	tr := &quic.Transport{Conn: udp}
-	ln, err := tr.Listen(tlsCfg, cfg.quicConfig())
-	if err != nil {
-		tr.Close()
-		udp.Close()
-		return nil, fmt.Errorf("h3server: listen: %w", err)
-	}
-	s := &Server{cfg: cfg, udp: udp, tr: tr, ln: ln, cert: cert}
+	s := &Server{cfg: cfg, addr: sock.udp.LocalAddr().(*net.UDPAddr), tlsCfg: tlsCfg, cert: cert, sock: sock}
 	s.core.Init(kit.CoreSpec[Received, connRecord]{
 		Name: "h3server", WaitTimeout: cfg.WaitTimeout, Logf: cfg.Logf, ErrClosed: ErrClosed,
 		Closed: func(c *connRecord) bool { return c.info.Closed },
@@ -248,7 +295,7 @@ func New(cfg Config) (*Server, error) {
 		},
 	})
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.core.Go(s.acceptLoop)
+	s.core.Go(func() { s.acceptLoop(sock) })
 	s.core.CloseAfter(cfg.Lifetime, s.Close)
 	return s, nil
 }
@@ -259,35 +306,43 @@ func New(cfg Config) (*Server, error) {
 // readable. Close is idempotent; every call returns after the first has
 // finished.
 func (s *Server) Close() error {
+	var sock socket
 	s.core.Close(func() func() {
-		var live []*conn
-		for _, r := range s.core.Conns {
-			if r.conn != nil {
-				live = append(live, r.conn)
-			}
-		}
+		sock, s.sock, s.closed = s.sock, socket{}, true
+		live := s.liveLocked()
 		return func() {
 			s.cancel()
-			s.ln.Close()
+			if sock.ln != nil {
+				sock.ln.Close()
+			}
 			for _, c := range live {
 				// Unblocks the connection's goroutines; each then cleans up.
 				c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "h3server: server closed")
 			}
 		}
-	}, func() {
-		s.tr.Close()
-		s.udp.Close()
-	})
+	}, func() { sock.release() })
 	return nil
 }
 
-// acceptLoop admits connections until the listener closes.
-func (s *Server) acceptLoop() {
+// liveLocked returns the connections not over yet; core.Mu is held.
+func (s *Server) liveLocked() []*conn {
+	var live []*conn
+	for _, r := range s.core.Conns {
+		if r.conn != nil {
+			live = append(live, r.conn)
+		}
+	}
+	return live
+}
+
+// acceptLoop admits connections until sock's listener closes.
+func (s *Server) acceptLoop(sock socket) {
+	defer close(sock.done)
 	for {
-		qc, err := s.ln.Accept(s.ctx)
+		qc, err := sock.ln.Accept(s.ctx)
 		if err != nil {
 			if s.ctx.Err() == nil {
-				s.core.Logf("accept: %v; no longer accepting", err)
+				s.core.Logf("accept: %v; this listener is over", err)
 			}
 			return
 		}
@@ -308,7 +363,7 @@ func (s *Server) acceptLoop() {
 }
 
 // Addr returns the listening UDP address, "127.0.0.1:port".
-func (s *Server) Addr() string { return s.udp.LocalAddr().String() }
+func (s *Server) Addr() string { return s.addr.String() }
 
 // URL returns the server's base URL, "https://127.0.0.1:port".
 func (s *Server) URL() string { return "https://" + s.Addr() }
@@ -333,7 +388,7 @@ func (s *Server) Dial(ctx context.Context, conf *quic.Config) (*quic.Conn, error
 	if err != nil {
 		return nil, fmt.Errorf("h3server: dial: %w", err)
 	}
-	qc, err := quic.Dial(ctx, udp, s.udp.LocalAddr(), s.ClientTLSConfig(), conf)
+	qc, err := quic.Dial(ctx, udp, s.addr, s.ClientTLSConfig(), conf)
 	if err != nil {
 		udp.Close()
 		return nil, fmt.Errorf("h3server: dial: %w", err)
