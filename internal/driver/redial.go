@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 
+	"github.com/quic-go/quic-go"
+
 	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
@@ -23,7 +25,11 @@ func redialFor(start resend) func(error) bool {
 // notAnswering reports whether a dial that failed with err found the
 // route not answering yet, as a restarting server or a path coming back
 // does: the port refused or reset the connection, the handshake was cut
-// or timed out. Such a dial sent nothing, and the next may succeed. An
+// or timed out, or a QUIC server refused the connection during its
+// handshake (CONNECTION_REFUSED, RFC 9000 §20.1: quic-go's answer while
+// its listener closes or its accept queue is full; the QUIC dial returns
+// only after the handshake, so no request went out). Such a dial sent
+// nothing, and the next may succeed. An
 // answer that says no (ALPN without h2, a certificate or a TLS alert, a
 // proxy refusing the CONNECT) is not waited out: it would say the same
 // again.
@@ -40,6 +46,8 @@ func notAnswering(err error) bool {
 	}
 	var op *net.OpError
 	var ne net.Error
+	var qe *quic.TransportError
 	return errors.As(err, &op) || errors.As(err, &ne) && ne.Timeout() ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.As(err, &qe) && qe.Remote && qe.ErrorCode == quic.ConnectionRefused
 }
