@@ -236,27 +236,43 @@ func TestRestartResendsShareOneRedial(t *testing.T) {
 	})
 }
 
-// TestRestartH3ResendsShareOneDial: the same mass displacement over
-// HTTP/3, without the refusing port (the QUIC test server cannot restart
-// on its address): 256 requests in flight on one reused connection
-// (192 GETs, 64 POSTs, none answered) when the server closes it
-// (CONNECTION_CLOSE as the 257th request arrives). The displaced GETs
-// share one new dial instead of dialing one connection each (before:
-// 192 new connections): at most 4 new connections, every GET arrives
-// exactly once more, byte for byte the same, and succeeds, and no POST
-// arrives twice.
-func TestRestartH3ResendsShareOneDial(t *testing.T) {
+// TestRestartH3ResendsShareOneRedial: the restart of
+// TestRestartResendsShareOneRedial over HTTP/3, with default options:
+// 256 requests in flight on one reused QUIC connection (192 GETs, 64
+// POSTs, none answered) when the server restarts on its address
+// (h3server.Restart): every connection dies at once and the UDP port is
+// closed for 100 ms.
+//
+// close: the server sends CONNECTION_CLOSE(H3_NO_ERROR) on its way down.
+// The displaced GETs (RS20: a reused connection, idempotent, no response
+// byte) wait for one shared redial, whose handshake gets through once
+// the port is back, and share the new connection: at most 4 new
+// connections, every GET arrives exactly once more, byte for byte the
+// same, and succeeds, and no POST arrives twice.
+//
+// silent: the server dies without a packet and, back, sends no stateless
+// reset. The client learns nothing until its QUIC idle timeout (a
+// keep-alive PING after 1 s of silence, MaxIdleTimeout 4 s): every call
+// then ends as a timeout (RS06, one attempt: the silence proves nothing
+// about the request, spec/choices.md choice 11), none is resent, no new
+// connection is dialed for them, and the next request finds the server.
+func TestRestartH3ResendsShareOneRedial(t *testing.T) {
+	for _, mode := range []h3server.KillMode{h3server.KillClose, h3server.KillSilent} {
+		t.Run(mode.String(), func(t *testing.T) { testRestartH3(t, mode) })
+	}
+}
+
+func testRestartH3(t *testing.T, mode h3server.KillMode) {
 	const gets, posts = 192, 64
 	hang := h3server.Hang(20 * time.Second)
 	script := []h3server.Action{h3server.OK("ok")}
 	for range gets + posts {
 		script = append(script, hang)
 	}
-	script = append(script[:len(script)-1], h3server.CloseConn())
 	cfg := h3Script(script)
 	cfg.MaxIncomingStreams = 1000 // all 256 on one connection
 	s := startH3(t, cfg)
-	tr, _ := h3Client(t, s, replaysafe.Options{})
+	tr, obs := h3Client(t, s, replaysafe.Options{})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
@@ -282,46 +298,89 @@ func TestRestartH3ResendsShareOneDial(t *testing.T) {
 			r.code, r.body, r.err = roundTrip(tr, req)
 		})
 	}
+	if _, err := s.WaitRequests(ctx, 1+gets+posts); err != nil {
+		t.Fatalf("the requests did not all arrive: %v", err)
+	}
+	if n := s.Accepted(); n != 1 {
+		t.Fatalf("%d connections before the restart, want 1", n)
+	}
+	if err := s.Restart(mode, 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
 	wg.Wait()
+	newConns := s.Accepted() - 1
 
 	copies := map[string][]h3server.Received{}
 	for _, r := range s.Requests() {
 		copies[r.Path] = append(copies[r.Path], r)
 	}
-	newConns := len(s.Conns()) - 1
-	delivered, getsOK, postTwice, wrong := 0, 0, 0, 0
+	delivered, getsOK, timeouts, postTwice, wrong := 0, 0, 0, 0, 0
 	for i := range gets {
 		path := fmt.Sprintf("/g%d", i)
-		if cs := copies[path]; len(cs) == 2 {
+		cs := copies[path]
+		if len(cs) == 2 {
 			delivered++
 			a, b := cs[0], cs[1]
 			if a.Conn != 0 || b.Conn == 0 || a.Method != b.Method || !reflect.DeepEqual(a.Header, b.Header) || !bytes.Equal(a.Body, b.Body) {
 				t.Errorf("%s: copies differ or run on the wrong connections: %+v, %+v", path, a.StreamRecord, b.StreamRecord)
 			}
-		} else if wrong++; wrong <= 3 {
-			t.Errorf("%s arrived %d times, want 2", path, len(cs))
 		}
-		if r := results[i]; r.err == nil && r.code == 200 && r.body == "ok" {
+		want := 2
+		if mode == h3server.KillSilent {
+			want = 1
+		}
+		if len(cs) != want {
+			if wrong++; wrong <= 3 {
+				t.Errorf("%s arrived %d times, want %d", path, len(cs), want)
+			}
+		}
+		r := results[i]
+		if r.err == nil && r.code == 200 && r.body == "ok" {
 			getsOK++
-		} else if i < 3 {
+		} else if mode == h3server.KillClose || i < 3 {
 			t.Logf("%s: %d %q %v", path, r.code, r.body, r.err)
+		}
+		var e *replaysafe.Error
+		if errors.As(r.err, &e) && e.Rule == fsm.RuleTimeout && e.Attempts == 1 {
+			timeouts++
 		}
 	}
 	for i := range posts {
 		if n := len(copies[fmt.Sprintf("/p%d", i)]); n > 1 {
 			postTwice++
 		}
+		var e *replaysafe.Error
+		if r := results[gets+i]; r.err == nil || !errors.As(r.err, &e) {
+			t.Errorf("/p%d: %d %v, want a replaysafe error", i, r.code, r.err)
+		}
 	}
-	t.Logf("after the close: %d new connections; GETs delivered once more %d/%d, succeeded %d/%d; POSTs delivered twice %d/%d",
-		newConns, delivered, gets, getsOK, gets, postTwice, posts)
-	if newConns > 4 {
-		t.Errorf("%d new connections, want ≤ 4", newConns)
-	}
-	if getsOK != gets {
-		t.Errorf("%d of %d GETs succeeded", getsOK, gets)
-	}
+	obs.mu.Lock()
+	attempts := len(obs.attempts)
+	obs.mu.Unlock()
+	t.Logf("after the restart (%v): %d new connections; GETs delivered once more %d/%d, succeeded %d/%d, timed out (RS06, 1 attempt) %d/%d; POSTs delivered twice %d/%d; %d attempts observed",
+		mode, newConns, delivered, gets, getsOK, gets, timeouts, gets, postTwice, posts, attempts)
 	if postTwice != 0 {
 		t.Errorf("%d POSTs arrived twice", postTwice)
+	}
+	switch mode {
+	case h3server.KillClose:
+		if newConns > 4 {
+			t.Errorf("%d new connections after the restart, want ≤ 4", newConns)
+		}
+		if getsOK != gets {
+			t.Errorf("%d of %d GETs succeeded", getsOK, gets)
+		}
+	case h3server.KillSilent:
+		if newConns != 0 {
+			t.Errorf("%d new connections for calls that are not resent, want 0", newConns)
+		}
+		if timeouts != gets {
+			t.Errorf("%d of %d GETs failed as a timeout after one attempt", timeouts, gets)
+		}
+		// The server is back: the next request dials it.
+		if code, body, err := roundTrip(tr, newRequest(t, ctx, "GET", s.URL()+"/next", "")); err != nil || code != 200 || body != "ok" {
+			t.Errorf("a request after the idle timeout: %d %q %v", code, body, err)
+		}
 	}
 }
 

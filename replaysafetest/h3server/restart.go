@@ -58,6 +58,11 @@ func (s *Server) Kill(mode KillMode) error {
 	s.core.Logf("killed (%v): %d connections", mode, len(live))
 
 	if mode == KillClose {
+		// As a server goes down: it stops accepting first, so that no
+		// client dialing again meanwhile completes a handshake with it
+		// (quic-go would then refuse that connection with
+		// CONNECTION_REFUSED), then closes its connections.
+		sock.ln.Close()
 		var wg sync.WaitGroup
 		for _, c := range live {
 			wg.Go(func() { c.close(http3.ErrCodeNoError, "h3server: restarting") })
