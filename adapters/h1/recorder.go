@@ -23,7 +23,8 @@ import (
 //  2. Acquired, or AcquireFailed, once.
 //  3. Attach the Recorder to the connection's Conn (it is the Sink) and
 //     pass ClientTrace in the request's context; wrap a request body so its
-//     first Read calls BodyRead.
+//     first Read calls BodyRead. Optionally BoundHeaderSections, to fail
+//     the attempt when a response header section dribbles in.
 //  4. When the round trip returns: FinalHeaders with a response, Fail with
 //     an error. While the response body is read: Complete at its EOF, Fail
 //     on a read error, Abandon when it is closed early.
@@ -40,7 +41,8 @@ type Recorder struct {
 	bodyRead   bool  // EventBodyRead fed
 	connErr    error // the first read or write error the Conn saw
 
-	info informational.Counter // the 1xx responses, against their bound
+	info   informational.Counter // the 1xx responses, against their bound
+	header headerBound           // each header section, against its bound
 }
 
 // NewRecorder starts the machine for one attempt now. onDeadline, if not
@@ -148,6 +150,7 @@ func (r *Recorder) got1xxResponse(code int, h textproto.MIMEHeader) error {
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
 	r.responseByteLocked()
+	r.headerEndLocked(false)
 	if !r.HasLocked(fsm.FactHeaders) {
 		r.StepLocked(fsm.EventInformational)
 	}
@@ -185,6 +188,7 @@ func (r *Recorder) maybeWrittenLocked() {
 }
 
 func (r *Recorder) responseByteLocked() {
+	r.headerByteLocked()
 	switch {
 	case !r.HasLocked(fsm.FactAcquired):
 		r.earlyByte = true
@@ -198,6 +202,7 @@ func (r *Recorder) responseByteLocked() {
 func (r *Recorder) FinalHeaders() fsm.Decision {
 	r.Mu.Lock()
 	defer r.Mu.Unlock()
+	r.headerEndLocked(true)
 	r.responseByteLocked()
 	if r.HasLocked(fsm.FactHeaders) {
 		return r.DecisionLocked()

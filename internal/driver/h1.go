@@ -43,6 +43,7 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	a.reused = reused
 	ha.wire = h1Wire{t: tr.t, pc: pc, rec: rec, req: tr.req}
 	a.wire = &ha.wire
+	rec.BoundHeaderSections(DefaultHeaderSectionTimeout, tr.t.clock, ha)
 	if d := a.rec.Decision(); d.Action.Final() {
 		// A deadline or a cancellation decided while the dial succeeded.
 		if a.body != nil {
@@ -67,6 +68,15 @@ type h1Attempt struct {
 	attempt
 	rec  h1.Recorder
 	wire h1Wire
+}
+
+// HeaderSectionTimedOut aborts the exchange whose response header
+// section outlived DefaultHeaderSectionTimeout (h1.HeaderAborter): the
+// attempt ends with err, and closing the connection ends net/http's read
+// of the response.
+func (ha *h1Attempt) HeaderSectionTimedOut(err *h1.HeaderTimeoutError) {
+	ha.cancel(err)
+	ha.wire.pc.conn.Close()
 }
 
 // h1Wire is an HTTP/1.1 attempt's connection: its attemptWire. The
@@ -125,8 +135,10 @@ func (w *h1Wire) delivered(resp *http.Response) bool {
 // when RoundTrip returns.
 func (w *h1Wire) bodyDoneOnError() bool { return true }
 
-// informational returns nil: net/http's error already is the bound's.
-func (w *h1Wire) informational() error { return nil }
+// informational returns the header section bound's error, when it ended
+// the exchange (net/http's error then only says the connection closed),
+// else nil: for the 1xx bound net/http's error already is the bound's.
+func (w *h1Wire) informational() error { return w.rec.HeaderSectionError() }
 
 // resendFrom returns zero values: an HTTP/1.1 resend always dials.
 func (w *h1Wire) resendFrom(bool) (uint64, any) { return 0, nil }
