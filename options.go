@@ -64,7 +64,14 @@ const (
 // answers, failed QUIC handshakes, Alt-Svc advertisements, direct routes,
 // retry budgets) to 4,096 entries each. A configured retry waits at most
 // Retry.MaxRetryAfter (30 s) for a Retry-After, and a call makes at most
-// 10 attempts. docs/reliability.md measures each against a hostile peer.
+// 10 attempts. A slow peer is bounded too: an HTTP/1.1 response header
+// section must end within 20 s of its first byte (see
+// ResponseHeaderTimeout); an HTTP/2 server must send its SETTINGS and
+// acknowledge ours within 10 s, and one that sends nothing is found dead
+// by the liveness PING (see HTTP2); a proxy's handshake, a SOCKS5
+// negotiation and its authentication included, ends with the
+// acquisition deadline (AcquireTimeout). docs/reliability.md measures
+// each against a hostile peer.
 //
 // Resend and retry are two things. The automatic resend is on unless
 // DisableResend: at most once a call, at once, decided by the attempt
@@ -146,8 +153,9 @@ type Options struct {
 	IdleConnTimeout time.Duration
 
 	// AcquireTimeout bounds getting a connection for one wire attempt: the
-	// pool lookup, the dial and the TLS handshake under one deadline (fsm
-	// PhaseAcquire). A resend starts a new deadline; a resend displaced
+	// pool lookup, the dial, every proxy's handshake (a SOCKS5
+	// negotiation, its authentication included) and the TLS handshake
+	// under one deadline (fsm PhaseAcquire). A resend starts a new deadline; a resend displaced
 	// by a connection's death waits up to that long for its route to come
 	// back when the shared redial is refused (a restarting server), and
 	// then fails as a timeout (RS06) naming the last refused dial. Zero
@@ -184,6 +192,14 @@ type Options struct {
 	// section once the request is written (fsm PhaseHeader). Zero means no
 	// limit. A timeout is never resent automatically (RS06); under Retry
 	// an idempotent or keyed request is retried after one (RS25).
+	//
+	// Whatever it is, over HTTP/1.1 each response header section (an
+	// informational 1xx one, or the final one) must end within 20 s of
+	// its first byte: a server that dribbles its status line or header
+	// fields fails the attempt as a timeout (RS06) with an
+	// *h1.HeaderTimeoutError (package adapters/h1) naming that bound. The
+	// server's time before its first byte, and between a 1xx response and
+	// the next, is not bounded by it (spec/choices.md, choice 40).
 	ResponseHeaderTimeout time.Duration
 
 	// ExpectContinueTimeout is how long an HTTP/1.1 request with "Expect:
@@ -342,6 +358,10 @@ type Options struct {
 	// net/http's zero), PingTimeout how long that PING waits for any frame
 	// before the connection is declared dead (default 2 s), and the
 	// requests on it are judged as under a close (spec/choices.md 36).
+	// A server that does not send its SETTINGS and acknowledge ours
+	// within 10 s (transports/h2's DefaultSettingsTimeout) has its
+	// connection closed with SETTINGS_TIMEOUT, failing its requests as
+	// the connection's end.
 	// MaxReadFrameSize, MaxReceiveBufferPerStream and
 	// MaxReceiveBufferPerConnection set the frame size and the receive
 	// windows advertised to the server (defaults 16 KiB, 4 MiB, 16 MiB),

@@ -88,6 +88,7 @@ func TestSlowPeerH1DribbledHeader(t *testing.T) {
 				if took != driver.DefaultHeaderSectionTimeout {
 					t.Errorf("failed %v after the section's first byte, want %v", took, driver.DefaultHeaderSectionTimeout)
 				}
+				t.Log(err)
 				e := wantRule(t, err, fsm.RuleTimeout, 1)
 				var he *h1.HeaderTimeoutError
 				if !errors.As(err, &he) || he.Limit != driver.DefaultHeaderSectionTimeout || he.Interim != c.n {
@@ -206,6 +207,7 @@ func TestSlowPeerH2Settings(t *testing.T) {
 				// The request's HEADERS may have left on the new
 				// connection: an ambiguous failure of a fresh
 				// connection, never resent.
+				t.Log(err)
 				e := wantRule(t, err, fsm.RuleAmbiguousFreshConn, 1)
 				var te *h2.TimeoutError
 				if !errors.As(err, &te) || te.Kind != c.kind || te.After != c.after {
@@ -285,6 +287,7 @@ func TestSlowPeerSOCKS5AuthStalls(t *testing.T) {
 		if took := time.Since(began); took != replaysafe.DefaultAcquireTimeout {
 			t.Errorf("failed after %v, want %v", took, replaysafe.DefaultAcquireTimeout)
 		}
+		t.Log(err)
 		wantRule(t, err, fsm.RuleTimeout, 1)
 		var de *route.DeadlineError
 		if !errors.As(err, &de) || de.Step != route.StepSOCKS || de.Hop != 1 {
