@@ -155,7 +155,6 @@ type copyRecord struct {
 	fresh bool
 }
 
-
 // server is the in-process faulty origin. It counts accepted
 // connections and whole copies of every request id.
 type server struct {
