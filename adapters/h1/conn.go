@@ -157,8 +157,16 @@ func (c *Conn) Stale() bool {
 	return c.idleRead
 }
 
-// Read reads from the connection and reports the result.
+// Read reads from the connection and reports the result. An attached
+// Recorder also learns that the read begins, which arms the bound of a
+// response header section that one read did not bring whole
+// (Recorder.BoundHeaderSections).
 func (c *Conn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if r, ok := c.sink.(*Recorder); ok {
+		r.reading()
+	}
+	c.mu.Unlock()
 	n, err := c.Conn.Read(p)
 	if n == 0 && err == nil {
 		return n, err

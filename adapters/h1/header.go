@@ -71,6 +71,10 @@ type headerBound struct {
 // from its first byte. Call it once, once the Recorder is attached to
 // the connection abort closes; a zero or negative limit does nothing.
 //
+// The timer is armed only when a section does not arrive in one read:
+// as the connection's Conn begins the next read while the section is
+// under way (the Recorder learns it only as the Conn's Sink).
+//
 // Bytes of the next section that arrived in the same read as the end of
 // an informational response start its bound only at the next read that
 // returns bytes.
@@ -106,7 +110,16 @@ func (r *Recorder) headerByteLocked() {
 		return
 	}
 	h.open, h.at = true, r.Now()
-	if h.limit > 0 {
+}
+
+// reading notes that a Read of the connection begins. A header section
+// under way then did not arrive whole in the reads so far, and its bound
+// is armed, counting from its first byte: most sections arrive in one
+// read and end before the next, and never need the timer.
+func (r *Recorder) reading() {
+	r.Mu.Lock()
+	defer r.Mu.Unlock()
+	if h := &r.header; h.open && h.stop == nil && h.limit > 0 {
 		r.armHeaderLocked()
 	}
 }

@@ -39,8 +39,13 @@ func TestHeaderSectionBound(t *testing.T) {
 		t.Fatalf("%d timers armed, %d aborts before any response byte", clk.armed(), len(ab.errs))
 	}
 	r.Read(1, nil)
+	if clk.armed() != 0 {
+		t.Fatal("the bound armed before a second read: a section in one read needs no timer")
+	}
+	r.Reading() // net/http reads on: the section did not arrive whole
 	clk.advance(19 * time.Second)
 	r.Read(1, nil) // more bytes do not restart the bound
+	r.Reading()
 	if len(ab.errs) != 0 || r.Decision().Action != fsm.ActionContinue {
 		t.Fatalf("aborted at 19 s: %v", r.Decision())
 	}
@@ -72,6 +77,7 @@ func TestHeaderSectionBoundPerSection(t *testing.T) {
 	var ab aborts
 	r.BoundHeaderSections(20*time.Second, clk, &ab)
 	r.Read(1, nil)
+	r.Reading()
 	clk.advance(15 * time.Second)
 	if err := r.ClientTrace().Got1xxResponse(103, nil); err != nil {
 		t.Fatal(err)
@@ -81,6 +87,7 @@ func TestHeaderSectionBoundPerSection(t *testing.T) {
 	}
 	clk.advance(time.Minute)
 	r.Read(1, nil)
+	r.Reading()
 	clk.advance(20 * time.Second)
 	if len(ab.errs) != 1 || ab.errs[0].Interim != 1 {
 		t.Fatalf("aborts %+v, want one after 1 interim section", ab.errs)
@@ -120,6 +127,7 @@ func TestHeaderSectionBoundEnds(t *testing.T) {
 			var ab aborts
 			r.BoundHeaderSections(c.limit, clk, &ab)
 			r.Read(1, nil)
+			r.Reading()
 			c.end(r)
 			if n := clk.armed(); n != 0 {
 				t.Errorf("%d timers armed", n)
@@ -129,6 +137,7 @@ func TestHeaderSectionBoundEnds(t *testing.T) {
 				t.Errorf("aborts %+v, error %v", ab.errs, r.HeaderSectionError())
 			}
 			r.Read(1, nil) // a body byte, or one after the end
+			r.Reading()
 			if n := clk.armed(); n != 0 {
 				t.Errorf("%d timers armed after a later byte", n)
 			}
