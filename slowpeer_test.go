@@ -42,7 +42,14 @@ func TestSlowPeerH1DribbledHeader(t *testing.T) {
 		name    string
 		interim string // sent at once before the dribbled final section
 		n       int    // informational sections before it
-	}{{"final section", "", 0}, {"after 103", "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n", 1}} {
+		header  time.Duration
+	}{
+		{"final section", "", 0, 0},
+		{"after 103", "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n", 1, 0},
+		// The attempt then runs on a context of its own, which the
+		// bound cancels too.
+		{"with ResponseHeaderTimeout 1h", "", 0, time.Hour},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				var dials, requests, sent atomic.Int32
@@ -74,7 +81,7 @@ func TestSlowPeerH1DribbledHeader(t *testing.T) {
 					}
 					io.Copy(io.Discard, s)
 				}
-				tr := replaysafe.New(replaysafe.Options{IgnoreProxyEnvironment: true, DialContext: pipeDialer(&dials, serve)})
+				tr := replaysafe.New(replaysafe.Options{IgnoreProxyEnvironment: true, ResponseHeaderTimeout: c.header, DialContext: pipeDialer(&dials, serve)})
 				defer tr.CloseIdleConnections()
 				ctx, cancel := context.WithTimeout(context.Background(), time.Hour) // the caller's own bound
 				defer cancel()
