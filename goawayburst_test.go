@@ -21,10 +21,10 @@ import (
 // client can (it opens 7, now and then 8 under the race detector;
 // before the shared redial, one run in 30 opened 36: issue 33);
 // replaysafe delivers all 64 and the server processes each GET exactly
-// once. net/http runs once: it dials a connection per
-// request it cannot place (70 to 180 a burst) and waits out its GOAWAY
-// retries with a backoff of 1 s, 2 s, 4 s, so that one burst takes 7 s,
-// all of it waiting.
+// once. net/http runs once: its h2c client dials through its HTTP/1.1
+// pool, a connection for each request that finds none ready (70 to 180
+// a burst), and waits 1, 2, 4 s before its second, third and fourth
+// GOAWAY retries, so that one burst takes 7 s, nearly all of it waiting.
 func TestH2CGoAwayBurstConnections(t *testing.T) {
 	const n, perConn, runs = 64, 10, 30
 	cfg := h2server.Config{MaxRequestsPerConn: perConn}

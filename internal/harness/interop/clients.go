@@ -43,6 +43,10 @@ const (
 	WireH1 Wire = iota
 	// WireH2 is HTTP/2 over TLS.
 	WireH2
+	// WireH2C is HTTP/2 over cleartext TCP with prior knowledge (h2c):
+	// replaysafe ProtocolHTTP2 to an http URL, net/http with Protocols
+	// UnencryptedHTTP2 only.
+	WireH2C
 	// WireH3 is HTTP/3 only (replaysafe ProtocolHTTP3).
 	WireH3
 	// WirePreferH3 is replaysafe ProtocolPreferHTTP3.
@@ -125,7 +129,7 @@ func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Che
 		switch w {
 		case WireH1:
 			opts.Protocol = replaysafe.ProtocolHTTP1
-		case WireH2:
+		case WireH2, WireH2C:
 			opts.Protocol = replaysafe.ProtocolHTTP2
 		case WireH3:
 			opts.Protocol = replaysafe.ProtocolHTTP3
@@ -142,6 +146,10 @@ func newClient(name string, w Wire, tlsConf *tls.Config, checker *tracecheck.Che
 			return nil, fmt.Errorf("interop: %s speaks no HTTP/3", name)
 		}
 		t := &http.Transport{DialContext: dial, TLSClientConfig: tlsConf.Clone(), ForceAttemptHTTP2: w == WireH2, IdleConnTimeout: o.idle}
+		if w == WireH2C {
+			t.Protocols = new(http.Protocols)
+			t.Protocols.SetUnencryptedHTTP2(true)
+		}
 		return &client{rt: t, dials: dials, close: t.CloseIdleConnections}, nil
 	case XNetHTTP2:
 		if w != WireH2 {

@@ -41,7 +41,8 @@ const IDHeader = "X-Request-Id"
 type NginxConfig struct {
 	// TLS serves https with the test certificate.
 	TLS bool
-	// HTTP2 serves HTTP/2 (over TLS, ALPN "h2").
+	// HTTP2 serves HTTP/2: over TLS with ALPN "h2", or without TLS as
+	// h2c with prior knowledge (the port then speaks no HTTP/1.1).
 	HTTP2 bool
 	// KeepaliveTimeout is keepalive_timeout ("1s"); for HTTP/2 it is
 	// the idle timeout after which nginx sends GOAWAY and closes.

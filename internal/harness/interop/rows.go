@@ -36,6 +36,8 @@ type request struct {
 type run struct {
 	requests []request
 	wall     time.Duration
+	// conns is the connections the run's client dialed (set by runRow).
+	conns int64
 }
 
 // Row is one real-server case: a server configuration, how each run
@@ -60,6 +62,13 @@ type Row struct {
 	// Shows is what the row exists to show; the row fails when its runs
 	// did not show it (Point.Missing).
 	Shows Point
+	// ConnsAtMost, when set, names a client of the row whose connections
+	// bound replaysafe's: in every run replaysafe dials no more than that
+	// client did in the run of the same number.
+	ConnsAtMost string
+	// Once says each of replaysafe's requests must reach the server
+	// exactly once (none resent after it was processed, none lost).
+	Once bool
 	// Note is shown under the table.
 	Note   string
 	start  func(dir string, certs *Certs) (*target, error)
@@ -182,6 +191,21 @@ func burst(n int) func(ctx context.Context, e *runEnv) run {
 	}
 }
 
+// burstGET is a run of n GETs at once on a fresh client.
+func burstGET(n int) func(ctx context.Context, e *runEnv) run {
+	return func(ctx context.Context, e *runEnv) run {
+		out := run{requests: make([]request, n)}
+		start := time.Now()
+		var wg sync.WaitGroup
+		for k := range n {
+			wg.Go(func() { out.requests[k] = e.do(ctx, http.MethodGet, k) })
+		}
+		wg.Wait()
+		out.wall = time.Since(start)
+		return out
+	}
+}
+
 // restart is a run that sends a GET, restarts caddy (a graceful stop,
 // or a kill that closes nothing), waits wait, and sends method on the
 // same client.
@@ -220,8 +244,10 @@ type Result struct {
 	// DuplicatePOST counts POST requests received more than once.
 	DuplicatePOST int
 	// Conns is the number of connections the clients dialed, -1 when
-	// unknown.
-	Conns int
+	// unknown; ConnsPerRun the connections of each run, in run order
+	// (nil when unknown).
+	Conns       int
+	ConnsPerRun []int
 	// Resends counts replaysafe's resent attempts, -1 for the other
 	// clients (they do not tell).
 	Resends int
@@ -323,6 +349,9 @@ func result(row, clientName string, runs []run, counts, h3 map[string]int, dials
 	var wall time.Duration
 	for _, r := range runs {
 		wall += r.wall
+		if dials >= 0 {
+			res.ConnsPerRun = append(res.ConnsPerRun, int(r.conns))
+		}
 		h3Run := false
 		for _, q := range r.requests {
 			if h3 != nil {
@@ -365,4 +394,19 @@ func result(row, clientName string, runs []run, counts, h3 map[string]int, dials
 		res.Wall = wall / time.Duration(len(runs))
 	}
 	return res
+}
+
+// moreConnsThan lists the runs in which res dialed more connections than
+// peer did in the run of the same number, "" when none did.
+func moreConnsThan(res, peer Result) string {
+	if res.ConnsPerRun == nil || peer.ConnsPerRun == nil {
+		return "connections per run unknown"
+	}
+	var p []string
+	for i, n := range res.ConnsPerRun {
+		if i < len(peer.ConnsPerRun) && n > peer.ConnsPerRun[i] {
+			p = append(p, fmt.Sprintf("run %d: %d > %d", i, n, peer.ConnsPerRun[i]))
+		}
+	}
+	return strings.Join(p, "; ")
 }

@@ -158,6 +158,22 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (Summary, error) {
 				if res.Client == Replaysafe && row.MustDeliver && res.Delivered != res.Requests {
 					sum.Failures = append(sum.Failures, fmt.Sprintf("%s %s: delivered %d of %d (first error: %s)", res.Row, res.Client, res.Delivered, res.Requests, res.FirstErr))
 				}
+				if res.Client == Replaysafe && row.Once && (res.MaxCopies > 1 || res.Lost > 0) {
+					sum.Failures = append(sum.Failures, fmt.Sprintf("%s %s: not each request once at the server: max %d copies, %d lost", res.Row, res.Client, res.MaxCopies, res.Lost))
+				}
+				if res.Client == Replaysafe && row.ConnsAtMost != "" {
+					for _, peer := range results {
+						if peer.Client != row.ConnsAtMost {
+							continue
+						}
+						if m := moreConnsThan(res, peer); m != "" {
+							sum.Failures = append(sum.Failures, fmt.Sprintf("%s %s: more connections than %s: %s", res.Row, res.Client, peer.Client, m))
+						}
+					}
+				}
+				if row.ConnsAtMost != "" && res.ConnsPerRun != nil {
+					notes = append(notes, fmt.Sprintf("  %s %s, connections per run: %v", res.Row, res.Client, res.ConnsPerRun))
+				}
 				if res.FirstErr != "" {
 					notes = append(notes, fmt.Sprintf("  %s %s, first error: %s", res.Row, res.Client, clip(res.FirstErr, 160)))
 				}
@@ -241,6 +257,7 @@ func runRow(ctx context.Context, row Row, runs, maxRuns int, dir string, certs *
 				}
 				defer c.close()
 				out[i] = row.run(ctx, &runEnv{t: t, c: c, n: first + i, prefix: shortName(name)})
+				out[i].conns = c.dials.Load()
 				mu.Lock()
 				defer mu.Unlock()
 				unknown[ci] = unknown[ci] || c.unknownConns
@@ -399,6 +416,13 @@ func Rows() []Row {
 		})
 	}
 	rows = append(rows, Row{
+		ID: "nginx-h2c-requests-10/burst-64-GET", Server: "nginx", Wire: WireH2C, Clients: []string{Replaysafe, NetHTTP}, Parallel: 5,
+		MustDeliver: true, Once: true, Shows: ShowsResend, ConnsAtMost: NetHTTP,
+		Title: "h2c (prior knowledge), keepalive_requests 10 (GOAWAY after 10 streams); 64 GETs at once; replaysafe dials no more connections than net/http in any run",
+		Note:  "the requests above the GOAWAY's last stream were not processed (RFC 9113 section 6.8) and are resent; replaysafe's displaced requests share one redial per connection lost, net/http's h2c client dials through its HTTP/1.1 pool, a connection for each request that finds none ready, and waits 1, 2, 4 s before its second, third and fourth GOAWAY retries",
+		start: startNginx(NginxConfig{HTTP2: true, KeepaliveRequests: 10}),
+		run:   burstGET(64),
+	}, Row{
 		ID: "nginx-h2-streams-4/burst-32", Server: "nginx", Wire: WireH2, Clients: h2, Parallel: 5, MustDeliver: true, quickSkip: XNetHTTP2,
 		Title: "http2_max_concurrent_streams 4; 32 requests at once, GET and POST alternating",
 		start: startNginx(NginxConfig{TLS: true, HTTP2: true, MaxConcurrentStreams: 4}),

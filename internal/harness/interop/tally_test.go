@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -18,20 +19,20 @@ import (
 // safety bounds catch a third copy and a second POST.
 func TestResultTallies(t *testing.T) {
 	runs := []run{
-		{wall: 2 * time.Millisecond, requests: []request{
+		{wall: 2 * time.Millisecond, conns: 1, requests: []request{
 			{id: "a", method: http.MethodGet, status: 200, protoMajor: 3},
 			{id: "b", method: http.MethodPost, err: errors.New("broken pipe")},
 		}},
-		{wall: 4 * time.Millisecond, requests: []request{
+		{wall: 4 * time.Millisecond, conns: 2, requests: []request{
 			{id: "c", method: http.MethodPut, status: 200},
 			{id: "d", method: http.MethodPost, status: 503},
 		}},
 	}
 	r := result("row", Replaysafe, runs, map[string]int{"a": 1, "c": 2, "d": 1}, map[string]int{"a": 1}, 3)
 	want := Result{Row: "row", Client: Replaysafe, Runs: 2, Requests: 4, Delivered: 2, Errors: 2,
-		Copies: 4, MaxCopies: 2, Lost: 1, Conns: 3, Resends: -1, Crossed: -1, H3: 1, H3Runs: 1, ServerH3: 1,
+		Copies: 4, MaxCopies: 2, Lost: 1, Conns: 3, ConnsPerRun: []int{1, 2}, Resends: -1, Crossed: -1, H3: 1, H3Runs: 1, ServerH3: 1,
 		Wall: 3 * time.Millisecond, FirstErr: "broken pipe"}
-	if r != want {
+	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("tally\n got %+v\nwant %+v", r, want)
 	}
 	if u := r.Unsafe(); u != "" {
@@ -39,6 +40,13 @@ func TestResultTallies(t *testing.T) {
 	}
 	if u := result("row", NetHTTP, runs, map[string]int{"a": 3, "d": 2}, nil, 0).Unsafe(); u != "a request was received 3 times; 1 POST requests were received twice" {
 		t.Fatalf("unsafe = %q", u)
+	}
+	peer := Result{ConnsPerRun: []int{1, 1}}
+	if m := moreConnsThan(r, peer); m != "run 1: 2 > 1" {
+		t.Errorf("moreConnsThan = %q", m)
+	}
+	if m := moreConnsThan(peer, r); m != "" {
+		t.Errorf("moreConnsThan, fewer = %q", m)
 	}
 }
 
