@@ -145,6 +145,66 @@ func TestSlowPeerH1DribbledHeader(t *testing.T) {
 	}
 }
 
+// TestSlowPeerH1DribbleOnReusedConn: the bound holds on a pooled
+// connection too, where the attempt may run on the caller's context
+// alone: closing the connection ends net/http's read. A reused
+// connection's dribbled response started, so it is not resent either.
+func TestSlowPeerH1DribbleOnReusedConn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var dials, requests atomic.Int32
+		var firstByte atomic.Int64
+		origin := time.Now()
+		served := make(chan struct{})
+		serve := func(s net.Conn) {
+			defer close(served)
+			defer s.Close()
+			br := bufio.NewReader(s)
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			requests.Add(1)
+			io.WriteString(s, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			if _, err := http.ReadRequest(br); err != nil {
+				return
+			}
+			requests.Add(1)
+			firstByte.Store(int64(time.Since(origin)))
+			for {
+				if _, err := io.WriteString(s, "H"); err != nil {
+					return
+				}
+				time.Sleep(time.Second)
+			}
+		}
+		tr := replaysafe.New(replaysafe.Options{IgnoreProxyEnvironment: true, DialContext: pipeDialer(&dials, serve)})
+		defer tr.CloseIdleConnections()
+		first, _ := http.NewRequest("GET", "http://dribble.test/first", nil)
+		if code, body, err := roundTrip(tr, first); err != nil || code != 200 || body != "ok" {
+			t.Fatalf("first GET: %d %q %v", code, body, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://dribble.test/second", nil)
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+			t.Fatal("the dribbled response was delivered")
+		}
+		if took := time.Since(origin) - time.Duration(firstByte.Load()); took != driver.DefaultHeaderSectionTimeout {
+			t.Errorf("failed %v after the section's first byte, want %v", took, driver.DefaultHeaderSectionTimeout)
+		}
+		wantRule(t, err, fsm.RuleTimeout, 1)
+		var he *h1.HeaderTimeoutError
+		if !errors.As(err, &he) {
+			t.Errorf("error %v, want an *h1.HeaderTimeoutError", err)
+		}
+		<-served
+		if d, r := dials.Load(), requests.Load(); d != 1 || r != 2 {
+			t.Errorf("%d dials, %d requests received, want 1 and 2", d, r)
+		}
+	})
+}
+
 // TestSlowPeerH1InterimThenSlowFinal: the bound is per header section. A
 // server that sends 103 (Early Hints) at once and its final response a
 // minute later is slow but honest: the call succeeds.
