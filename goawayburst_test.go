@@ -18,7 +18,7 @@ import (
 // more connections than net/http's h2c client (http.Transport with
 // Protocols UnencryptedHTTP2) opened for the same burst on a server of
 // its own, meanwhile, and at most twice ⌈64 ÷ 10⌉ = 7, the fewest any
-// client can (it opens 7, now and then 8 under the race detector;
+// client can (it opens 7, now and then 8;
 // before the shared redial, one run in 30 opened 36: issue 33);
 // replaysafe delivers all 64 and the server processes each GET exactly
 // once. net/http runs once: its h2c client dials through its HTTP/1.1
