@@ -209,13 +209,16 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (Summary, error) {
 // most: which runs cross the server's close depends on timing, so while
 // no request of replaysafe's has crossed it (Result.Crossed), another
 // batch runs the same sweep, every client again. In the full mode a row
-// crosses in the first batch on the development machine; four quick runs
-// often do not.
+// crosses in the first batch on an idle machine; four quick runs often
+// do not, and on a loaded machine (the suite beside a race run of
+// another package) three full batches missed now and then, the timers'
+// jitter wider than the sweep's ±5 ms: batches past the first cost
+// only a row that has not crossed yet.
 func crossingBatches(quick bool) int {
 	if quick {
 		return 16
 	}
-	return 3
+	return 8
 }
 
 // runRow starts the row's server, runs its clients side by side (one
