@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"slices"
@@ -186,14 +187,24 @@ func TestNoXNetHTTP2Transport(t *testing.T) {
 // names, each with a doc comment (on itself or on its group).
 func TestFaceStaysThin(t *testing.T) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	entries, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var parsed []*ast.File
+	for _, e := range entries {
+		if n := e.Name(); !e.IsDir() && strings.HasSuffix(n, ".go") && !strings.HasSuffix(n, "_test.go") {
+			f, err := parser.ParseFile(fset, n, nil, parser.ParseComments)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parsed = append(parsed, f)
+		}
+	}
 	files, lines := 0, 0
 	var names, undocumented []string
-	for _, p := range pkgs {
-		for _, f := range p.Files {
+	for _, f := range parsed {
+		{
 			files++
 			lines += fset.Position(f.End()).Line
 			for _, d := range f.Decls {
