@@ -211,7 +211,7 @@ func TestRowsSayWhatTheyShow(t *testing.T) {
 		switch {
 		case strings.Contains(r.ID, "idle-1s/") || strings.Contains(r.ID, "keepalive-1s/"):
 			want = ShowsCrossing
-		case strings.HasPrefix(r.ID, "nginx-h2-requests-10/") || strings.HasPrefix(r.ID, "nginx-h2-preread"):
+		case strings.HasPrefix(r.ID, "nginx-h2-requests-10/") || strings.HasPrefix(r.ID, "nginx-h2c-requests-10/") || strings.HasPrefix(r.ID, "nginx-h2-preread"):
 			want = ShowsResend
 		case r.ID == "caddy-h3/discover-http3":
 			want = ShowsDiscovery
