@@ -84,10 +84,6 @@ type Mux[C MuxConn] struct {
 	// new connections as they need instead of all moving to one that
 	// will refuse most of them again.
 	perConn map[Key]learnedLimit
-	// perConnSeen holds, per route, the count the last GOAWAY that
-	// displaced streams showed, until a second one shows the same
-	// (Learn).
-	perConnSeen map[Key]int
 	// down holds the routes whose last dial for a displaced request
 	// failed: until when no attempt dials them again, and how to learn
 	// that a connection joined.
@@ -251,14 +247,13 @@ const maxLearned = 1024
 
 func NewMux[C MuxConn](maxIdle int, idleTimeout time.Duration, limit *Limit, cap *IdleCap) *Mux[C] {
 	return &Mux[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit, cap: cap,
-		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}, perConnSeen: map[Key]int{}, down: map[Key]*routeDown{}, spread: map[Key]learnedLimit{}}
+		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}, down: map[Key]*routeDown{}, spread: map[Key]learnedLimit{}}
 }
 
 // Learn records, for c's route, that its server accepted streams
 // streams on c before a GOAWAY, when c had taken more than that: the
 // GOAWAY displaced some (a server that drains without displacing
-// anything teaches nothing). The route's connections then take at most
-// that many once a second such GOAWAY in a row has shown the same count.
+// anything teaches nothing).
 func (p *Mux[C]) Learn(c C, streams int, now time.Time) {
 	if streams < minLearned {
 		return
@@ -267,20 +262,6 @@ func (p *Mux[C]) Learn(c C, streams int, now time.Time) {
 	defer p.mu.Unlock()
 	key := c.Mux().Key
 	if c.Mux().started <= streams {
-		return
-	}
-	// A count is learned when two such GOAWAYs in a row show it: a
-	// server's fixed limit (nginx keepalive_requests) shows the same
-	// count on every connection, a connection that ended for another
-	// reason (a drain, a restart, a load balancer's random lifetime)
-	// shows a count of its own, and learning it would cap every new
-	// connection of the route at that chance count, dialing again
-	// every few requests.
-	if seen, ok := p.perConnSeen[key]; !ok || seen != streams {
-		if !ok && len(p.perConnSeen) >= maxLearned {
-			clear(p.perConnSeen)
-		}
-		p.perConnSeen[key] = streams
 		return
 	}
 	if _, ok := p.perConn[key]; !ok && len(p.perConn) >= maxLearned {
