@@ -257,7 +257,17 @@ func (s *h3Stream) learnGoAway() {
 	}
 }
 
-func (s *h3Stream) resendLost() { s.t.h3pool.ResendLost(s.hc, time.Now()) }
+// resendLost teaches the route to spread its resends only when the
+// connection is really gone (closed, or a GOAWAY arrived): h3Conn.Gone
+// answers true for any connection, and a resend that failed on a live
+// one (a 1xx over its bound, a timeout) says nothing of the route.
+func (s *h3Stream) resendLost() {
+	_, goAway := s.hc.watch.GoAway()
+	if s.hc.qc.Context().Err() == nil && !goAway {
+		return
+	}
+	s.t.h3pool.ResendLost(s.hc, time.Now())
+}
 
 func (s *h3Stream) resendFrom(connFailed bool) (uint64, any) {
 	if connFailed {

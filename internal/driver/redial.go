@@ -47,6 +47,9 @@ func notAnswering(err error) bool {
 	var op *net.OpError
 	var ne net.Error
 	var qe *quic.TransportError
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return false // crypto/tls reports a received alert so over TCP
+	}
 	return errors.As(err, &op) || errors.As(err, &ne) && ne.Timeout() ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.As(err, &qe) && qe.Remote && qe.ErrorCode == quic.ConnectionRefused
