@@ -248,6 +248,9 @@ func (tr *try) run(in plan.Input, p plan.Plan) (*http.Response, error) {
 		p = plan.Make(in)
 		if next := p.First(); next.Route != leg.Route {
 			if err := tr.reroute(next.Route); err != nil {
+				if tr.handoff != nil {
+					tr.handoff.Conn.Close() // no HTTP/1.1 leg will take it
+				}
 				return nil, closeBody(tr.req, err)
 			}
 		}

@@ -106,6 +106,9 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 			a.cancel(nil)
 			return nil, nil, err
 		}
+		if h, ok := errors.AsType[*alpnH1](err); ok {
+			h.conn.Conn.Close() // a resend has no HTTP/1.1 leg to hand it to
+		}
 		return a.acquireFailed(err)
 	}
 	a.reused = reused
