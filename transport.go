@@ -30,7 +30,10 @@ import (
 // share its connection.
 //
 // A Transport is safe for concurrent use. Close idle connections with
-// CloseIdleConnections when done with it.
+// CloseIdleConnections when done with it. Over HTTP/2 a request's
+// httptrace hooks run with its connection's lock held: they must return
+// quickly and must not send a request through the same Transport (do
+// such work on a goroutine of your own).
 type Transport struct {
 	opt Options
 	d   *driver.Transport
