@@ -84,7 +84,6 @@ type runEnv struct {
 	t      *target
 	c      *client
 	n      int // the run's number, counted across batches
-	batch  int // the batch it belongs to, from 0
 	prefix string
 }
 
@@ -126,14 +125,13 @@ func (e *runEnv) do(ctx context.Context, method string, k int) request {
 // runs lands between the offsets the earlier ones tried, so a row that
 // repeats batches until it crosses (the window is tens of microseconds
 // wide) closes in on it instead of trying the same offsets again. The
-// interval doubles every two batches, up to eight times spread: on a
-// loaded machine the server's close comes later than its timeout by more
-// than spread, and a row that has not crossed in its first batches looks
-// wider.
+// interval doubles every 32 runs, up to eight times spread: on a loaded
+// machine the server's close comes later than its timeout by more than
+// spread, and a row that has not crossed in its first runs looks wider.
 func crossing(method string, timeout, spread time.Duration) func(ctx context.Context, e *runEnv) run {
 	return func(ctx context.Context, e *runEnv) run {
 		warm := e.do(ctx, http.MethodGet, 0)
-		wide := spread << min(e.batch/2, 3) // ×2 every two batches, up to ×8
+		wide := spread << min(e.n/32, 3) // ×2 each 32 runs, up to ×8
 		offset := -wide + time.Duration(float64(2*wide)*sweep(e.n))
 		if waitCtx(ctx, timeout+offset) != nil {
 			return run{requests: []request{warm}}

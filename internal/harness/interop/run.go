@@ -216,7 +216,7 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (Summary, error) {
 // only a row that has not crossed yet.
 func crossingBatches(quick bool) int {
 	if quick {
-		return 32
+		return 16
 	}
 	return 8
 }
@@ -259,7 +259,7 @@ func runRow(ctx context.Context, row Row, runs, maxRuns int, dir string, certs *
 					return
 				}
 				defer c.close()
-				out[i] = row.run(ctx, &runEnv{t: t, c: c, n: first + i, batch: first / max(runs, 1), prefix: shortName(name)})
+				out[i] = row.run(ctx, &runEnv{t: t, c: c, n: first + i, prefix: shortName(name)})
 				out[i].conns = c.dials.Load()
 				mu.Lock()
 				defer mu.Unlock()
