@@ -117,28 +117,96 @@ func (e *runEnv) do(ctx context.Context, method string, k int) request {
 }
 
 // crossing is a run that warms a connection with a GET, waits idle for
-// the server's keep-alive timeout plus an offset swept across the runs
-// (from -spread to +spread), and sends method on it: the request meets
-// the server's close.
+// the server's keep-alive timeout plus an offset, and sends method on
+// it: the request meets the server's close.
 //
-// Run n waits at the fraction sweep(n) of the interval: every batch of
-// runs lands between the offsets the earlier ones tried, so a row that
-// repeats batches until it crosses (the window is tens of microseconds
-// wide) closes in on it instead of trying the same offsets again. The
-// interval doubles every 32 runs, up to eight times spread: on a loaded
-// machine the server's close comes later than its timeout by more than
-// spread, and a row that has not crossed in its first runs looks wider.
+// The offsets follow the close. Each client's runs keep a window
+// [lo, hi] of offsets, from -spread to +spread at first; run n waits at
+// the fraction sweep(n) of it, so that every batch lands between the
+// offsets the earlier ones tried. A request that went out on the warm
+// connection was early (lo moves up to its offset), one that found the
+// connection closed and dialed afresh without crossing was late (hi
+// moves down to it): the window closes in on the moment the server
+// closes, which on a loaded machine comes later than its timeout by more
+// than spread, and a window pushed against one of its ends grows that
+// way. A crossing (the window is tens of microseconds wide) teaches
+// nothing and keeps the window.
 func crossing(method string, timeout, spread time.Duration) func(ctx context.Context, e *runEnv) run {
+	edges := &closeEdges{spread: spread, by: map[string]*closeEdge{}}
 	return func(ctx context.Context, e *runEnv) run {
 		warm := e.do(ctx, http.MethodGet, 0)
-		wide := spread << min(e.n/32, 3) // ×2 each 32 runs, up to ×8
-		offset := -wide + time.Duration(float64(2*wide)*sweep(e.n))
+		offset := edges.offset(e.prefix, e.n)
 		if waitCtx(ctx, timeout+offset) != nil {
 			return run{requests: []request{warm}}
 		}
+		crossedBefore := int64(0)
+		if e.c.crossed != nil {
+			crossedBefore = e.c.crossed.Load()
+		}
 		start := time.Now()
 		r := e.do(ctx, method, 1)
-		return run{requests: []request{warm, r}, wall: time.Since(start)}
+		out := run{requests: []request{warm, r}, wall: time.Since(start)}
+		switch {
+		case e.c.dials == nil, e.c.crossed != nil && e.c.crossed.Load() > crossedBefore:
+		case e.c.dials.Load() <= 1 && r.err == nil:
+			edges.learn(e.prefix, offset, true) // the warm connection served it
+		case e.c.dials.Load() > 1:
+			edges.learn(e.prefix, offset, false) // it found the close behind it
+		}
+		return out
+	}
+}
+
+// closeEdges holds, per client, the window of offsets a crossing row's
+// runs try (crossing).
+type closeEdges struct {
+	spread time.Duration
+	mu     sync.Mutex
+	by     map[string]*closeEdge
+}
+
+// closeEdge is one client's window: offsets at or below lo went out
+// early, at or above hi late.
+type closeEdge struct{ lo, hi time.Duration }
+
+// minEdge is the narrowest window: below it the window opens again
+// around its middle (the close moves from run to run on a loaded
+// machine, and runs in one batch learn at once).
+const minEdge = 200 * time.Microsecond
+
+func (c *closeEdges) edge(name string) *closeEdge {
+	e, ok := c.by[name]
+	if !ok {
+		e = &closeEdge{lo: -c.spread, hi: c.spread}
+		c.by[name] = e
+	}
+	return e
+}
+
+// offset returns run n's offset for the client name.
+func (c *closeEdges) offset(name string, n int) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.edge(name)
+	return e.lo + time.Duration(float64(e.hi-e.lo)*sweep(n))
+}
+
+// learn moves the client's window after a run at offset that went out
+// early or late.
+func (c *closeEdges) learn(name string, offset time.Duration, early bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e := c.edge(name)
+	if early {
+		e.lo = max(e.lo, offset)
+		if e.hi-e.lo < minEdge { // pushed against the top: look later
+			e.hi = e.lo + c.spread
+		}
+	} else {
+		e.hi = min(e.hi, offset)
+		if e.hi-e.lo < minEdge { // pushed against the bottom: look earlier
+			e.lo = e.hi - c.spread
+		}
 	}
 }
 

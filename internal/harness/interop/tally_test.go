@@ -119,6 +119,33 @@ func TestCrossingSweep(t *testing.T) {
 	}
 }
 
+// TestCloseEdgesFollowTheClose: a crossing row's window of offsets
+// closes in on the server's close from both sides, and one pushed
+// against an end grows that way (a close later than the timeout by more
+// than the spread, as on a loaded machine).
+func TestCloseEdgesFollowTheClose(t *testing.T) {
+	ms := time.Millisecond
+	c := &closeEdges{spread: 5 * ms, by: map[string]*closeEdge{}}
+	if got := c.offset("rs", 0); got != -5*ms {
+		t.Fatalf("first offset %v, want -5ms", got)
+	}
+	c.learn("rs", -1*ms, true)
+	c.learn("rs", 3*ms, false)
+	if e := c.by["rs"]; e.lo != -1*ms || e.hi != 3*ms {
+		t.Fatalf("window [%v, %v], want [-1ms, 3ms]", e.lo, e.hi)
+	}
+	if o := c.offset("rs", 1); o != ms {
+		t.Errorf("offset in the middle of [-1ms, 3ms]: %v, want 1ms", o)
+	}
+	c.learn("rs", 3*ms-minEdge/2, true) // early just below hi: look later
+	if e := c.by["rs"]; e.lo != 3*ms-minEdge/2 || e.hi != e.lo+5*ms {
+		t.Errorf("window after an early run at its top: [%v, %v]", e.lo, e.hi)
+	}
+	if e := c.edge("peer"); e.lo != -5*ms || e.hi != 5*ms {
+		t.Errorf("another client's window [%v, %v], want its own [-5ms, 5ms]", e.lo, e.hi)
+	}
+}
+
 type failing struct{}
 
 func (failing) RoundTrip(*http.Request) (*http.Response, error) { return nil, errors.New("no server") }
