@@ -155,28 +155,7 @@ func TestRestartResendsShareOneRedial(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 
-		if code, _, err := roundTrip(tr, newRequest(t, ctx, "GET", base+"/warm", "")); err != nil || code != 200 {
-			t.Fatal(code, err)
-		}
-		type result struct {
-			code int
-			body string
-			err  error
-		}
-		results := make([]result, gets+posts)
-		var wg sync.WaitGroup
-		for i := range gets + posts {
-			wg.Go(func() {
-				var req *http.Request
-				if i < gets {
-					req = newRequest(t, ctx, "GET", fmt.Sprintf("%s/g%d", base, i), "")
-				} else {
-					req = newRequest(t, ctx, "POST", fmt.Sprintf("%s/p%d", base, i-gets), fmt.Sprintf("post %d", i-gets))
-				}
-				r := &results[i]
-				r.code, r.body, r.err = roundTrip(tr, req)
-			})
-		}
+		wait := inFlight(t, ctx, tr, base, gets, posts)
 		if err := s.WaitRequests(ctx, 1+gets+posts); err != nil {
 			t.Fatalf("the requests did not all arrive: %v", err)
 		}
@@ -191,7 +170,7 @@ func TestRestartResendsShareOneRedial(t *testing.T) {
 		front.kill()
 		time.Sleep(100 * time.Millisecond) // the port refuses meanwhile
 		front.listen(t)
-		wg.Wait()
+		results := wait()
 
 		newConns := front.Accepted() - before
 		delivered, getsOK, postTwice, wrong := 0, 0, 0, 0
@@ -276,28 +255,7 @@ func testRestartH3(t *testing.T, mode h3server.KillMode) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
-	if code, _, err := roundTrip(tr, newRequest(t, ctx, "GET", s.URL()+"/warm", "")); err != nil || code != 200 {
-		t.Fatal(code, err)
-	}
-	type result struct {
-		code int
-		body string
-		err  error
-	}
-	results := make([]result, gets+posts)
-	var wg sync.WaitGroup
-	for i := range gets + posts {
-		wg.Go(func() {
-			var req *http.Request
-			if i < gets {
-				req = newRequest(t, ctx, "GET", fmt.Sprintf("%s/g%d", s.URL(), i), "")
-			} else {
-				req = newRequest(t, ctx, "POST", fmt.Sprintf("%s/p%d", s.URL(), i-gets), fmt.Sprintf("post %d", i-gets))
-			}
-			r := &results[i]
-			r.code, r.body, r.err = roundTrip(tr, req)
-		})
-	}
+	wait := inFlight(t, ctx, tr, s.URL(), gets, posts)
 	if _, err := s.WaitRequests(ctx, 1+gets+posts); err != nil {
 		t.Fatalf("the requests did not all arrive: %v", err)
 	}
@@ -308,7 +266,7 @@ func testRestartH3(t *testing.T, mode h3server.KillMode) {
 	if err := s.Restart(mode, 100*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
-	wg.Wait()
+	results := wait()
 	ended := time.Since(killed)
 	newConns := s.Accepted() - 1
 
@@ -424,4 +382,40 @@ func TestRestartNeverBackEndsAtAcquireTimeout(t *testing.T) {
 	if redials < 2 || redials > 10 {
 		t.Errorf("%d redials in 500 ms, want a few spaced ones", redials)
 	}
+}
+
+// inFlight warms tr's connection to base with a GET, then sends gets GETs
+// (/g0, /g1, ...) and posts POSTs (/p0, ... with the body "post N") at
+// once; wait waits for every call and returns their outcomes, the GETs
+// first.
+func inFlight(t *testing.T, ctx context.Context, tr http.RoundTripper, base string, gets, posts int) (wait func() []inFlightResult) {
+	t.Helper()
+	if code, _, err := roundTrip(tr, newRequest(t, ctx, "GET", base+"/warm", "")); err != nil || code != 200 {
+		t.Fatal(code, err)
+	}
+	results := make([]inFlightResult, gets+posts)
+	var wg sync.WaitGroup
+	for i := range gets + posts {
+		wg.Go(func() {
+			var req *http.Request
+			if i < gets {
+				req = newRequest(t, ctx, "GET", fmt.Sprintf("%s/g%d", base, i), "")
+			} else {
+				req = newRequest(t, ctx, "POST", fmt.Sprintf("%s/p%d", base, i-gets), fmt.Sprintf("post %d", i-gets))
+			}
+			r := &results[i]
+			r.code, r.body, r.err = roundTrip(tr, req)
+		})
+	}
+	return func() []inFlightResult {
+		wg.Wait()
+		return results
+	}
+}
+
+// inFlightResult is one call's outcome in inFlight.
+type inFlightResult struct {
+	code int
+	body string
+	err  error
 }
