@@ -1,6 +1,6 @@
 package replaysafetest
 
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind,CloseMode,StreamKind -linecomment -output=enum_string.go
+//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Kind,CloseMode,StreamKind,Moment -linecomment -output=enum_string.go
 
 import (
 	"fmt"

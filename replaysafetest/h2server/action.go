@@ -53,15 +53,15 @@ const (
 )
 
 // Moment says when in a stream's life the server carries out its action.
-type Moment = kit.Moment
+type Moment = replaysafetest.Moment
 
 // Moments.
 const (
 	// AfterBody acts once the request is complete. The zero value.
-	AfterBody = kit.AfterBody
+	AfterBody = replaysafetest.AfterBody
 	// OnHeaders acts as soon as the request's HEADERS arrive, before any
 	// of its body is read.
-	OnHeaders = kit.OnHeaders
+	OnHeaders = replaysafetest.OnHeaders
 )
 
 // LastStream chooses the last stream ID a GOAWAY carries.
@@ -128,7 +128,7 @@ type Action struct {
 }
 
 // Informational is an interim (1xx) response: Status and Header.
-type Informational = kit.Informational
+type Informational = replaysafetest.Informational
 
 // Bounds of an Endless1xx flood, so that a test always ends.
 const (
@@ -233,7 +233,7 @@ func (a Action) WithHeader(key, value string) Action {
 // with status (1xx) and header as soon as the request's HEADERS arrive,
 // after those already listed.
 func (a Action) WithInformational(status int, header http.Header) Action {
-	a.Informational = kit.AppendInformational(a.Informational, status, header)
+	a.Informational = kit.AppendCopy(a.Informational, Informational{Status: status, Header: header})
 	return a
 }
 

@@ -72,19 +72,19 @@ func (g GoAwayID) resolve(id uint64) uint64 {
 }
 
 // Moment says when in a stream's life the server carries out its action.
-type Moment = kit.Moment
+type Moment = replaysafetest.Moment
 
 // Moments.
 const (
 	// AfterBody acts once the request is complete. The zero value.
-	AfterBody = kit.AfterBody
+	AfterBody = replaysafetest.AfterBody
 	// OnHeaders acts as soon as the request's HEADERS arrive, before any
 	// of its body is read.
-	OnHeaders = kit.OnHeaders
+	OnHeaders = replaysafetest.OnHeaders
 )
 
 // Informational is an interim (1xx) response: Status and Header.
-type Informational = kit.Informational
+type Informational = replaysafetest.Informational
 
 // Action is what the server does with one request stream. Build one with
 // a constructor (OK, Respond, Reject, ...) and adjust it with the With
@@ -170,7 +170,7 @@ func Endless1xx(status int) Action { return Action{Endless1xx: status} }
 // with status (1xx) and header as soon as the request's HEADERS arrive,
 // after those already listed.
 func (a Action) WithInformational(status int, header http.Header) Action {
-	a.Informational = kit.AppendInformational(a.Informational, status, header)
+	a.Informational = kit.AppendCopy(a.Informational, Informational{Status: status, Header: header})
 	return a
 }
 

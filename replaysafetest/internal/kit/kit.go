@@ -67,3 +67,10 @@ func Offset(stream uint64, delta int64, max uint64) uint64 {
 	}
 	return uint64(int64(stream) + delta)
 }
+
+// AppendCopy returns list with v added, never sharing list's array (an
+// Action's With methods return a new value that must not alias the
+// old one's list).
+func AppendCopy[T any](list []T, v T) []T {
+	return append(list[:len(list):len(list)], v)
+}

@@ -1,11 +1,9 @@
-package kit
+package replaysafetest
 
 import "net/http"
 
-//go:generate go run golang.org/x/tools/cmd/stringer@v0.52.0 -type=Moment -linecomment -output=enum_string.go
-
 // Moment says when in a stream's life a server carries out its action
-// (HTTP/2 and HTTP/3).
+// (HTTP/2 and HTTP/3: h2server and h3server).
 type Moment uint8
 
 // Moments.
@@ -25,17 +23,12 @@ const momentCount = int(OnHeaders) + 1
 // Valid reports whether m is one of the defined moments.
 func (m Moment) Valid() bool { return int(m) < momentCount }
 
-// Informational is an interim (1xx) response.
+// Informational is an interim (1xx) response a stream server sends
+// before its final one.
 type Informational struct {
 	// Status is the 1xx status code, such as 103.
 	Status int
 	// Header holds its header fields, written lower-cased in sorted key
 	// order.
 	Header http.Header
-}
-
-// AppendInformational returns list with an interim response of status
-// and header added, never sharing list's array.
-func AppendInformational(list []Informational, status int, header http.Header) []Informational {
-	return append(list[:len(list):len(list)], Informational{Status: status, Header: header})
 }
