@@ -202,9 +202,8 @@ func RunSuite(f Flags, fs *flag.FlagSet, table, progress io.Writer) ([]Report, i
 		printHeader(table)
 		reps := RunAll(sec.Cases, set, func(i int, reps []Report) {
 			finished++
-			running.done(sec.Cases[i].Name())
 			printCase(table, sec.Cases[i], reps)
-			fmt.Fprintf(progress, "[case %d/%d, %s] %s\n", finished, total, time.Since(start).Round(100*time.Millisecond), sec.Cases[i].Name())
+			running.done(sec.Cases[i].Name(), fmt.Sprintf("[case %d/%d, %s] %s\n", finished, total, time.Since(start).Round(100*time.Millisecond), sec.Cases[i].Name()))
 		})
 		all = append(all, reps...)
 	}
@@ -237,10 +236,13 @@ func (r *running) at(c Case, client string, run, runs int) {
 	r.where[c.Name()] = fmt.Sprintf("%s run %d/%d", client, run, runs)
 }
 
-func (r *running) done(name string) {
+// done records that case name finished and prints line on the progress
+// writer, which the reporter writes to under the same lock.
+func (r *running) done(name, line string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.where, name)
+	io.WriteString(r.w, line)
 }
 
 // report prints where every unfinished case is, every interval, until
