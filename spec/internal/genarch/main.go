@@ -52,6 +52,7 @@ var nodes = []node{
 	{"caller", "", "", "the caller: http.Client or any RoundTripper user", "the caller"},
 	{"transport", "root", "replaysafe", "New, Options, Transport.RoundTrip (validate, run the call, one *Error), Retry, Observer, Protocol", "Transport"},
 	{"forward", "products", "forward", "Forwarder: a streaming reverse proxy, an http.Handler forwarding through a Transport", ""},
+	{"otel", "products", "otel", "OpenTelemetry spans and metrics of a Transport (a module of its own)", ""},
 	{"plan", "pure", "fsm/plan", "dispatch plan: which protocols a call tries, in what order", ""},
 	{"route", "pure", "fsm/route", "route snapshot and the one acquisition deadline", ""},
 	{"fsm", "pure", "fsm", "the machine: request facts and events in, decision and rule out", ""},
@@ -61,6 +62,8 @@ var nodes = []node{
 	{"h2", "adapters", "adapters/h2", "transports/h2's stream evidence and typed errors", ""},
 	{"h3", "adapters", "adapters/h3", "quic-go/http3", ""},
 	{"recorder", "adapters", "adapters/recorder", "feeds an attempt's events to its machine, keeps the trace, arms the deadline", ""},
+	{"netclass", "adapters", "adapters/netclass", "the shared error classifier: the same errno is the same event on every stack", ""},
+	{"informational", "adapters", "adapters/informational", "the bound on 1xx responses one attempt accepts", ""},
 	{"h2conn", "transports", "transports/h2", "HTTP/2 client connection on x/net's Framer and hpack: protocol state as a value, evidence first-hand", ""},
 	{"proxy", "transports", "transports/proxy", "CONNECT and SOCKS5 hops, NO_PROXY, absolute-form forwarding", ""},
 	{"driver", "internal", "internal/driver", "the call driver: one attempt loop for every protocol, feeding the machines and acting on their decisions", ""},
@@ -69,10 +72,32 @@ var nodes = []node{
 	{"altsvc", "internal", "internal/altsvc", "Alt-Svc cache for HTTP/3", ""},
 	{"conformance", "harness", "internal/harness/conformance", "fault scenarios counted at the server", ""},
 	{"tracecheck", "harness", "internal/harness/tracecheck", "replays observed attempt traces through fsm and the model", ""},
-	{"rstest", "checks", "replaysafetest", "scripted servers that count what they receive", ""},
+	{"soak", "harness", "internal/harness/soak", "many concurrent calls against a faulty server: hard bounds, dials, copies", ""},
+	{"bench", "harness", "internal/harness/bench", "benchmarks beside net/http, x/net and quic-go in one run", ""},
+	{"interop", "harness", "internal/harness/interop", "rows against real nginx, haproxy and caddy", ""},
+	{"retrycmp", "harness", "internal/harness/retrycmp", "copies sent by the retry libraries users pick, counted at the server", ""},
+	{"campaign", "harness", "internal/harness/campaign", "fuzz campaigns over the native fuzz targets", ""},
+	{"rstest", "checks", "replaysafetest", "scripted servers that count what they receive: HTTP/1.1 over TCP and TLS", ""},
+	{"h2server", "checks", "replaysafetest/h2server", "the scripted HTTP/2 origin", ""},
+	{"h3server", "checks", "replaysafetest/h3server", "the scripted HTTP/3 origin", ""},
+	{"connectproxy", "checks", "replaysafetest/connectproxy", "scripted CONNECT (HTTP/1.1 and HTTP/2) and SOCKS5 proxies", ""},
 	{"model", "checks", "model_test", "independent model of the rules", ""},
 	{"fuzz", "checks", "fuzz", "native fuzz targets and seed corpora", ""},
 	{"cmd", "checks", "cmd/replaysafe", "rules, explain, conformance, soak, forward, fuzz, bench", ""},
+}
+
+// listed are the packages the package table names but the picture
+// leaves out: helpers of one layer, generators, modules of their own.
+var listed = []struct{ pkg, role string }{
+	{"spec/ruledata", "the normative rule list, imported by spec and by the generators"},
+	{"spec/internal/genrules", "writes fsm's rule ID constants (fsm/rule_gen.go) from spec/ruledata"},
+	{"spec/internal/gendocs", "writes docs/rules.md and docs/diagram.md from package spec"},
+	{"spec/internal/genarch", "writes this file"},
+	{"replaysafetest/internal/kit", "what the scripted servers share: records, waiters, lifetime, TLS"},
+	{"replaysafetest/internal/kittest", "test helpers of the scripted servers' tests"},
+	{"internal/selfsigned", "in-memory certificates for the test servers and benchmarks"},
+	{"internal/testservers/squid", "runs Debian's squid for a test, on loopback ports of its own"},
+	{"tools/benchci", "benchmark statistics over a bench run (a module of its own)"},
 }
 
 // flow is the data flow of one call: face → driver → plan → acquire →
@@ -112,6 +137,23 @@ var uses = []use{
 	{"driver", "h2conn", "HTTP/2 connections"},
 	{"h3", "fsm", ""},
 	{"driver", "altsvc", "HTTP/3 alternatives"},
+	{"h1", "netclass", "errors as events"},
+	{"h2", "netclass", ""},
+	{"h3", "netclass", ""},
+	{"h1", "informational", "1xx bound"},
+	{"otel", "transport", "observes"},
+	{"soak", "transport", "soaks"},
+	{"bench", "transport", "times"},
+	{"interop", "transport", "real servers"},
+	{"retrycmp", "transport", "counts copies"},
+	{"campaign", "fuzz", "runs"},
+	{"conformance", "h2server", ""},
+	{"conformance", "h3server", ""},
+	{"conformance", "connectproxy", ""},
+	{"cmd", "soak", "soak"},
+	{"cmd", "bench", "bench"},
+	{"cmd", "campaign", "fuzz"},
+	{"cmd", "forward", "forward"},
 }
 
 func main() {
@@ -209,6 +251,13 @@ func render() ([]byte, error) {
 			role = strings.Join(parts, "; ")
 		}
 		fmt.Fprintf(&b, "| `%s` | %s |\n", n.pkg, role)
+	}
+	for _, l := range listed {
+		if seen[l.pkg] {
+			return nil, fmt.Errorf("package %s listed twice", l.pkg)
+		}
+		seen[l.pkg] = true
+		fmt.Fprintf(&b, "| `%s` | %s |\n", l.pkg, l.role)
 	}
 	return b.Bytes(), nil
 }
