@@ -523,15 +523,18 @@ func TestH2StalledUploadFreezesNothing(t *testing.T) {
 		}
 	}
 	stalledGET := make(chan struct{})
+	// The GET to the stalled host ends only when the test cancels it,
+	// after the healthy host has answered: so the healthy GET ran while
+	// the stalled one was still waiting.
+	stalledCtx, cancelStalled := context.WithCancel(t.Context())
+	defer cancelStalled()
 	onConn := make(chan struct{}) // the GET to the stalled host has its stream there
 	wg.Go(func() {
 		defer close(stalledGET)
-		ctx, stop := context.WithTimeout(t.Context(), time.Second)
-		defer stop()
-		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { close(onConn) }})
+		ctx := httptrace.WithClientTrace(stalledCtx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { close(onConn) }})
 		_, _, err := roundTrip(tr, newRequest(t, ctx, "GET", stalled+"/second", ""))
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Errorf("GET to the stalled host: %v, want its deadline's error", err)
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("GET to the stalled host: %v, want its cancellation's error", err)
 		}
 	})
 	select { // the GET to the stalled host waits on the stalled connection
@@ -545,5 +548,11 @@ func TestH2StalledUploadFreezesNothing(t *testing.T) {
 		}
 	})
 	returns("CloseIdleConnections", tr.CloseIdleConnections)
+	select {
+	case <-stalledGET:
+		t.Fatal("the GET to the stalled host ended before the test canceled it: the healthy GET was not shown to pass it")
+	default:
+	}
+	cancelStalled()
 	returns("GET to the stalled host", func() { <-stalledGET })
 }

@@ -236,12 +236,18 @@ func parseSummary(doc string) (summary, error) {
 // the document says how to measure again.
 func checkMeasuredCommit(t *testing.T, commit string) {
 	t.Helper()
+	// Outside CI a checkout without git or without the commit (a
+	// shallow clone) only says so; CI's full clone must compare.
+	skipped := t.Logf
+	if os.Getenv("CI") == "true" {
+		skipped = t.Errorf
+	}
 	if _, err := exec.LookPath("git"); err != nil {
-		t.Logf("no git: fsm's code not compared with commit %s", commit)
+		skipped("no git: fsm's code not compared with commit %s", commit)
 		return
 	}
 	if err := exec.Command("git", "cat-file", "-e", commit+"^{commit}").Run(); err != nil {
-		t.Logf("commit %s is not in this clone: fsm's code not compared with it", commit)
+		skipped("commit %s is not in this clone: fsm's code not compared with it", commit)
 		return
 	}
 	names, err := filepath.Glob("*.go")

@@ -242,19 +242,23 @@ func TestIdleCut(t *testing.T) {
 		t.Fatal(resp.Status)
 	}
 	// Traffic keeps the tunnel open past the cut time...
+	var last time.Time // before the last byte the proxy relayed
 	for range 15 {
 		time.Sleep(cut / 10)
+		last = time.Now()
 		roundTrip(t, c, br, "keepalive")
 	}
-	// ...and silence closes it cut after the last byte relayed.
-	last := time.Now()
+	// ...and silence closes it, no sooner than cut after the last byte
+	// relayed. The read deadline is a hang guard, not a bound on the
+	// proxy's timer.
+	c.SetReadDeadline(time.Now().Add(time.Minute))
 	n, err := br.Read(make([]byte, 1))
 	waited := time.Since(last)
 	if n != 0 || err != io.EOF {
 		t.Fatalf("read after idle = %d, %v; want EOF", n, err)
 	}
-	if waited < cut-5*time.Millisecond || waited > 2*time.Second {
-		t.Errorf("tunnel cut after %v, want about %v", waited, cut)
+	if waited < cut {
+		t.Errorf("tunnel cut %v after the last byte, before the idle cut of %v", waited, cut)
 	}
 	if s.Cuts() != 1 {
 		t.Errorf("cuts = %d", s.Cuts())
