@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/replaysafe/replaysafe/internal/harness/conformance"
+	"github.com/replaysafe/replaysafe/internal/harness/retrycmp"
 	"github.com/replaysafe/replaysafe/spec"
 )
 
@@ -74,6 +75,33 @@ func TestDocsConformanceCounts(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("no sample of replaysafe conformance in the documents")
+	}
+}
+
+// TestDocsProseCounts: where the documents' prose gives the size of the
+// whole run ("the 123 cases", "the 42 retry rows"), the number is what
+// `replaysafe conformance` runs now.
+func TestDocsProseCounts(t *testing.T) {
+	scenarios, err := conformance.Scenarios()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{
+		"cases":      len(conformance.Cases(scenarios)),
+		"retry rows": retrycmp.RowCount(),
+	}
+	prose := regexp.MustCompile(`\bthe (\d+) (cases|retry rows)\b`)
+	found := 0
+	for name, text := range docFiles(t) {
+		for _, m := range prose.FindAllStringSubmatch(text, -1) {
+			found++
+			if got, _ := strconv.Atoi(m[1]); got != want[m[2]] {
+				t.Errorf("%s: %q; replaysafe conformance runs %d %s", name, m[0], want[m[2]], m[2])
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal(`no "the N cases" or "the N retry rows" in the documents: the test checks nothing`)
 	}
 }
 

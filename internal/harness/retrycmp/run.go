@@ -118,6 +118,10 @@ type run struct {
 	duration time.Duration
 }
 
+// RowCount is the number of rows Run returns with the default clients
+// (Peers): one per scenario and client.
+func RowCount() int { return len(scenarios) * len(Peers()) }
+
 // Run runs every scenario against every client, each run with its own
 // server and client instance, up to maxParallelRuns at a time, and
 // returns one Row per scenario and client, in scenario order then client
