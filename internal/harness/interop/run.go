@@ -125,7 +125,7 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (Summary, error) {
 			}
 			maxRuns := runs
 			if row.Shows == ShowsCrossing {
-				maxRuns = crossingBatches(cfg.Quick) * runs
+				maxRuns = runs + (crossingBatches(cfg.Quick)-1)*max(runs, row.Parallel)
 			}
 			rdir := filepath.Join(dir, fmt.Sprintf("%s-%02d", server, i))
 			if err := os.MkdirAll(rdir, 0o700); err != nil {
@@ -208,12 +208,16 @@ func Run(ctx context.Context, w io.Writer, cfg Config) (Summary, error) {
 // crossingBatches is how many batches of runs a crossing row makes at
 // most: which runs cross the server's close depends on timing, so while
 // no request of replaysafe's has crossed it (Result.Crossed), another
-// batch runs the same sweep, every client again. In the full mode a row
-// crosses in the first batch on an idle machine; four quick runs often
-// do not, and on a loaded machine (the suite beside a race run of
-// another package) three full batches missed now and then, the timers'
-// jitter wider than the sweep's ±5 ms: batches past the first cost
-// only a row that has not crossed yet.
+// batch runs the same sweep, every client again, as many runs at once
+// as the row's Parallel allows (a batch takes about one keep-alive
+// timeout however many run in it). In the full mode a row crosses in
+// the first batch on an idle machine; four quick runs often do not, and
+// on a loaded machine (the suite beside a race run of another package)
+// replaysafe's window, between its check of an idle connection and the
+// request reaching the server, is tens of microseconds against timers'
+// jitter of milliseconds: 16 quick batches of four once missed it in
+// every one of 64 runs. Batches past the first cost only a row that
+// has not crossed yet.
 func crossingBatches(quick bool) int {
 	if quick {
 		return 16
@@ -294,6 +298,9 @@ func runRow(ctx context.Context, row Row, runs, maxRuns int, dir string, certs *
 	for done := 0; ; {
 		batch(done)
 		done += runs
+		if row.Shows == ShowsCrossing {
+			runs = max(runs, row.Parallel) // the next batches: as many at once as the row allows
+		}
 		if firstErr != nil {
 			return nil, firstErr
 		}
