@@ -245,7 +245,7 @@ func (s *h2Stream) uploading() bool { return false }
 // attempt: a pooled one that can take a stream and joined the pool after
 // mark from.after (or is from.same), else a new one (pool.Mux.Acquire),
 // waiting out a route that refuses when from is a displaced request's
-// resend.
+// resend, or when the route is restarting (redialFor).
 func (t *Transport) acquireH2(ctx context.Context, key pool.Key, snap *dial.Route, leg plan.Leg, start fsm.Instant, from resend) (*h2Conn, bool, error) {
 	check := func() error {
 		if _, h1 := t.h1Only.Load(key); h1 {

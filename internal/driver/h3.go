@@ -305,7 +305,7 @@ func (s *h3Stream) Uploaded(error) {
 // acquireH3 returns a connection with room for one more request: a
 // pooled one that is open, got no GOAWAY and joined the pool after mark
 // after (or is same), else a new one (muxPool.acquire).
-func (t *Transport) acquireH3(ctx context.Context, key pool.Key, after uint64, same *h3Conn, redial func(error) bool) (*h3Conn, bool, error) {
+func (t *Transport) acquireH3(ctx context.Context, key pool.Key, after uint64, same *h3Conn, redial pool.Redialing) (*h3Conn, bool, error) {
 	dial := func() (*h3Conn, error) { return t.dialH3(ctx, key) }
 	return t.h3pool.Acquire(ctx, key, after, same, nil, dial, redial)
 }

@@ -8,18 +8,17 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/replaysafe/replaysafe/internal/pool"
 	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
-// redialFor returns, for the start of a displaced request's resend, which
-// dial errors leave it waiting for its route to come back
-// (pool.Mux.Acquire's redial); nil for any other attempt, whose failed
-// dial is final (RS04, spec/choices.md choice 1).
-func redialFor(start resend) func(error) bool {
-	if !start.displaced {
-		return nil
-	}
-	return notAnswering
+// redialFor returns what an attempt's failed dial means to the pool
+// (pool.Mux.Acquire): a dial that found the route not answering leaves
+// a displaced request's resend waiting for the route to come back, and
+// any other attempt too while the route is restarting; otherwise a
+// failed dial is final (RS04, spec/choices.md choices 1 and 23).
+func redialFor(start resend) pool.Redialing {
+	return pool.Redialing{NotAnswering: notAnswering, Displaced: start.displaced}
 }
 
 // notAnswering reports whether a dial that failed with err found the

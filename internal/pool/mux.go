@@ -2,7 +2,6 @@ package pool
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -71,7 +70,6 @@ type Mux[C MuxConn] struct {
 	limit       *Limit        // shared with the Transport's other pools
 	cap         *IdleCap      // every pool's idle connections together; nil: no bound
 	gate        dialGate      // attempts that missed the pool share a dial
-	redial      Redial        // spacing of a down route's dials (Acquire with redial)
 
 	mu    sync.Mutex
 	seq   uint64 // connections added so far
@@ -84,146 +82,18 @@ type Mux[C MuxConn] struct {
 	// new connections as they need instead of all moving to one that
 	// will refuse most of them again.
 	perConn map[Key]learnedLimit
-	// down holds the routes whose last dial for a displaced request
-	// failed: until when no attempt dials them again, and how to learn
-	// that a connection joined.
-	down map[Key]*routeDown
+	// down holds the routes whose last dial for a waiting attempt
+	// found them not answering (Acquire with a Redialing).
+	down *Down
 	// spread holds, per route whose new connections died young under
 	// the resends they carried, how many resends one connection takes,
 	// and until when (ResendLost).
 	spread map[Key]learnedLimit
 }
 
-// routeDown is a route whose last dial for a displaced request failed
-// (Acquire with redial set).
-type routeDown struct {
-	failures int           // dials failed in a row
-	err      error         // the last one's error
-	next     time.Time     // no dial for the route before this
-	up       chan struct{} // closed when a connection for the route joins the pool
-}
-
-// Redial spaces the dials of a route that does not answer, for the
-// displaced requests waiting for it to come back: after the n-th failed
-// dial in a row the next waits a delay drawn in [d/2, d), where d is
-// Base·2ⁿ⁻¹ up to Max. The first dial after a connection's death is not
-// delayed (a resend runs at once, DESIGN.md); only a dial after a failed
-// one is.
-type Redial struct {
-	Base, Max time.Duration
-	// Jitter returns a duration drawn uniformly in [0, d); nil means
-	// math/rand/v2 (tests set it).
-	Jitter func(d time.Duration) time.Duration
-}
-
-// Default spacing of a down route's dials: a port that refuses for
-// 100 ms (a server restarting) costs about three refused dials; one that
-// stays down costs about one a second, until the waiting requests'
-// acquisition deadline.
-const (
-	DefaultRedialBase = 25 * time.Millisecond
-	DefaultRedialMax  = time.Second
-)
-
-// maxDown bounds the routes remembered as down.
-const maxDown = 1024
-
 // SetRedial sets the spacing of a down route's dials; call it before
 // the pool is used.
-func (p *Mux[C]) SetRedial(r Redial) { p.redial = r }
-
-// delay returns the wait before the dial that follows failures failed
-// dials in a row.
-func (r Redial) delay(failures int) time.Duration {
-	base, most := r.Base, r.Max
-	if base <= 0 {
-		base = DefaultRedialBase
-	}
-	if most < base {
-		most = max(DefaultRedialMax, base)
-	}
-	d := base
-	for i := 1; i < failures && d < most; i++ {
-		d *= 2
-	}
-	d = min(d, most)
-	jitter := r.Jitter
-	if jitter == nil {
-		jitter = func(d time.Duration) time.Duration { return rand.N(d) }
-	}
-	half := d / 2
-	if half <= 0 {
-		return d
-	}
-	return d - half + jitter(half)
-}
-
-// dialFailed records that a dial for key failed with err: the route is
-// down, and its next dial waits for the spacing.
-func (p *Mux[C]) dialFailed(key Key, err error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	d, ok := p.down[key]
-	if !ok {
-		if len(p.down) >= maxDown {
-			p.wakeAllLocked()
-		}
-		d = &routeDown{up: make(chan struct{})}
-		p.down[key] = d
-	}
-	if !d.next.IsZero() && now.Sub(d.next) > p.redialMax() {
-		d.failures = 0 // an old outage: start the spacing again
-	}
-	d.failures++
-	d.err = err
-	d.next = now.Add(p.redial.delay(d.failures))
-}
-
-func (p *Mux[C]) redialMax() time.Duration {
-	if p.redial.Max > 0 {
-		return p.redial.Max
-	}
-	return DefaultRedialMax
-}
-
-// downWait returns, for a route that is down, how long to wait before
-// its next dial and a channel closed when a connection for it joins the
-// pool; 0 when it may be dialed now.
-func (p *Mux[C]) downWait(key Key) (time.Duration, <-chan struct{}) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	d, ok := p.down[key]
-	if !ok {
-		return 0, nil
-	}
-	return time.Until(d.next), d.up
-}
-
-// downErr returns the error of the last failed dial of a route that is
-// down, or nil.
-func (p *Mux[C]) downErr(key Key) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if d, ok := p.down[key]; ok {
-		return d.err
-	}
-	return nil
-}
-
-// upLocked forgets that key is down, waking the attempts waiting for it.
-func (p *Mux[C]) upLocked(key Key) {
-	if d, ok := p.down[key]; ok {
-		close(d.up)
-		delete(p.down, key)
-	}
-}
-
-func (p *Mux[C]) wakeAllLocked() {
-	for key := range p.down {
-		p.upLocked(key)
-	}
-}
+func (p *Mux[C]) SetRedial(r Redial) { p.down.redial = r }
 
 // learnedLimit is a route's per-connection stream budget seen in a
 // GOAWAY, valid until expires.
@@ -247,7 +117,7 @@ const maxLearned = 1024
 
 func NewMux[C MuxConn](maxIdle int, idleTimeout time.Duration, limit *Limit, cap *IdleCap) *Mux[C] {
 	return &Mux[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit, cap: cap,
-		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}, down: map[Key]*routeDown{}, spread: map[Key]learnedLimit{}}
+		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}, down: NewDown(Redial{}), spread: map[Key]learnedLimit{}}
 }
 
 // Learn records, for c's route, that its server accepted streams
@@ -326,8 +196,7 @@ func (p *Mux[C]) ResendLost(c C, now time.Time) {
 func (p *Mux[C]) spreading(key Key) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, down := p.down[key]
-	return !down && p.spreadLocked(key) > 0
+	return !p.down.IsDown(key) && p.spreadLocked(key) > 0
 }
 
 // Mark returns the pool's clock, which ticks when a dial starts and when
@@ -464,7 +333,7 @@ func (p *Mux[C]) addWith(c C, tick uint64, displaced bool) {
 	}
 	p.seq++
 	m.seq = tick
-	p.upLocked(m.Key)
+	p.down.Up(m.Key)
 	if !p.keep {
 		m.retired = true
 		return
@@ -689,16 +558,18 @@ const (
 // search with an error after take found nothing (for example ALPN's
 // answer under ProtocolNegotiate).
 //
-// redial, set for a resend of a displaced request, says which dial
-// errors mean that the route is not answering yet (a server restarting
-// refuses its port): such a dial sent nothing, so instead of failing the
-// attempt marks the route down and every displaced attempt for it waits
-// (spec/choices.md, choice 23): the next dial, still one at a time,
-// comes after the route's Redial spacing, or a connection another
-// attempt added ends the wait. Only the attempt's context (its
-// acquisition deadline) ends it otherwise.
+// w says what a failed dial means (Redialing): for a resend of a
+// displaced request, a dial that found the route not answering yet (a
+// server restarting refuses its port) sent nothing, so instead of
+// failing the attempt marks the route down and every displaced attempt
+// for it waits (spec/choices.md, choice 23): the next dial, still one at
+// a time, comes after the route's Redial spacing, or a connection
+// another attempt added ends the wait. Only the attempt's context (its
+// acquisition deadline) ends it otherwise. Any other attempt waits so
+// too while the route is restarting (down for less than RestartWindow);
+// otherwise its failed dial is final.
 func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
-	check func() error, dial func() (C, error), redial func(error) bool) (C, bool, error) {
+	check func() error, dial func() (C, error), w Redialing) (C, bool, error) {
 	var zero C
 	var settle *time.Timer
 	every := settleWait
@@ -707,19 +578,23 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 			settle.Stop()
 		}
 	}()
-	// ended is the error of a displaced attempt whose context ended
-	// while it waited: the cause, and the route's last failed dial.
+	// waiting: a failed dial that found the route not answering leaves
+	// the attempt waiting for it.
+	var waiting bool
+	// ended is the error of a waiting attempt whose context ended while
+	// it waited: the cause, and the route's last failed dial.
 	ended := func() error {
-		if redial != nil {
-			if last := p.downErr(key); last != nil {
+		if waiting {
+			if last := p.down.Err(key); last != nil {
 				return &DownError{Cause: context.Cause(ctx), LastDial: last}
 			}
 		}
 		return context.Cause(ctx)
 	}
 	for {
+		waiting = w.NotAnswering != nil && (w.Displaced || p.down.Restarting(key))
 		seen := p.Mark()
-		c, reused, pending := p.Take(key, after, same, redial != nil)
+		c, reused, pending := p.Take(key, after, same, w.Displaced)
 		if c != zero {
 			return c, reused, nil
 		}
@@ -744,7 +619,7 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 		}
 		var wait <-chan struct{}
 		var lead func()
-		if redial != nil && p.spreading(key) {
+		if w.Displaced && p.spreading(key) {
 			lead = func() {} // spreading: no waiting on another's dial
 		} else {
 			wait, lead = p.dialTurn(key, seen)
@@ -760,10 +635,10 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 				return zero, false, ended()
 			}
 		}
-		if redial != nil {
+		if waiting {
 			// The dial before ours may have failed just now: the route's
 			// spacing holds for us too.
-			if d, up := p.downWait(key); d > 0 {
+			if d, up := p.down.Wait(key); d > 0 {
 				lead()
 				if err := waitUp(ctx, d, up); err != nil {
 					return zero, false, ended()
@@ -778,10 +653,10 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 			}
 			continue
 		}
-		c, err := p.dialCounted(key, dial, redial != nil)
-		down := err != nil && redial != nil && ctx.Err() == nil && redial(err)
+		c, err := p.dialCounted(key, dial, w.Displaced)
+		down := err != nil && waiting && ctx.Err() == nil && w.NotAnswering(err)
 		if down {
-			p.dialFailed(key, err) // before lead: a waiter woken by it sees the route down
+			p.down.Failed(key, err) // before lead: a waiter woken by it sees the route down
 		}
 		lead()
 		if down {
@@ -789,6 +664,19 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 		}
 		return c, false, err
 	}
+}
+
+// Redialing says what an attempt's failed dial means to Acquire.
+type Redialing struct {
+	// NotAnswering reports whether a dial that failed with err found the
+	// route not answering yet (it sent nothing, and the next may
+	// succeed); nil means every failed dial is final.
+	NotAnswering func(err error) bool
+	// Displaced marks the resend of a request displaced by its
+	// connection's failure or GOAWAY: it waits for a down route until
+	// its context ends, takes only connections that may carry resends
+	// (Take), and counts as a resend on a connection it dials.
+	Displaced bool
 }
 
 // DownError ends an acquisition whose context ended while it waited for

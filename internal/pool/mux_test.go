@@ -206,7 +206,7 @@ func TestPendingWaitBacksOff(t *testing.T) {
 			_, _, err := p.Acquire(ctx, key, 0, nil, nil, func() (*waitingMuxConn, error) {
 				t.Error("dialed while a connection was settling")
 				return nil, errors.New("no dial")
-			}, nil)
+			}, Redialing{})
 			done <- err
 		}()
 		time.Sleep(10 * time.Millisecond)

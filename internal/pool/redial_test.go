@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,6 +51,12 @@ func (r *refusingRoute) dials() []time.Duration {
 
 func isRefused(err error) bool { return errors.Is(err, errRefused) }
 
+// displacedBy is the Redialing of a displaced request's resend that
+// waits on the errors notAnswering names.
+func displacedBy(notAnswering func(error) bool) Redialing {
+	return Redialing{NotAnswering: notAnswering, Displaced: true}
+}
+
 // halfJitter draws the middle of the range: a delay of d/2 + d/4.
 func halfJitter(d time.Duration) time.Duration { return d / 2 }
 
@@ -73,7 +80,7 @@ func TestRedialSharedAndSpaced(t *testing.T) {
 		var wg sync.WaitGroup
 		for i := range n {
 			wg.Go(func() {
-				got[i], _, errs[i] = p.Acquire(ctx, r.key, mark, nil, nil, r.dial, isRefused)
+				got[i], _, errs[i] = p.Acquire(ctx, r.key, mark, nil, nil, r.dial, displacedBy(isRefused))
 			})
 		}
 		wg.Wait()
@@ -115,7 +122,7 @@ func TestRedialEndsAtDeadline(t *testing.T) {
 		var failed atomic.Int64
 		for range 16 {
 			wg.Go(func() {
-				_, _, err := p.Acquire(ctx, r.key, 0, nil, nil, r.dial, isRefused)
+				_, _, err := p.Acquire(ctx, r.key, 0, nil, nil, r.dial, displacedBy(isRefused))
 				var down *DownError
 				if errors.Is(err, context.DeadlineExceeded) && errors.As(err, &down) && errors.Is(err, errRefused) {
 					failed.Add(1)
@@ -150,7 +157,7 @@ func TestRedialWokenByNewConn(t *testing.T) {
 		got := make(chan *fakeMuxConn, 2)
 		for range 2 {
 			go func() {
-				c, _, _ := p.Acquire(ctx, r.key, 0, nil, nil, r.dial, isRefused)
+				c, _, _ := p.Acquire(ctx, r.key, 0, nil, nil, r.dial, displacedBy(isRefused))
 				got <- c
 			}()
 		}
@@ -180,11 +187,11 @@ func TestDialFailureFinalWithoutRedial(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := NewMux[*fakeMuxConn](2, 0, NewLimit(0), nil)
 		r := &refusingRoute{key: Key{Addr: "a:1"}, start: time.Now(), refusals: 1 << 30}
-		if _, _, err := p.Acquire(context.Background(), r.key, 0, nil, nil, r.dial, nil); !errors.Is(err, errRefused) {
+		if _, _, err := p.Acquire(context.Background(), r.key, 0, nil, nil, r.dial, Redialing{NotAnswering: isRefused}); !errors.Is(err, errRefused) {
 			t.Errorf("original attempt: %v, want the refusal", err)
 		}
 		never := func(error) bool { return false }
-		if _, _, err := p.Acquire(context.Background(), r.key, 0, nil, nil, r.dial, never); !errors.Is(err, errRefused) {
+		if _, _, err := p.Acquire(context.Background(), r.key, 0, nil, nil, r.dial, displacedBy(never)); !errors.Is(err, errRefused) {
 			t.Errorf("displaced attempt, final error: %v, want it", err)
 		}
 		if n := len(r.dials()); n != 2 {
@@ -276,5 +283,175 @@ func TestResendLostTeachesSpread(t *testing.T) {
 	}
 	if got, _, _ := p.Take(key, 0, nil, false); got != busy {
 		t.Fatalf("an original attempt took %p, want %p", got, busy)
+	}
+}
+
+// TestRestartWindowHoldsNewAttempts: once a displaced request's redial
+// found the route refusing (a restart), an original attempt that comes
+// within RestartWindow waits for the route too instead of failing at
+// once, sharing the spaced dials; both take the connection the route
+// answers with. An original attempt after the window fails at once, as
+// before any outage (choice 23). Fake time (testing/synctest).
+func TestRestartWindowHoldsNewAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := NewMux[*fakeMuxConn](2, 0, NewLimit(0), nil)
+		p.SetRedial(Redial{Base: 20 * time.Millisecond, Max: time.Second, Jitter: halfJitter})
+		r := &refusingRoute{key: Key{Addr: "a:1"}, start: time.Now(), refusals: 3}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		displaced := make(chan *fakeMuxConn, 1)
+		go func() {
+			c, _, err := p.Acquire(ctx, r.key, p.Mark(), nil, nil, r.dial, displacedBy(isRefused))
+			if err != nil {
+				t.Errorf("displaced attempt: %v", err)
+			}
+			displaced <- c
+		}()
+		time.Sleep(5 * time.Millisecond) // its first dial was refused
+		synctest.Wait()
+		if n := len(r.dials()); n != 1 {
+			t.Fatalf("%d dials before the original attempt, want 1", n)
+		}
+		c, _, err := p.Acquire(ctx, r.key, 0, nil, nil, r.dial, Redialing{NotAnswering: isRefused})
+		if err != nil {
+			t.Fatalf("original attempt during the restart: %v, want it to wait for the route", err)
+		}
+		if d := <-displaced; d != c {
+			t.Errorf("displaced attempt took %p, the original %p: want the one connection", d, c)
+		}
+		if n := len(r.dials()); n != 4 {
+			t.Errorf("%d dials, want 4 (3 refused, one at a time)", n)
+		}
+		if r.most != 1 {
+			t.Errorf("%d dials at once, want 1", r.most)
+		}
+
+		// A route that stays down: an original attempt in the window
+		// waits until the window has passed (and the next spaced dial
+		// failed), then fails with the refusal; one after the window
+		// fails at its first dial. A displaced one still waits.
+		q := NewMux[*fakeMuxConn](2, 0, NewLimit(0), nil)
+		down := &refusingRoute{key: Key{Addr: "b:1"}, start: time.Now(), refusals: 1 << 30}
+		waitCtx, stop := context.WithTimeout(context.Background(), 2*RestartWindow)
+		defer stop()
+		gone := make(chan struct{})
+		go func() {
+			defer close(gone)
+			q.Acquire(waitCtx, down.key, q.Mark(), nil, nil, down.dial, displacedBy(isRefused))
+		}()
+		time.Sleep(RestartWindow / 2)
+		_, _, err = q.Acquire(context.Background(), down.key, 0, nil, nil, down.dial, Redialing{NotAnswering: isRefused})
+		ended := time.Since(down.start)
+		if !errors.Is(err, errRefused) {
+			t.Errorf("original attempt in the window of a route that stays down: %v, want the refusal", err)
+		}
+		// The outage began with the first dial's refusal at 1 ms.
+		if lo, hi := RestartWindow, RestartWindow+DefaultRedialMax+2*time.Millisecond; ended < lo || ended > hi {
+			t.Errorf("original attempt in the window ended %v after the outage began, want within [%v, %v]", ended, lo, hi)
+		}
+		began := time.Now()
+		_, _, err = q.Acquire(context.Background(), down.key, 0, nil, nil, down.dial, Redialing{NotAnswering: isRefused})
+		if !errors.Is(err, errRefused) {
+			t.Errorf("original attempt after the window: %v, want the refusal", err)
+		}
+		if took := time.Since(began); took != time.Millisecond {
+			t.Errorf("original attempt after the window took %v, want one dial (1 ms)", took)
+		}
+		stop() // the displaced attempt's deadline
+		<-gone
+	})
+}
+
+// TestDialWaitingEachOwnConnection: HTTP/1.1's acquisition, where every
+// attempt dials a connection of its own. 16 displaced requests' resends
+// meet a restarting port: their first dials, made at once, are refused
+// together and lengthen the spacing once; then one dials at a time,
+// spaced, until the port answers, and the others dial their own
+// connections as soon as it has. None fails. An original attempt before
+// any outage fails at its refused dial; one in the restart window waits
+// too. Fake time (testing/synctest).
+func TestDialWaitingEachOwnConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := NewDown(Redial{Base: 20 * time.Millisecond, Max: time.Second, Jitter: halfJitter})
+		const n = 16
+		r := &refusingRoute{key: Key{Addr: "a:1"}, start: time.Now(), refusals: n + 4}
+		if _, err := DialWaiting(context.Background(), d, r.key, Redialing{NotAnswering: isRefused}, r.dial); !errors.Is(err, errRefused) {
+			t.Fatalf("original attempt before any outage: %v, want the refusal", err)
+		}
+		r.refusals++ // that dial was one of them
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				_, errs[i] = DialWaiting(ctx, d, r.key, displacedBy(isRefused), r.dial)
+			})
+		}
+		time.Sleep(5 * time.Millisecond) // the first wave was refused
+		synctest.Wait()
+		var original error
+		wg.Go(func() {
+			_, original = DialWaiting(ctx, d, r.key, Redialing{NotAnswering: isRefused}, r.dial)
+		})
+		wg.Wait()
+		for i, err := range errs {
+			if err != nil {
+				t.Errorf("displaced attempt %d: %v", i, err)
+			}
+		}
+		if original != nil {
+			t.Errorf("original attempt in the restart window: %v, want it to wait", original)
+		}
+		at := r.dials()
+		// 1 refused before, 16 refused at once, 4 refused one at a time,
+		// then 17 that succeed (16 displaced and the original).
+		if want := 1 + n + 4 + n + 1; len(at) != want {
+			t.Fatalf("%d dials, want %d: %v", len(at), want, at)
+		}
+		probes := at[1+n : 1+n+5] // the four refused alone and the one that answered
+		// Spacing: 15 ms after the wave (it counted as one failure, not
+		// 16), then 30, 60, 120 and 240 ms after each refused probe,
+		// each counted from the failed dial's end (a dial takes 1 ms).
+		want := []time.Duration{30, 60, 120, 240}
+		for i := 1; i < len(probes); i++ {
+			if gap := probes[i] - probes[i-1]; gap != time.Millisecond+want[i-1]*time.Millisecond {
+				t.Errorf("probe %d came %v after the one before, want %v (dials at %v)", i, gap, time.Millisecond+want[i-1]*time.Millisecond, probes)
+			}
+		}
+		if first := probes[0] - at[1]; first != time.Millisecond+15*time.Millisecond {
+			t.Errorf("the first probe came %v after the wave, want 16ms", first)
+		}
+	})
+}
+
+// TestDownBounded: routes that each fail one dial, more than maxDown of
+// them, never make Down hold more than maxDown routes; a full Down
+// forgets every route, waking their waiters (who then dial again), so a
+// route failing now is always remembered.
+func TestDownBounded(t *testing.T) {
+	d := NewDown(Redial{})
+	var firstUp <-chan struct{}
+	for i := range 3 * maxDown {
+		key := Key{Addr: fmt.Sprintf("r%d:1", i)}
+		d.Failed(key, errRefused)
+		_, up := d.Wait(key)
+		if up == nil {
+			t.Fatalf("route %d not remembered after its failed dial", i)
+		}
+		if i == 0 {
+			firstUp = up
+		}
+		d.mu.Lock()
+		n := len(d.routes)
+		d.mu.Unlock()
+		if n > maxDown {
+			t.Fatalf("%d routes held, more than %d", n, maxDown)
+		}
+	}
+	select {
+	case <-firstUp:
+	default:
+		t.Error("the first route's waiters were never woken when Down forgot it")
 	}
 }
