@@ -98,6 +98,7 @@ type Transport struct {
 	factory *http.Transport
 	limit   *pool.Limit // connections per route, every protocol (MaxConnsPerHost)
 	h1pool  *pool.Idle[*persistConn]
+	h1down  *pool.Down // HTTP/1.1 routes found not answering (pool.DialWaiting)
 
 	// HTTP/2: the connections' configuration, the multiplexed pool, and
 	// the routes ALPN answered with HTTP/1.1 under negotiation.
@@ -142,6 +143,7 @@ func New(cfg Config) *Transport {
 		factory: newFactory(cfg),
 		limit:   limit,
 		h1pool:  pool.NewIdle[*persistConn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit, idle),
+		h1down:  pool.NewDown(cfg.Redial),
 
 		h2cfg:  h2Config(cfg),
 		h2pool: pool.NewMux[*h2Conn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit, idle),

@@ -35,7 +35,7 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	}
 	if pc == nil {
 		var err error
-		pc, reused, err = tr.t.acquire(a.acquireContext(), tr.key, tr.snap, tr.leg.ALPN, n == 1, rec)
+		pc, reused, err = tr.t.acquire(a.acquireContext(), tr.key, tr.snap, tr.leg.ALPN, n == 1, redialFor(start), rec)
 		if err != nil {
 			return a.acquireFailed(err)
 		}

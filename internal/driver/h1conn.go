@@ -150,7 +150,9 @@ func (t *Transport) clientConn(ctx context.Context, key pool.Key, snap *dial.Rou
 //
 // A route at MaxConnsPerHost waits, under the acquisition deadline, until
 // a connection closes or (for an original attempt) one comes back idle.
-func (t *Transport) acquire(ctx context.Context, key pool.Key, snap *dial.Route, alpn []string, pooled bool, rec *h1.Recorder) (*persistConn, bool, error) {
+// A dial that finds the route not answering is waited out as w says
+// (pool.DialWaiting; spec/choices.md, choice 23).
+func (t *Transport) acquire(ctx context.Context, key pool.Key, snap *dial.Route, alpn []string, pooled bool, w pool.Redialing, rec *h1.Recorder) (*persistConn, bool, error) {
 	for {
 		if pooled {
 			if pc := t.pooled(key, rec); pc != nil {
@@ -164,7 +166,9 @@ func (t *Transport) acquire(ctx context.Context, key pool.Key, snap *dial.Route,
 			return nil, false, err
 		}
 	}
-	pc, err := t.dialH1(ctx, key, snap, alpn, rec.Start())
+	pc, err := pool.DialWaiting(ctx, t.h1down, key, w, func() (*persistConn, error) {
+		return t.dialH1(ctx, key, snap, alpn, rec.Start())
+	})
 	if err != nil {
 		t.limit.Closed(key)
 		return nil, false, err
