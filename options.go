@@ -157,9 +157,11 @@ type Options struct {
 	// negotiation, its authentication included) and the TLS handshake
 	// under one deadline (fsm PhaseAcquire). A resend starts a new deadline; a resend displaced
 	// by a connection's death waits up to that long for its route to come
-	// back when the shared redial is refused (a restarting server), and
-	// then fails as a timeout (RS06) naming the last refused dial. Zero
-	// means DefaultAcquireTimeout; a negative value means no limit.
+	// back when the redial is refused (a restarting server), and then
+	// fails as a timeout (RS06) naming the last refused dial; for 5 s
+	// after such a refusal, any attempt whose dial is refused waits so
+	// too (spec/choices.md, choice 23). Zero means DefaultAcquireTimeout;
+	// a negative value means no limit.
 	AcquireTimeout time.Duration
 
 	// WriteTimeout bounds the upload: from acquiring the connection until
