@@ -46,6 +46,7 @@ func (o *h1Copies) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-o.ready:
 		case <-time.After(10 * time.Second):
 		}
+	case strings.HasPrefix(r.URL.Path, "/n"): // a new request: answered at once
 	case n == 1:
 		<-r.Context().Done() // held until its connection dies
 		return
@@ -77,7 +78,9 @@ func (o *h1Copies) count() int {
 // at a time with spaced dials, instead of failing with RS04, and each
 // then dials its own connection: every GET arrives twice, byte for
 // byte, and succeeds; no POST arrives twice (RS18); the restart costs
-// one new connection per resent GET (choice 23).
+// one new connection per resent GET. A new GET made while the port
+// still refuses waits for it too (the restart window) and arrives once
+// (choice 23).
 func TestRestartH1ResendsWaitForTheRoute(t *testing.T) {
 	const gets, posts = 48, 16
 	const n = gets + posts
@@ -138,9 +141,22 @@ func TestRestartH1ResendsWaitForTheRoute(t *testing.T) {
 	}
 	dialsBefore := dials.Load()
 	front.kill()
+	for refused.Load() == 0 { // a resend found the port refusing
+		if ctx.Err() != nil {
+			t.Fatal("no dial was refused after the restart")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var fresh inFlightResult
+	wg.Go(func() {
+		fresh.code, fresh.body, fresh.err = roundTrip(tr, newRequest(t, ctx, "GET", base+"/new", ""))
+	})
 	time.Sleep(100 * time.Millisecond) // the port refuses meanwhile
 	front.listen(t)
 	wg.Wait()
+	if fresh.err != nil || fresh.code != 200 || len(origin.copies("/new")) != 1 {
+		t.Errorf("a new GET during the restart: %d %v, %d copies; want 200 and one copy", fresh.code, fresh.err, len(origin.copies("/new")))
+	}
 
 	getsOK, postTwice := 0, 0
 	for i := range gets {
@@ -165,7 +181,7 @@ func TestRestartH1ResendsWaitForTheRoute(t *testing.T) {
 			t.Errorf("/p%d: %d %v, want a replaysafe error", i, r.code, r.err)
 		}
 	}
-	newConns := front.Accepted() - n
+	newConns := front.Accepted() - n - 1 // the new GET's own
 	t.Logf("after the restart: %d dials, %d refused; %d new connections; GETs succeeded %d/%d; POSTs delivered twice %d/%d",
 		dials.Load()-dialsBefore, refused.Load(), newConns, getsOK, gets, postTwice, posts)
 	if getsOK != gets {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/replaysafe/replaysafe/adapters/recorder"
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/pool"
 	"github.com/replaysafe/replaysafe/transports/proxy"
 )
 
@@ -72,6 +73,14 @@ type attemptWire interface {
 	// (see streamOnly). HTTP/1.1 returns zero values: its resend always
 	// dials.
 	resendFrom(connFailed bool) (after uint64, same any)
+	// streamReset reports whether err, the attempt's failure, was the
+	// server resetting the attempt's stream alone, its connection still
+	// open: no loss of the connection. HTTP/1.1: false.
+	streamReset(err error) bool
+	// connLost tells the pool of key that the attempt's connection died
+	// under it, so that refused dials to the route soon after are taken
+	// for a restart (pool.Down.Lost).
+	connLost(key pool.Key)
 	// resendLost tells the pool that this attempt, a displaced
 	// request's resend, failed; if its connection is gone and carried
 	// other resends, the route learns to spread them (pool.Mux.ResendLost).
@@ -366,6 +375,18 @@ func streamOnly(rule fsm.Rule) bool {
 	return rule == fsm.RuleEvidenceRefusedStream
 }
 
+// connDeath reports whether an attempt that ended by rule on a
+// connection may have lost that connection under it: any failure but
+// the caller's (canceled, a local failure of its body), a timeout (the
+// server is slow, not gone) and an impossible order of events.
+func connDeath(rule fsm.Rule) bool {
+	switch rule {
+	case fsm.RuleCanceled, fsm.RuleTimeout, fsm.RuleLocalFailure, fsm.RuleInvalidOrder:
+		return false
+	}
+	return true
+}
+
 // failed ends an attempt that did not deliver: it fails the call or
 // hands the next attempt its start, at once.
 func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, error) {
@@ -376,6 +397,9 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 		if a.displaced {
 			a.wire.resendLost()
 		}
+	}
+	if a.wire != nil && connDeath(d.Rule) && !streamOnly(d.Rule) && !a.wire.streamReset(err) {
+		a.wire.connLost(a.tr.key)
 	}
 	displaced := a.wire != nil && d.Action == fsm.ActionResend
 	if displaced {

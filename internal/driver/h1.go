@@ -7,6 +7,7 @@ import (
 
 	"github.com/replaysafe/replaysafe/adapters/h1"
 	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/pool"
 )
 
 // attemptH1 runs wire attempt n over HTTP/1.1 from its start (the
@@ -143,6 +144,10 @@ func (w *h1Wire) informational() error { return w.rec.HeaderSectionError() }
 // resendFrom returns zero values: an HTTP/1.1 resend always dials.
 func (w *h1Wire) resendFrom(bool) (uint64, any) { return 0, nil }
 
+// streamReset reports false: an HTTP/1.1 exchange has no stream of its
+// own to reset.
+func (w *h1Wire) streamReset(error) bool { return false }
+
 // resendLost does nothing: an HTTP/1.1 resend has its connection alone.
 func (w *h1Wire) resendLost() {}
 
@@ -150,3 +155,6 @@ func (w *h1Wire) learnGoAway() {}
 
 // uploading reports false: net/http ends the upload with the exchange.
 func (w *h1Wire) uploading() bool { return false }
+
+// connLost records the loss for the HTTP/1.1 acquisition's Down.
+func (w *h1Wire) connLost(key pool.Key) { w.t.h1down.Lost(key) }

@@ -237,6 +237,13 @@ func (s *h2Stream) resendFrom(connFailed bool) (uint64, any) {
 	return s.t.h2pool.Mark(), s.hc
 }
 
+// streamReset reports whether the server reset the stream (a remote
+// *h2.StreamError) while the connection stays open.
+func (s *h2Stream) streamReset(err error) bool {
+	se, ok := errors.AsType[*h2.StreamError](err)
+	return ok && se.Remote && !s.hc.cc.Closed()
+}
+
 // uploading reports false: the connection ends a stream's upload with
 // its response (a CONNECT's with its response body).
 func (s *h2Stream) uploading() bool { return false }
@@ -295,3 +302,6 @@ func (t *Transport) dialH2(ctx context.Context, key pool.Key, snap *dial.Route, 
 	t.opened(&hc.obs, key, fsm.ProtoH2)
 	return hc, nil
 }
+
+// connLost records the loss in the HTTP/2 pool.
+func (s *h2Stream) connLost(key pool.Key) { s.t.h2pool.Lost(key) }

@@ -276,6 +276,13 @@ func (s *h3Stream) resendFrom(connFailed bool) (uint64, any) {
 	return s.t.h3pool.Mark(), s.hc
 }
 
+// streamReset reports whether the server reset the request stream (a
+// remote *quic.StreamError) while the QUIC connection stays open.
+func (s *h3Stream) streamReset(err error) bool {
+	se, ok := errors.AsType[*quic.StreamError](err)
+	return ok && se.Remote && s.hc.qc.Context().Err() == nil
+}
+
 // uploading marks the response ended and reports whether quic-go is still
 // sending the request body.
 func (s *h3Stream) uploading() bool {
@@ -523,3 +530,6 @@ func (u *udpSockets) release(network string, sh *udpShare) {
 		sh.conn.Close()
 	}
 }
+
+// connLost records the loss in the HTTP/3 pool.
+func (s *h3Stream) connLost(key pool.Key) { s.t.h3pool.Lost(key) }

@@ -18,6 +18,10 @@ type Down struct {
 
 	mu     sync.Mutex
 	routes map[Key]*routeDown
+	// lost holds, per route, when a connection last died under a
+	// request (Lost): a refused dial within RestartWindow of it is a
+	// restart in progress. At most maxDown routes.
+	lost map[Key]time.Time
 }
 
 // routeDown is a route whose last dial failed as not answering.
@@ -52,9 +56,9 @@ const (
 )
 
 // RestartWindow is how long after a route was first seen down (a
-// connection died and the redial found the port refusing) a new
-// request's refused dial also waits for the route instead of failing at
-// once: a restart in progress, which a request arriving a moment later
+// redial found the port refusing) or lost a connection under a request
+// a new request's refused dial also waits for the route instead of
+// failing at once: a restart in progress, which a request arriving a moment later
 // would otherwise fail on (spec/choices.md, choice 23). Past it, the
 // route is taken to be gone and a new request's failed dial is final
 // again, so a server that never comes back costs a new request no more
@@ -65,7 +69,21 @@ const RestartWindow = 5 * time.Second
 const maxDown = 1024
 
 // NewDown returns a Down with spacing r.
-func NewDown(r Redial) *Down { return &Down{redial: r, routes: map[Key]*routeDown{}} }
+func NewDown(r Redial) *Down {
+	return &Down{redial: r, routes: map[Key]*routeDown{}, lost: map[Key]time.Time{}}
+}
+
+// Lost records that a connection for key died under a request (closed
+// or reset by the peer or the network): if the route's next dials are
+// refused within RestartWindow, it is restarting.
+func (d *Down) Lost(key Key) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.lost[key]; !ok && len(d.lost) >= maxDown {
+		clear(d.lost) // forgetting only makes a later refusal final, as without the record
+	}
+	d.lost[key] = time.Now()
+}
 
 // delay returns the wait before the dial that follows failures failed
 // dials in a row.
@@ -163,13 +181,17 @@ func (d *Down) IsDown(key Key) bool {
 	return ok
 }
 
-// Restarting reports whether key went down less than RestartWindow ago:
-// a new request's refused dial then waits for it too.
+// Restarting reports whether key went down, or lost a connection under
+// a request, less than RestartWindow ago: a new request's refused dial
+// then waits for the route too.
 func (d *Down) Restarting(key Key) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r, ok := d.routes[key]
-	return ok && time.Since(r.since) < RestartWindow
+	if r, ok := d.routes[key]; ok && time.Since(r.since) < RestartWindow {
+		return true
+	}
+	at, ok := d.lost[key]
+	return ok && time.Since(at) < RestartWindow
 }
 
 // Up forgets that key is down, waking the attempts waiting for it.

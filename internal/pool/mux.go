@@ -91,6 +91,10 @@ type Mux[C MuxConn] struct {
 	spread map[Key]learnedLimit
 }
 
+// Lost records that a connection for key died under a request (see
+// Down.Lost).
+func (p *Mux[C]) Lost(key Key) { p.down.Lost(key) }
+
 // SetRedial sets the spacing of a down route's dials; call it before
 // the pool is used.
 func (p *Mux[C]) SetRedial(r Redial) { p.down.redial = r }

@@ -425,10 +425,11 @@ func TestDialWaitingEachOwnConnection(t *testing.T) {
 	})
 }
 
-// TestDownBounded: routes that each fail one dial, more than maxDown of
-// them, never make Down hold more than maxDown routes; a full Down
-// forgets every route, waking their waiters (who then dial again), so a
-// route failing now is always remembered.
+// TestDownBounded: routes that each fail one dial, or lose one
+// connection, more than maxDown of them, never make Down hold more than
+// maxDown routes of either kind; a full Down forgets every route, waking
+// their waiters (who then dial again), so a route failing now is always
+// remembered.
 func TestDownBounded(t *testing.T) {
 	d := NewDown(Redial{})
 	var firstUp <-chan struct{}
@@ -454,4 +455,60 @@ func TestDownBounded(t *testing.T) {
 	default:
 		t.Error("the first route's waiters were never woken when Down forgot it")
 	}
+	for i := range 3 * maxDown {
+		key := Key{Addr: fmt.Sprintf("l%d:1", i)}
+		d.Lost(key)
+		if !d.Restarting(key) {
+			t.Fatalf("route %d not remembered after its loss", i)
+		}
+		d.mu.Lock()
+		n := len(d.lost)
+		d.mu.Unlock()
+		if n > maxDown {
+			t.Fatalf("%d lost routes held, more than %d", n, maxDown)
+		}
+	}
+}
+
+// TestLostConnectionMeansRestart: a route that lost a connection under
+// a request (Down.Lost) and then refuses a dial is restarting, before
+// any displaced request's redial was refused: an original attempt's
+// refused dial waits for the route and takes the connection it answers
+// with. Past RestartWindow after the loss, a refused dial is final
+// again. Fake time (testing/synctest).
+func TestLostConnectionMeansRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := NewDown(Redial{Base: 20 * time.Millisecond, Max: time.Second, Jitter: halfJitter})
+		r := &refusingRoute{key: Key{Addr: "a:1"}, start: time.Now(), refusals: 2}
+		w := Redialing{NotAnswering: isRefused}
+		d.Lost(r.key)
+		if !d.Restarting(r.key) {
+			t.Fatal("a route that just lost a connection is not restarting")
+		}
+		if _, err := DialWaiting(context.Background(), d, r.key, w, r.dial); err != nil {
+			t.Fatalf("original attempt after the loss: %v, want it to wait out the refusals", err)
+		}
+		if n := len(r.dials()); n != 3 {
+			t.Errorf("%d dials, want 3 (2 refused)", n)
+		}
+		q := NewMux[*fakeMuxConn](2, 0, NewLimit(0), nil)
+		m := &refusingRoute{key: Key{Addr: "b:1"}, start: time.Now(), refusals: 1}
+		q.Lost(m.key)
+		if _, _, err := q.Acquire(context.Background(), m.key, 0, nil, nil, m.dial, w); err != nil {
+			t.Errorf("multiplexed original attempt after the loss: %v, want it to wait out the refusal", err)
+		}
+
+		late := &refusingRoute{key: Key{Addr: "c:1"}, start: time.Now(), refusals: 1 << 30}
+		d.Lost(late.key)
+		time.Sleep(RestartWindow)
+		if d.Restarting(late.key) {
+			t.Error("still restarting a whole RestartWindow after the loss")
+		}
+		if _, err := DialWaiting(context.Background(), d, late.key, w, late.dial); !errors.Is(err, errRefused) {
+			t.Errorf("original attempt after the window: %v, want the refusal at once", err)
+		}
+		if n := len(late.dials()); n != 1 {
+			t.Errorf("%d dials after the window, want 1", n)
+		}
+	})
 }
