@@ -51,13 +51,8 @@ var hostileH2Rows = []hostileH2{
 		// resend is not resent (RS08).
 		name: "PING flood, server reads nothing",
 		serve: func(c *hostileConn) {
-			fr := c.fr
-			fr.WriteSettings()
-			for i := 0; i < 4*h2.DefaultMaxQueuedControlFrames; i++ {
-				if fr.WritePing(false, [8]byte{byte(i)}) != nil {
-					return
-				}
-			}
+			c.fr.WriteSettings()
+			c.flood(func(i int) error { return c.fr.WritePing(false, [8]byte{byte(i)}) })
 		},
 		code: http2.ErrCodeEnhanceYourCalm, first: fsm.RuleEvidenceHandedBack, rule: fsm.RuleNoSecondResend, tries: 2, dials: 2,
 	},
@@ -66,12 +61,9 @@ var hostileH2Rows = []hostileH2{
 		// flood of acknowledgements owed.
 		name: "SETTINGS flood, server reads nothing",
 		serve: func(c *hostileConn) {
-			fr := c.fr
-			for i := 0; i < 4*h2.DefaultMaxQueuedControlFrames; i++ {
-				if fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 100}) != nil {
-					return
-				}
-			}
+			c.flood(func(int) error {
+				return c.fr.WriteSettings(http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: 100})
+			})
 		},
 		code: http2.ErrCodeEnhanceYourCalm, first: fsm.RuleEvidenceHandedBack, rule: fsm.RuleNoSecondResend, tries: 2, dials: 2,
 	},
@@ -168,8 +160,7 @@ func TestH2HostileFrames(t *testing.T) {
 				goAway.Store(^uint32(0))
 				serve := func(s net.Conn) {
 					defer s.Close()
-					preface := make([]byte, len(http2.ClientPreface))
-					if _, err := io.ReadFull(s, preface); err != nil || string(preface) != http2.ClientPreface {
+					if !readPreface(s) {
 						return
 					}
 					fr := http2.NewFramer(s, s)
@@ -243,6 +234,14 @@ func TestH2HostileFrames(t *testing.T) {
 	}
 }
 
+// readPreface reads the client's connection preface from s and
+// reports whether it was one.
+func readPreface(s net.Conn) bool {
+	preface := make([]byte, len(http2.ClientPreface))
+	_, err := io.ReadFull(s, preface)
+	return err == nil && string(preface) == http2.ClientPreface
+}
+
 // hostileConn is one connection of a hostile server: its framer, and
 // the counts the test reads.
 type hostileConn struct {
@@ -276,6 +275,16 @@ func (c *hostileConn) settleAndReadID() (uint32, bool) {
 		case *http2.MetaHeadersFrame:
 			c.headers.Add(1)
 			return f.StreamID, true
+		}
+	}
+}
+
+// flood writes frame 4 × DefaultMaxQueuedControlFrames times, reading
+// nothing, until a write fails (the client closed).
+func (c *hostileConn) flood(frame func(i int) error) {
+	for i := range 4 * h2.DefaultMaxQueuedControlFrames {
+		if frame(i) != nil {
+			return
 		}
 	}
 }

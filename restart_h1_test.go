@@ -117,22 +117,10 @@ func TestRestartH1ResendsWaitForTheRoute(t *testing.T) {
 		t.Fatalf("%d connections after the warm-up, want %d", a, n)
 	}
 
-	results := make([]inFlightResult, n)
-	for i := range n {
-		wg.Go(func() {
-			var req *http.Request
-			if i < gets {
-				req = newRequest(t, ctx, "GET", fmt.Sprintf("%s/g%d", base, i), "")
-			} else {
-				req = newRequest(t, ctx, "POST", fmt.Sprintf("%s/p%d", base, i-gets), fmt.Sprintf("post %d", i-gets))
-			}
-			r := &results[i]
-			r.code, r.body, r.err = roundTrip(tr, req)
-		})
-	}
-	for origin.count() < 2*n { // n warm-ups, then n first copies
+	wait := inFlight(t, ctx, tr, base, gets, posts) // its own /warm, answered at once, then the n
+	for origin.count() < 2*n+1 {                    // n warm-ups, /warm, then n first copies
 		if ctx.Err() != nil {
-			t.Fatalf("%d requests arrived, want %d", origin.count(), 2*n)
+			t.Fatalf("%d requests arrived, want %d", origin.count(), 2*n+1)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -153,6 +141,7 @@ func TestRestartH1ResendsWaitForTheRoute(t *testing.T) {
 	})
 	time.Sleep(100 * time.Millisecond) // the port refuses meanwhile
 	front.listen(t)
+	results := wait()
 	wg.Wait()
 	if fresh.err != nil || fresh.code != 200 || len(origin.copies("/new")) != 1 {
 		t.Errorf("a new GET during the restart: %d %v, %d copies; want 200 and one copy", fresh.code, fresh.err, len(origin.copies("/new")))

@@ -257,8 +257,7 @@ func TestSlowPeerH2Settings(t *testing.T) {
 				var goAway atomic.Uint32
 				serve := func(s net.Conn) {
 					defer s.Close()
-					preface := make([]byte, len(http2.ClientPreface))
-					if _, err := io.ReadFull(s, preface); err != nil || string(preface) != http2.ClientPreface {
+					if !readPreface(s) {
 						return
 					}
 					fr := http2.NewFramer(s, s)
