@@ -570,8 +570,9 @@ const (
 // a time, comes after the route's Redial spacing, or a connection
 // another attempt added ends the wait. Only the attempt's context (its
 // acquisition deadline) ends it otherwise. Any other attempt waits so
-// too while the route is restarting (down for less than RestartWindow);
-// otherwise its failed dial is final.
+// too while the route is restarting (down, or a connection lost under a
+// request, less than RestartWindow ago: Down.Restarting); otherwise its
+// failed dial is final.
 func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 	check func() error, dial func() (C, error), w Redialing) (C, bool, error) {
 	var zero C
