@@ -58,11 +58,11 @@ const (
 // RestartWindow is how long after a route was first seen down (a
 // redial found the port refusing) or lost a connection under a request
 // a new request's refused dial also waits for the route instead of
-// failing at once: a restart in progress, which a request arriving a moment later
-// would otherwise fail on (spec/choices.md, choice 23). Past it, the
-// route is taken to be gone and a new request's failed dial is final
-// again, so a server that never comes back costs a new request no more
-// than the window and one spacing.
+// failing at once: a restart in progress, which a request arriving a
+// moment later would otherwise fail on (spec/choices.md, choice 23).
+// Past it, the route is taken to be gone and a new request's failed dial
+// is final again, so a server that never comes back costs a new request
+// no more than the window and one spacing.
 const RestartWindow = 5 * time.Second
 
 // maxDown bounds the routes remembered as down.
