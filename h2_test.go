@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -259,6 +260,41 @@ func TestH2ResetIsAmbiguous(t *testing.T) {
 		t.Fatal(code, err)
 	}
 	wantH2Copies(t, s, "/after", 0)
+}
+
+// TestH2ResetResendKeepsConnection: a PUT whose stream the server resets
+// with INTERNAL_ERROR (RS20) is resent on the same connection, which a
+// stream error leaves usable (RFC 9113 §5.4.2): the server receives two
+// byte-identical copies on its one connection, and the request after it
+// rides that connection too; nothing dials.
+func TestH2ResetResendKeepsConnection(t *testing.T) {
+	forTLSAndH2C(t, func(t *testing.T, useTLS bool) {
+		cfg := h2Script([]h2server.Action{h2server.OK("ok"), h2server.Reset(http2.ErrCodeInternal), h2server.OK("again"), h2server.OK("after")})
+		cfg.TLS = useTLS
+		s := startH2(t, cfg)
+		tr, obs := h2Client(t, s, replaysafe.Options{})
+		if code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/warm", "")); err != nil || code != 200 {
+			t.Fatal(code, err)
+		}
+		code, body, err := roundTrip(tr, newRequest(t, t.Context(), "PUT", s.URL()+"/t", "the same bytes"))
+		if err != nil || code != 200 || body != "again" {
+			t.Fatal(code, body, err)
+		}
+		wantH2Copies(t, s, "/t", 0, 0)
+		cs := h2Copies(s, "/t")
+		if a, b := cs[0], cs[1]; string(a.Body) != "the same bytes" || string(b.Body) != string(a.Body) ||
+			!reflect.DeepEqual(a.Fields, b.Fields) {
+			t.Errorf("copies differ:\n%+v\n%+v", a, b)
+		}
+		wantDecisions(t, obs, "/t", fsm.RuleAmbiguousIdempotentResend, fsm.RuleDeliverFinalResponse)
+		if code, _, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/after", "")); err != nil || code != 200 {
+			t.Fatal(code, err)
+		}
+		wantH2Copies(t, s, "/after", 0)
+		if n := len(s.Conns()); n != 1 {
+			t.Errorf("server accepted %d connections, want 1", n)
+		}
+	})
 }
 
 func TestH2RefuseEverythingTwoCopies(t *testing.T) {

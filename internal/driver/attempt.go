@@ -348,14 +348,16 @@ func (tr *try) streamRecorder(r *streamRec, a *attempt, facts fsm.Request) *stre
 }
 
 // endWire stops the recorder and lets go of the attempt's connection or
-// stream: a connection whose failure is not a refusal of the stream alone
-// takes no new attempt.
-func (a *attempt) endWire(d fsm.Decision, clean bool) {
+// stream; clean reports a complete exchange. A connection whose failure
+// made a resend takes no new attempt, unless the failure was the stream's
+// alone: a refusal of it, or (keep) a reset of it by the server on a
+// connection that stays open.
+func (a *attempt) endWire(d fsm.Decision, clean, keep bool) {
 	a.rec.Stop()
 	if a.wire == nil {
 		return
 	}
-	if d.Action == fsm.ActionResend && !streamOnly(d.Rule) {
+	if d.Action == fsm.ActionResend && !streamOnly(d.Rule) && !keep {
 		a.wire.retire()
 	}
 	a.wire.end(d, clean)
@@ -398,21 +400,30 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 			a.wire.resendLost()
 		}
 	}
-	if a.wire != nil && connDeath(d.Rule) && !streamOnly(d.Rule) && !a.wire.streamReset(err) {
+	reset := a.wire != nil && a.wire.streamReset(err)
+	if a.wire != nil && connDeath(d.Rule) && !streamOnly(d.Rule) && !reset {
 		a.wire.connLost(a.tr.key)
 	}
 	displaced := a.wire != nil && d.Action == fsm.ActionResend
-	if displaced {
-		// Whatever ended the attempt, its resend takes only a connection
-		// that joins the pool from now on (or, after REFUSED_STREAM, the
-		// same one), and shares it with the other requests displaced
-		// with it (spec/choices.md, choice 23).
+	keep := displaced && reset && d.Rule == fsm.RuleAmbiguousIdempotentResend
+	switch {
+	case keep:
+		// The server reset the stream alone and its connection stays
+		// open: a stream error leaves the connection usable (RFC 9113
+		// §5.4.2, RFC 9114 §8), so the connection stays pooled and the
+		// resend takes any with room, this one included (spec/choices.md,
+		// choice 23).
+	case displaced:
+		// Any other end: the resend takes only a connection that joins
+		// the pool from now on (or, after REFUSED_STREAM, the same one),
+		// and shares it with the other requests displaced with it
+		// (choice 23).
 		after, same = a.wire.resendFrom(!streamOnly(d.Rule))
 		if !streamOnly(d.Rule) {
 			same = nil
 		}
 	}
-	a.endWire(d, false)
+	a.endWire(d, false, keep)
 	a.cancel(nil)
 	a.cd = a.tr.step(fsm.Outcome{Decision: d, Facts: a.rec.Facts()})
 	a.report(err)
@@ -477,7 +488,7 @@ func (a *attempt) finishBody(err error) error {
 			failed = conv(f)
 		}
 	}
-	a.endWire(d, clean)
+	a.endWire(d, clean, false)
 	if err != nil || !a.wire.uploading() {
 		a.cancel(nil)
 	}

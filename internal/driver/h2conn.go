@@ -61,6 +61,9 @@ func (c *h2Conn) Gone() bool {
 	return goAway || c.cc.Closed()
 }
 
+// ReadSince reports whether the connection read a frame after t.
+func (c *h2Conn) ReadSince(t time.Time) bool { return c.cc.LastRead().After(t) }
+
 // Close closes the connection gracefully, in the background: a GOAWAY,
 // then the close once its streams are done, or after h2DrainTimeout. The
 // pool's count of attempts can reach zero while a stream still ends (a

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"crypto/tls"
+	"time"
 
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
@@ -42,8 +43,14 @@ func (c *h3Conn) Reserve() bool {
 // instead of the server refusing it.
 func (c *h3Conn) Pending() bool { return false }
 
-// Gone reports true: a connection that cannot take a request never will.
-func (c *h3Conn) Gone() bool { return true }
+// Gone reports whether the connection ended or the server sent a
+// GOAWAY: what makes Reserve refuse, for good.
+func (c *h3Conn) Gone() bool { return !c.Reserve() }
+
+// ReadSince reports false: quic-go does not say when a connection last
+// received a packet, so a displaced request's resend never takes an
+// HTTP/3 connection older than the failure (choice 23).
+func (c *h3Conn) ReadSince(time.Time) bool { return false }
 
 // Close closes the QUIC connection with H3_NO_ERROR.
 func (c *h3Conn) Close() {

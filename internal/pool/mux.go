@@ -13,6 +13,7 @@ type MuxState struct {
 	seq     uint64 // when its dial started, on the pool's clock (Mark), from 1
 	failed  uint64 // the clock when the connection was first seen failing (FailMark), or 0
 	resends int    // displaced requests' resends it took
+	burst   uint64 // the failure mark of the first resend it took, or 0 (see learnedLimit.over)
 	taught  bool   // its loss under resends taught its route to spread them (ResendLost)
 	started int    // attempts it took, from the first
 	served  int    // attempts that ended in a clean, complete exchange
@@ -50,12 +51,18 @@ type MuxConn interface {
 	// room (HTTP/2: the server's SETTINGS); an attempt then waits for it
 	// instead of dialing.
 	Pending() bool
-	// Gone reports, after Reserve refused, whether the connection will
-	// never take an attempt again (closed, closing, or a GOAWAY came).
+	// Gone reports whether the connection will never take an attempt
+	// again (closed, closing, or a GOAWAY came); the pool asks it after
+	// Reserve refused, and of a connection it skips without asking
+	// Reserve.
 	Gone() bool
 	// Close closes the connection; streams still running on it at the
 	// stack's level end first (a graceful close).
 	Close()
+	// ReadSince reports whether the connection read a frame from its
+	// peer after t: it was alive then. A stack that cannot tell reports
+	// false.
+	ReadSince(t time.Time) bool
 }
 
 // Mux holds the live multiplexed connections per route: an attempt
@@ -77,10 +84,11 @@ type Mux[C MuxConn] struct {
 	// perConn holds what a route's server showed it serves per
 	// connection: the streams it accepted before a GOAWAY that left
 	// later streams unprocessed (nginx keepalive_requests), and until
-	// when that holds. A connection takes no more attempts than that,
-	// so that the requests one GOAWAY displaced spread over as many
-	// new connections as they need instead of all moving to one that
-	// will refuse most of them again.
+	// when that holds. The resends one GOAWAY displaced take no more
+	// than that per connection, so that they spread over as many new
+	// connections as they need instead of all moving to one that will
+	// refuse most of them again; every attempt does once a second
+	// connection's GOAWAY showed the same count (see Learn).
 	perConn map[Key]learnedLimit
 	// down holds the routes whose last dial for a waiting attempt
 	// found them not answering (Acquire with a Redialing).
@@ -89,6 +97,34 @@ type Mux[C MuxConn] struct {
 	// the resends they carried, how many resends one connection takes,
 	// and until when (ResendLost).
 	spread map[Key]learnedLimit
+	// fails holds when the latest failure marks were taken (FailMark),
+	// the latest at fails[nfails%len(fails)-1]: a connection older than
+	// a mark that read a frame after it proved itself alive since the
+	// failure, and may take the displaced requests' resends (Take).
+	fails  [8]failMark
+	nfails int
+}
+
+// failMark is a failure mark of the pool's clock and when it was taken.
+type failMark struct {
+	seq uint64
+	at  time.Time
+}
+
+// failedAtLocked returns when the failure mark mark was taken, or false
+// when mark is not a recent failure mark (0, one from Mark, or one
+// pushed out by later failures): a connection older than it then never
+// counts as proven.
+func (p *Mux[C]) failedAtLocked(mark uint64) (time.Time, bool) {
+	if mark == 0 {
+		return time.Time{}, false
+	}
+	for _, f := range p.fails {
+		if f.seq == mark {
+			return f.at, true
+		}
+	}
+	return time.Time{}, false
 }
 
 // Lost records that a connection for key died under a request (see
@@ -100,10 +136,16 @@ func (p *Mux[C]) Lost(key Key) { p.down.Lost(key) }
 func (p *Mux[C]) SetRedial(r Redial) { p.down.redial = r }
 
 // learnedLimit is a route's per-connection stream budget seen in a
-// GOAWAY, valid until expires.
+// GOAWAY, valid until expires. from is the connection that showed it
+// last (its MuxState.seq), mark that connection's failure mark
+// (FailMark), which the resends it displaced carry; confirmed: the
+// GOAWAYs of two connections in a row showed it (Learn).
 type learnedLimit struct {
-	streams int
-	expires time.Time
+	streams   int
+	expires   time.Time
+	from      uint64
+	mark      uint64
+	confirmed bool
 }
 
 // perConnTTL is how long a learned per-connection budget holds: a
@@ -128,6 +170,17 @@ func NewMux[C MuxConn](maxIdle int, idleTimeout time.Duration, limit *Limit, cap
 // streams on c before a GOAWAY, when c had taken more than that: the
 // GOAWAY displaced some (a server that drains without displacing
 // anything teaches nothing).
+//
+// One GOAWAY is a candidate: it bounds the resends of the requests that
+// GOAWAY displaced per connection, and the connections that take them
+// (Take, learnedLimit.over), which is what the burst it caused needs.
+// It bounds every attempt only once the route's next displacing GOAWAY
+// shows the same count on another connection: a server with a
+// per-connection request limit (nginx keepalive_requests) ends every
+// connection at the same stream, while connections that end at random
+// moments (a deploy, a load balancer's drain, a process recycled) show
+// counts that differ, and a budget taken from one short life would make
+// the route dial every few requests for perConnTTL.
 func (p *Mux[C]) Learn(c C, streams int, now time.Time) {
 	if streams < minLearned {
 		return
@@ -138,31 +191,50 @@ func (p *Mux[C]) Learn(c C, streams int, now time.Time) {
 	if c.Mux().started <= streams {
 		return
 	}
-	if _, ok := p.perConn[key]; !ok && len(p.perConn) >= maxLearned {
+	old, ok := p.perConn[key]
+	if ok && old.from == c.Mux().seq {
+		return // every stream it displaced tells the same GOAWAY
+	}
+	if !ok && len(p.perConn) >= maxLearned {
 		clear(p.perConn)
 	}
-	p.perConn[key] = learnedLimit{streams: streams, expires: now.Add(perConnTTL)}
+	confirmed := ok && old.streams == streams && now.Before(old.expires)
+	p.perConn[key] = learnedLimit{streams: streams, expires: now.Add(perConnTTL), from: c.Mux().seq,
+		mark: p.failMarkLocked(c), confirmed: confirmed}
 }
 
-// budgetLocked returns the streams a connection for key may take, or 0
-// for no learned limit.
-func (p *Mux[C]) budgetLocked(key Key) int {
+// learnedLocked returns key's learned budget, if one holds (Learn).
+func (p *Mux[C]) learnedLocked(key Key) (learnedLimit, bool) {
 	l, ok := p.perConn[key]
 	if !ok {
-		return 0 // the common case reads no clock
+		return l, false // the common case reads no clock
 	}
 	if time.Now().After(l.expires) {
 		delete(p.perConn, key)
-		return 0
+		return l, false
 	}
-	return l.streams
+	return l, true
+}
+
+// over reports whether connection m has taken the streams l allows for
+// an attempt whose resend takes connections after mark after (0 for an
+// original attempt): a confirmed budget bounds every connection; a
+// candidate bounds the resends of the requests its GOAWAY displaced, and
+// every attempt on a connection that took such a resend (burst), so
+// that the burst's connections carry no more than the server serves on
+// one.
+func (l learnedLimit) over(m *MuxState, after uint64) bool {
+	if !l.confirmed && (l.mark == 0 || after != l.mark && m.burst != l.mark) {
+		return false
+	}
+	return m.started >= l.streams
 }
 
 // spreadLocked returns the resends a connection for key may take, or 0
-// for no learned limit.
+// for no learned limit (none, or a candidate: ResendLost).
 func (p *Mux[C]) spreadLocked(key Key) int {
 	l, ok := p.spread[key]
-	if !ok {
+	if !ok || !l.confirmed {
 		return 0
 	}
 	if time.Now().After(l.expires) {
@@ -175,11 +247,19 @@ func (p *Mux[C]) spreadLocked(key Key) int {
 // ResendLost tells the pool that a displaced request's resend on c
 // failed with c gone under it (closed, or a GOAWAY). When c carried
 // other resends too, they were lost with it, and RS08 allows none of
-// them a third copy: a route whose new connections die young (a server
-// or network that kills connections) learns to spread its resends, for
-// perConnTTL: a connection takes at most half as many resends as c did,
-// down to one (each resend a connection of its own). Each connection
-// teaches this once.
+// them a third copy. When c also died young, having completed fewer
+// exchanges than the resends it took, and so did the connection lost
+// this way before it on the route (a server or network that kills
+// connections soon after they open), the route learns to spread its
+// resends, for perConnTTL: a connection takes at most half as many
+// resends as c did, down to one (each resend a connection of its own).
+//
+// One young death is a candidate only, and a connection that proved
+// itself first (it completed at least as many exchanges as it took
+// resends) and then died clears it: connections whose lives are drawn
+// at random die young now and then, and spreading every later burst
+// over many new connections would answer each such end with a storm of
+// handshakes. Each connection teaches this once.
 func (p *Mux[C]) ResendLost(c C, now time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -188,10 +268,18 @@ func (p *Mux[C]) ResendLost(c C, now time.Time) {
 		return
 	}
 	m.taught = true
-	if _, ok := p.spread[m.Key]; !ok && len(p.spread) >= maxLearned {
+	old, ok := p.spread[m.Key]
+	if m.served >= m.resends {
+		if ok && !old.confirmed {
+			delete(p.spread, m.Key)
+		}
+		return
+	}
+	if !ok && len(p.spread) >= maxLearned {
 		clear(p.spread)
 	}
-	p.spread[m.Key] = learnedLimit{streams: max(1, m.resends/2), expires: now.Add(perConnTTL)}
+	confirmed := ok && now.Before(old.expires)
+	p.spread[m.Key] = learnedLimit{streams: max(1, m.resends/2), expires: now.Add(perConnTTL), confirmed: confirmed}
 }
 
 // spreading reports whether key's displaced requests spread their
@@ -223,12 +311,21 @@ func (p *Mux[C]) Mark() uint64 {
 func (p *Mux[C]) FailMark(c C) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.failMarkLocked(c)
+}
+
+// failMarkLocked is FailMark with the pool's lock held.
+func (p *Mux[C]) failMarkLocked(c C) uint64 {
 	m := c.Mux()
 	if m.failed == 0 {
 		m.failed = p.seq
 		if m.failed == 0 {
 			p.seq++ // 0 means unset: never the first mark
 			m.failed = p.seq
+		}
+		if _, ok := p.failedAtLocked(m.failed); !ok {
+			p.fails[p.nfails%len(p.fails)] = failMark{seq: m.failed, at: time.Now()}
+			p.nfails++
 		}
 	}
 	return m.failed
@@ -245,13 +342,17 @@ func (p *Mux[C]) Tick() uint64 {
 
 // Take reserves room for one attempt on a pooled connection for key whose
 // dial started after mark after, or is same (a connection whose
-// refusal of one stream left it healthy), and reports whether that
+// refusal of one stream left it healthy), or, when after is a failure
+// mark (FailMark), read a frame from its peer after the failure was
+// seen: a connection that proved itself alive since then, which the
+// failure did not reach (spec/choices.md, choice 23). It reports whether that
 // connection served an earlier exchange (reused as fsm means it, not
 // merely carrying another attempt right now); it returns the zero C when
 // none has room. Connections that are gone leave the pool on the way:
 // those met before the one that takes the attempt; any behind it leave
-// at a later take. gone is asked only when reserve refused (see
-// h2Conn.gone for why).
+// at a later take, and so does one this attempt may not take (older
+// than its mark, or at a learned limit) that is gone with no attempt on
+// it, which would otherwise count as idle against the route's cap.
 //
 // pending reports, when none had room, that a candidate was waiting for
 // its SETTINGS. displaced marks a displaced request's resend: it counts
@@ -267,17 +368,29 @@ func (p *Mux[C]) Take(key Key, after uint64, same C, displaced bool) (got C, reu
 	defer p.mu.Unlock()
 	list := p.conns[key]
 	kept := list[:0]
-	budget := p.budgetLocked(key)
+	learned, bounded := p.learnedLocked(key)
 	spread := 0
 	if displaced {
 		spread = p.spreadLocked(key)
 	}
+	failedAt, proof := p.failedAtLocked(after)
 	var zero C
 	for _, c := range list {
 		switch m := c.Mux(); {
-		case got != zero || m.seq <= after && c != same || budget > 0 && m.started >= budget ||
-			spread > 0 && m.resends >= spread:
+		case got != zero:
 			kept = append(kept, c)
+		case m.seq <= after && c != same && !(proof && m.failed == 0 && c.ReadSince(failedAt)) ||
+			bounded && learned.over(m, after) ||
+			spread > 0 && m.resends >= spread:
+			if m.active == 0 && c.Gone() {
+				// Not for this attempt, and for none again: it leaves
+				// now, or it would count as idle against the route's cap
+				// (Done) until a take that may use it passes it.
+				m.retired, m.pooled = true, false
+				dead = append(dead, c)
+			} else {
+				kept = append(kept, c)
+			}
 		case m.active == 0 && m.idleArmed && time.Since(m.idleSince) >= p.idleTimeout:
 			// Idle for the whole limit, its timer late: as Idle.Get,
 			// never handed out.
@@ -292,6 +405,9 @@ func (p *Mux[C]) Take(key Key, after uint64, same C, displaced bool) (got C, reu
 			m.started++
 			if displaced {
 				m.resends++
+				if m.burst == 0 {
+					m.burst = after
+				}
 			}
 			kept = append(kept, c)
 		case c.Gone():
@@ -327,13 +443,17 @@ func (p *Mux[C]) add(c C, tick uint64) { p.addWith(c, tick, false) }
 
 // addWith is add; displaced marks the attempt on c as a displaced
 // request's resend (see Take).
-func (p *Mux[C]) addWith(c C, tick uint64, displaced bool) {
+func (p *Mux[C]) addWith(c C, tick uint64, displaced bool) { p.addFrom(c, tick, displaced, 0) }
+
+// addFrom is addWith for a displaced request's resend that takes
+// connections after mark after (see Take).
+func (p *Mux[C]) addFrom(c C, tick uint64, displaced bool, after uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	m := c.Mux()
 	m.active, m.started = 1, 1
 	if displaced {
-		m.resends = 1
+		m.resends, m.burst = 1, after
 	}
 	p.seq++
 	m.seq = tick
@@ -366,7 +486,7 @@ func (p *Mux[C]) Done(c C, clean bool) {
 		m.served++
 	}
 	if m.active == 0 && !m.retired {
-		if budget := p.budgetLocked(m.Key); budget > 0 && m.started >= budget ||
+		if l, ok := p.learnedLocked(m.Key); ok && l.over(m, 0) ||
 			p.idleLocked(m.Key) > p.maxIdle {
 			p.retireLocked(c) // spent, or beyond the idle cap
 		}
@@ -658,7 +778,7 @@ func (p *Mux[C]) Acquire(ctx context.Context, key Key, after uint64, same C,
 			}
 			continue
 		}
-		c, err := p.dialCounted(key, dial, w.Displaced)
+		c, err := p.dialCounted(key, dial, w.Displaced, after)
 		down := err != nil && waiting && ctx.Err() == nil && w.NotAnswering(err)
 		if down {
 			p.down.Failed(key, err) // before lead: a waiter woken by it sees the route down
@@ -761,13 +881,13 @@ func (g *dialGate) join(key Key) (<-chan struct{}, func()) {
 // dialCounted dials a connection for key, whose room in the limit the
 // caller took, and adds it with one attempt running (a displaced
 // request's resend when displaced); a failed dial gives the room back.
-func (p *Mux[C]) dialCounted(key Key, dial func() (C, error), displaced bool) (C, error) {
+func (p *Mux[C]) dialCounted(key Key, dial func() (C, error), displaced bool, after uint64) (C, error) {
 	tick := p.Tick()
 	c, err := dial()
 	if err != nil {
 		p.limit.Closed(key)
 		return c, err
 	}
-	p.addWith(c, tick, displaced)
+	p.addFrom(c, tick, displaced, after)
 	return c, nil
 }

@@ -36,6 +36,7 @@ func TestMuxIdleTimerLetsGoOfShutConnections(t *testing.T) {
 type fakeMuxConn struct {
 	state  MuxState
 	closed atomic.Bool // closed by the idle timer's goroutine
+	readAt time.Time   // the last frame read from the peer, for ReadSince
 }
 
 func (c *fakeMuxConn) Mux() *MuxState { return &c.state }
@@ -43,7 +44,10 @@ func (c *fakeMuxConn) Reserve() bool  { return !c.closed.Load() }
 func (c *fakeMuxConn) Pending() bool  { return false }
 func (c *fakeMuxConn) Gone() bool     { return c.closed.Load() }
 func (c *fakeMuxConn) Close()         { c.closed.Store(true) }
-func (c *fakeMuxConn) isClosed() bool { return c.closed.Load() }
+
+// ReadSince reports whether the connection's test set readAt after t.
+func (c *fakeMuxConn) ReadSince(t time.Time) bool { return c.readAt.After(t) }
+func (c *fakeMuxConn) isClosed() bool             { return c.closed.Load() }
 
 // TestMuxIdleTimerClosesAfterLastAttempt: the idle timer is made when
 // the connection first goes idle and made again by no later attempt. One

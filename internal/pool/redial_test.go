@@ -245,10 +245,13 @@ func TestFailMarkSharedByDisplaced(t *testing.T) {
 	}
 }
 
-// TestResendLostTeachesSpread: a connection that dies with 8 resends on
-// it teaches its route to give a connection at most 4 resends; a later
-// resend then skips a connection carrying 4, an original attempt does
-// not, and a connection lost with one resend teaches nothing.
+// TestResendLostTeachesSpread: a connection that dies young (fewer
+// exchanges completed than resends taken) with 8 resends on it makes a
+// candidate; a second young death on the route confirms it, and a
+// connection then takes at most 4 resends: a later resend skips a
+// connection carrying 4, an original attempt does not. A connection lost
+// with one resend teaches nothing, and one that proved itself before it
+// died clears a candidate.
 func TestResendLostTeachesSpread(t *testing.T) {
 	p := NewMux[*fakeMuxConn](2, 0, NewLimit(0), nil)
 	key := Key{Addr: "a:1"}
@@ -259,19 +262,40 @@ func TestResendLostTeachesSpread(t *testing.T) {
 	if n := p.spreadLocked(key); n != 0 {
 		t.Fatalf("a connection lost with one resend taught a spread of %d", n)
 	}
-	dead := &fakeMuxConn{state: MuxState{Key: key}}
-	p.addWith(dead, p.Tick(), true)
-	for range 7 {
-		if got, _, _ := p.Take(key, 0, nil, true); got != dead {
-			t.Fatalf("took %p, want %p", got, dead)
+	// dieYoung adds a connection that takes 8 resends and dies having
+	// served served exchanges, and reports the loss.
+	dieYoung := func(served int) {
+		t.Helper()
+		c := &fakeMuxConn{state: MuxState{Key: key}}
+		p.addWith(c, p.Tick(), true)
+		for range 7 {
+			if got, _, _ := p.Take(key, 0, nil, true); got != c {
+				t.Fatalf("took %p, want %p", got, c)
+			}
 		}
+		c.state.served = served
+		p.ResendLost(c, time.Now()) // still up: no loss
+		c.Close()
+		p.ResendLost(c, time.Now())
+		p.ResendLost(c, time.Now()) // its other resends: taught once
+		p.mu.Lock()
+		for range 8 {
+			c.state.active--
+		}
+		p.mu.Unlock()
 	}
-	p.ResendLost(dead, time.Now()) // still up: no loss
-	dead.Close()
-	p.ResendLost(dead, time.Now())
-	p.ResendLost(dead, time.Now()) // its other resends: taught once
+	dieYoung(0)
+	if n := p.spreadLocked(key); n != 0 {
+		t.Fatalf("one young death taught a spread of %d", n)
+	}
+	dieYoung(8) // proved itself, then died: clears the candidate
+	dieYoung(0)
+	if n := p.spreadLocked(key); n != 0 {
+		t.Fatalf("a young death after a proven one taught a spread of %d", n)
+	}
+	dieYoung(3)
 	if n := p.spreadLocked(key); n != 4 {
-		t.Fatalf("spread %d after losing 8 resends, want 4", n)
+		t.Fatalf("spread %d after two young deaths with 8 resends each, want 4", n)
 	}
 	busy := &fakeMuxConn{state: MuxState{Key: key}}
 	p.addWith(busy, p.Tick(), true)
@@ -511,4 +535,102 @@ func TestLostConnectionMeansRestart(t *testing.T) {
 			t.Errorf("%d dials after the window, want 1", n)
 		}
 	})
+}
+
+// TestProvenConnectionTakesDisplaced: after one connection's death, a
+// connection dialed before it takes the displaced requests' resends once
+// it has read a frame since the death was seen (it proved itself alive),
+// and not before; a mark that is not a failure's (Mark) proves nothing,
+// and the dead connection itself never counts.
+func TestProvenConnectionTakesDisplaced(t *testing.T) {
+	p := NewMux[*fakeMuxConn](2, 0, NewLimit(0), nil)
+	key := Key{Addr: "a:1"}
+	other := &fakeMuxConn{state: MuxState{Key: key}}
+	p.add(other, p.Tick())
+	p.Done(other, true)
+	dead := &fakeMuxConn{state: MuxState{Key: key}}
+	p.add(dead, p.Tick())
+	other.readAt = time.Now()
+	time.Sleep(time.Millisecond) // the death is seen after other's last read
+	mark := p.FailMark(dead)
+	if got, _, _ := p.Take(key, mark, nil, true); got != nil {
+		t.Fatalf("resend took %p, silent since the failure", got)
+	}
+	time.Sleep(time.Millisecond)
+	other.readAt, dead.readAt = time.Now(), time.Now()
+	p.Tick()
+	if got, _, _ := p.Take(key, p.Mark(), nil, true); got != nil {
+		t.Fatalf("resend after a mark that is no failure's took %p", got)
+	}
+	if got, _, _ := p.Take(key, mark, nil, true); got != other {
+		t.Fatalf("resend took %p, want the connection that read since the failure %p", got, other)
+	}
+	if got, _, _ := p.Take(key, mark, nil, true); got != other {
+		t.Fatalf("second resend took %p, want %p (the failed connection never counts)", got, other)
+	}
+}
+
+// TestLearnedBudgetNeedsTwoConnections: one connection's GOAWAY after 3
+// streams (when it had taken 5) bounds only the resends of the requests
+// it displaced, at 3 a connection; an original attempt, or a resend after
+// another failure, takes more. Every attempt of the same GOAWAY heard
+// again from the first connection changes nothing; a second connection's
+// GOAWAY after 3 streams bounds every attempt, and a third's after 2
+// makes a new candidate instead.
+func TestLearnedBudgetNeedsTwoConnections(t *testing.T) {
+	p := NewMux[*fakeMuxConn](8, 0, NewLimit(0), nil)
+	key := Key{Addr: "a:1"}
+	// spent returns a connection that took n attempts.
+	spent := func(n int) *fakeMuxConn {
+		c := &fakeMuxConn{state: MuxState{Key: key}}
+		p.add(c, p.Tick())
+		for range n - 1 {
+			if got, _, _ := p.Take(key, 0, nil, false); got != c {
+				t.Fatalf("took %p, want %p", got, c)
+			}
+		}
+		return c
+	}
+	// takes reports how many attempts a fresh connection takes from
+	// after (0: originals), up to 8.
+	takes := func(after uint64) int {
+		t.Helper()
+		c := &fakeMuxConn{state: MuxState{Key: key}}
+		p.add(c, p.Tick())
+		n := 1
+		for n < 8 {
+			got, _, _ := p.Take(key, after, nil, after != 0)
+			if got != c {
+				break
+			}
+			n++
+		}
+		c.Close()
+		return n
+	}
+	first := spent(5)
+	now := time.Now()
+	for range 3 { // each displaced stream reports the same GOAWAY
+		p.Learn(first, 3, now)
+	}
+	first.Close()
+	mark := p.FailMark(first)
+	if n := takes(mark); n != 3 {
+		t.Fatalf("a fresh connection took %d of the displaced resends, want 3", n)
+	}
+	if n := takes(0); n != 8 {
+		t.Fatalf("a fresh connection took %d original attempts after one GOAWAY, want all 8", n)
+	}
+	second := spent(6)
+	p.Learn(second, 3, now)
+	second.Close()
+	if n := takes(0); n != 3 {
+		t.Fatalf("a fresh connection took %d original attempts after two GOAWAYs at 3, want 3", n)
+	}
+	third := spent(3)
+	p.Learn(third, 2, now)
+	third.Close()
+	if n := takes(0); n != 8 {
+		t.Fatalf("a fresh connection took %d original attempts after a GOAWAY at another count, want all 8", n)
+	}
 }

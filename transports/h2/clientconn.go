@@ -297,6 +297,16 @@ func (cc *ClientConn) GoAway() (GoAwayError, bool) {
 	return cc.m.goAway, cc.m.goAwayRecv
 }
 
+// LastRead returns when the connection last read a frame from the
+// server (the connection's start before the first one): a pool can tell
+// from it that the connection was alive after a moment, such as another
+// connection's failure.
+func (cc *ClientConn) LastRead() time.Time {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.m.lastRead
+}
+
 // Closed reports whether the connection has ended: no stream can go on
 // (its goroutines may still be finishing; see Done).
 func (cc *ClientConn) Closed() bool {
