@@ -145,6 +145,7 @@ type learnedLimit struct {
 	expires   time.Time
 	from      uint64
 	mark      uint64
+	young     int // the young deaths in a row behind a spread (ResendLost)
 	confirmed bool
 }
 
@@ -248,13 +249,15 @@ func (p *Mux[C]) spreadLocked(key Key) int {
 // failed with c gone under it (closed, or a GOAWAY). When c carried
 // other resends too, they were lost with it, and RS08 allows none of
 // them a third copy. When c also died young, having completed fewer
-// exchanges than the resends it took, and so did the connection lost
-// this way before it on the route (a server or network that kills
-// connections soon after they open), the route learns to spread its
+// exchanges than the resends it took, and so did the connections lost
+// this way before it on the route (spreadAfter in a row, each dialed
+// after the one before died: a server or network that kills
+// connections soon after they open; connections that die together, as
+// in a restart, are one event), the route learns to spread its
 // resends, for perConnTTL: a connection takes at most half as many
 // resends as c did, down to one (each resend a connection of its own).
 //
-// One young death is a candidate only, and a connection that proved
+// Fewer young deaths are a candidate only, and a connection that proved
 // itself first (it completed at least as many exchanges as it took
 // resends) and then died clears it: connections whose lives are drawn
 // at random die young now and then, and spreading every later burst
@@ -275,12 +278,28 @@ func (p *Mux[C]) ResendLost(c C, now time.Time) {
 		}
 		return
 	}
+	young := 1
+	if ok && now.Before(old.expires) {
+		if !old.confirmed && m.seq <= old.from {
+			return // dialed before the last young death: one event, not two
+		}
+		young = old.young + 1
+	}
 	if !ok && len(p.spread) >= maxLearned {
 		clear(p.spread)
 	}
-	confirmed := ok && now.Before(old.expires)
-	p.spread[m.Key] = learnedLimit{streams: max(1, m.resends/2), expires: now.Add(perConnTTL), confirmed: confirmed}
+	p.spread[m.Key] = learnedLimit{streams: max(1, m.resends/2), expires: now.Add(perConnTTL), from: p.seq,
+		young: young, confirmed: young >= spreadAfter}
 }
+
+// spreadAfter is how many young deaths in a row (ResendLost) teach a
+// route to spread its resends. Under random connection lives with a
+// mean of 500 requests about one new connection in eight dies before
+// it served the 64 resends a burst gave it; two such deaths in a row
+// still came by chance in one soak run in four, while a server that
+// kills connections soon after they open makes nearly every death
+// young and teaches the spread within three.
+const spreadAfter = 3
 
 // spreading reports whether key's displaced requests spread their
 // resends (ResendLost) while the route answers: each then dials without

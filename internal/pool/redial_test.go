@@ -247,11 +247,12 @@ func TestFailMarkSharedByDisplaced(t *testing.T) {
 
 // TestResendLostTeachesSpread: a connection that dies young (fewer
 // exchanges completed than resends taken) with 8 resends on it makes a
-// candidate; a second young death on the route confirms it, and a
+// candidate; the third young death in a row on the route, each of a
+// connection dialed after the last one died, confirms it, and a
 // connection then takes at most 4 resends: a later resend skips a
 // connection carrying 4, an original attempt does not. A connection lost
-// with one resend teaches nothing, and one that proved itself before it
-// died clears a candidate.
+// with one resend teaches nothing, one that proved itself before it died
+// clears a candidate, and connections that die together count once.
 func TestResendLostTeachesSpread(t *testing.T) {
 	p := NewMux[*fakeMuxConn](2, 0, NewLimit(0), nil)
 	key := Key{Addr: "a:1"}
@@ -293,9 +294,25 @@ func TestResendLostTeachesSpread(t *testing.T) {
 	if n := p.spreadLocked(key); n != 0 {
 		t.Fatalf("a young death after a proven one taught a spread of %d", n)
 	}
+	// Two connections dialed before the same event die together: they
+	// count once.
+	a := &fakeMuxConn{state: MuxState{Key: key}}
+	p.addWith(a, p.Tick(), true)
+	b := &fakeMuxConn{state: MuxState{Key: key}}
+	p.addWith(b, p.Tick(), true)
+	p.mu.Lock()
+	a.state.resends, b.state.resends = 2, 2
+	p.mu.Unlock()
+	a.Close()
+	b.Close()
+	p.ResendLost(a, time.Now())
+	p.ResendLost(b, time.Now())
+	if n := p.spreadLocked(key); n != 0 {
+		t.Fatalf("two young deaths in a row, the second two connections together, taught a spread of %d", n)
+	}
 	dieYoung(3)
 	if n := p.spreadLocked(key); n != 4 {
-		t.Fatalf("spread %d after two young deaths with 8 resends each, want 4", n)
+		t.Fatalf("spread %d after three young deaths in a row, the last with 8 resends, want 4", n)
 	}
 	busy := &fakeMuxConn{state: MuxState{Key: key}}
 	p.addWith(busy, p.Tick(), true)
