@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"sync"
 	"time"
 
@@ -224,19 +225,39 @@ func (a *attempt) abortCause() error {
 // attempt's context with trace installed (nil: none, for a stack that
 // reports its evidence otherwise), the route's header and the attempt's
 // body.
+//
+// When none of them differs from the caller's request (its own context,
+// a header the route leaves as it is, no body or the same empty one) it
+// is the caller's request itself, not a copy: a stack may not modify the
+// request it is handed (http.RoundTripper), and neither may the caller
+// of outgoing.
 func (a *attempt) outgoing(body io.ReadCloser, trace func(context.Context) context.Context) *http.Request {
+	req := a.tr.req
 	ctx := a.stackContext()
 	if trace != nil {
 		ctx = trace(ctx)
 	}
-	out := a.tr.req.WithContext(ctx)
-	out.Header = a.tr.snap.Header(out.Header)
+	header := a.tr.snap.Header(req.Header)
+	// Without a.body, body is nil or http.NoBody, whose comparison with
+	// the caller's body cannot panic.
+	if a.body == nil && body == req.Body && ctx == req.Context() && sameHeader(header, req.Header) {
+		return req
+	}
+	out := req.WithContext(ctx)
+	out.Header = header
 	if a.body != nil {
 		out.Body = a.body
 	} else {
 		out.Body = body
 	}
 	return out
+}
+
+// sameHeader reports whether x and y are the same map, not merely equal
+// ones: dial.Route.Header returns the header it is given unless it drops
+// a field from a copy.
+func sameHeader(x, y http.Header) bool {
+	return reflect.ValueOf(x).UnsafePointer() == reflect.ValueOf(y).UnsafePointer()
 }
 
 // acquireFailed ends an attempt that got no connection or stream.

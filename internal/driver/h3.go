@@ -182,7 +182,11 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 		return withTrace(ctx, s.att.Trace(&ha.rec, s))
 	})
 	if isExtendedConnect(out) {
-		// quic-go takes the extended CONNECT's :protocol from Proto.
+		// quic-go takes the extended CONNECT's :protocol from Proto, set
+		// on a copy: out may be the caller's request (see outgoing).
+		if out == tr.req {
+			out = out.WithContext(out.Context())
+		}
 		out.Proto = out.Header.Get(":protocol")
 		out.Header = out.Header.Clone()
 		delete(out.Header, ":protocol")
