@@ -160,6 +160,10 @@ func (c *Call) Attempts() int { return int(c.made) }
 // Decision returns the latest decision.
 func (c *Call) Decision() CallDecision { return c.decision }
 
+// RetriesStatus reports whether the call's retry policy lists status
+// code among those a call may be retried on (Retry.Statuses).
+func (c *Call) RetriesStatus(code int) bool { return c.retry.Statuses.Has(code) }
+
 // Next returns the request facts of the call's next wire attempt: the
 // attempt that is the last the policy allows is marked AttemptResend (the
 // attempt rules never resend it, RS08), a policy of one attempt switches

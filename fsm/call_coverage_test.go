@@ -375,6 +375,24 @@ func TestCoverageCallStatuses(t *testing.T) {
 	}
 }
 
+// TestCoverageCallRetriesStatus: a call reports the statuses its policy
+// lists, and none without a policy.
+func TestCoverageCallRetriesStatus(t *testing.T) {
+	c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, ccPolicy)
+	for code := 90; code <= 610; code++ {
+		if got, want := c.RetriesStatus(code), ccPolicy.Statuses.Has(code); got != want {
+			t.Errorf("RetriesStatus(%d) = %v, want %v", code, got, want)
+		}
+	}
+	if !c.RetriesStatus(503) || c.RetriesStatus(500) {
+		t.Errorf("RetriesStatus(503), RetriesStatus(500) = %v, %v; want true, false", c.RetriesStatus(503), c.RetriesStatus(500))
+	}
+	none := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, fsm.Retry{})
+	if none.RetriesStatus(503) {
+		t.Error("a call without a policy retries 503")
+	}
+}
+
 // TestCoverageCallStrings: the policy and decision printers, and On.
 func TestCoverageCallStrings(t *testing.T) {
 	if got := ccPolicy.String(); got != "retry attempts=3 statuses=429,503,504 base=100ms cap=250ms max-retry-after=2s" {
