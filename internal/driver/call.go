@@ -30,14 +30,13 @@ import (
 // its first try; Run carries it out once. A request Start refuses has
 // its body closed and was never sent.
 type Call struct {
-	t        *Transport
-	req      *http.Request
-	key      pool.Key
-	cm       fsm.Call
-	hist     [MaxAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
-	n        int
-	statuses fsm.StatusSet // the policy's retried statuses
-	budget   Budget
+	t      *Transport
+	req    *http.Request
+	key    pool.Key
+	cm     fsm.Call
+	hist   [MaxAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
+	n      int
+	budget Budget
 
 	tr    *try
 	in    plan.Input
@@ -97,7 +96,7 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Cal
 		return nil, closeBody(req, err)
 	}
 	facts := t.factsOf(req)
-	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), statuses: pol.Statuses, budget: budget, ctx: req.Context()}
+	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), budget: budget, ctx: req.Context()}
 	if pol.On() {
 		t.budgets.call(key.Addr, budget, time.Now())
 	}
@@ -421,7 +420,7 @@ func (r *retryNext) Error() string { return "replaysafe: retry after " + r.decis
 func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
 	c := tr.call
 	var now time.Time // read for the budget alone: most calls read no clock here
-	if c.budget.Window > 0 && (o.Decision.Action != fsm.ActionDeliver || c.statuses.Has(o.Status)) {
+	if c.budget.Window > 0 && (o.Decision.Action != fsm.ActionDeliver || c.cm.RetriesStatus(o.Status)) {
 		now = time.Now()
 		o.Budget = tr.t.budgets.reserve(tr.key.Addr, c.budget, now)
 		o.Jitter = tr.t.jitter()
