@@ -34,8 +34,9 @@ type Call struct {
 	req    *http.Request
 	key    pool.Key
 	cm     fsm.Call
-	hist   [MaxAttempts + 1]fsm.CallDecision // one a wire attempt; no allocation on the common path
-	n      int
+	hist   [inlineHistory]fsm.CallDecision // the first decisions, one a wire attempt: no allocation for most calls
+	more   []fsm.CallDecision              // the decisions after them
+	n      int                             // decisions kept, in hist then more, at most maxHistory
 	budget Budget
 
 	tr    *try
@@ -166,8 +167,18 @@ func (c *Call) resolveFailed(err error) error {
 
 // History returns a copy of the call machine's decisions so far.
 func (c *Call) History() []fsm.CallDecision {
-	return append([]fsm.CallDecision(nil), c.hist[:c.n]...)
+	h := append([]fsm.CallDecision(nil), c.hist[:min(c.n, inlineHistory)]...)
+	return append(h, c.more...)
 }
+
+// inlineHistory is how many of a call's decisions its Call keeps without
+// another allocation: an attempt and its automatic resend. Each is 16
+// bytes of every call, in flight.
+const inlineHistory = 2
+
+// maxHistory bounds the decisions a Call keeps: one a wire attempt, and
+// one more than a call makes.
+const maxHistory = MaxAttempts + 1
 
 // resolve makes tr the call's next try, starting from start: its
 // proxies, dispatch plan and route snapshot, anew for every configured
@@ -429,8 +440,12 @@ func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
 	if o.Budget && !(d.Retry && d.Rule != fsm.RuleTooEarly) {
 		tr.t.budgets.unreserve(tr.key.Addr, c.budget, now)
 	}
-	if c.n < len(c.hist) {
+	switch {
+	case c.n < inlineHistory:
 		c.hist[c.n] = d
+		c.n++
+	case c.n < maxHistory:
+		c.more = append(c.more, d)
 		c.n++
 	}
 	return d
