@@ -202,6 +202,9 @@ func TestCoveragePhasesAndDeadlines(t *testing.T) {
 	}
 	for _, c := range cases {
 		m := covRun(covGET, lim, c.events...)
+		if got := m.Limits(); got != lim {
+			t.Errorf("%s: Limits() = %+v, want %+v", c.name, got, lim)
+		}
 		if p := m.Phase(); p != c.phase {
 			t.Errorf("%s: phase %v, want %v", c.name, p, c.phase)
 		}

@@ -142,6 +142,9 @@ func New(req Request, lim Limits, now Instant) Machine {
 // Request returns the request facts the machine decides for.
 func (m *Machine) Request() Request { return m.req }
 
+// Limits returns the phase limits the machine was made with.
+func (m *Machine) Limits() Limits { return m.lim }
+
 // Facts returns what the attempt has established so far.
 func (m *Machine) Facts() Facts { return m.facts }
 
