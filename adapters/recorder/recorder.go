@@ -58,7 +58,6 @@ type Core struct {
 	Mu sync.Mutex
 
 	clock      Clock
-	lim        fsm.Limits
 	onDeadline Deadliner
 	start      fsm.Instant
 
@@ -108,7 +107,7 @@ func (f DeadlineFunc) DeadlinePassed(p fsm.Phase) { f(p) }
 // pass itself without allocating a method value.
 func (c *Core) InitUnarmed(req fsm.Request, lim fsm.Limits, clock Clock, onDeadline Deadliner) {
 	now := clock.Now()
-	c.clock, c.lim, c.onDeadline, c.start = clock, lim, onDeadline, now
+	c.clock, c.onDeadline, c.start = clock, onDeadline, now
 	c.m = fsm.New(req, lim, now)
 	c.events = c.inline[:0]
 }
@@ -289,10 +288,11 @@ func (c *Core) Trace() string {
 	b.WriteString(c.m.Request().String())
 	b.WriteByte('\n')
 	var lim []string
+	l := c.m.Limits()
 	for _, p := range []struct {
 		name string
 		d    time.Duration
-	}{{"acquire", c.lim.Acquire}, {"write", c.lim.Write}, {"header", c.lim.Header}, {"body", c.lim.Body}} {
+	}{{"acquire", l.Acquire}, {"write", l.Write}, {"header", l.Header}, {"body", l.Body}} {
 		if p.d > 0 {
 			lim = append(lim, p.name+"="+p.d.String())
 		}
