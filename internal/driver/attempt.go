@@ -136,17 +136,17 @@ type bodyWatch struct{ mux, finish bool }
 // recorder rec, made unarmed with a as its Deadliner.
 func (tr *try) newAttempt(a *attempt, n int, body io.ReadCloser, rec attemptRecorder, w bodyWatch) *attempt {
 	a.tr, a.n, a.number, a.rec = tr, n, tr.call.cm.Attempts()+1, rec
-	if f := tr.t.cfg.OnAttemptStart; f != nil {
-		f(AttemptStart{Request: tr.req, Number: a.number, Facts: rec.Request()})
+	if f := tr.call.t.cfg.OnAttemptStart; f != nil {
+		f(AttemptStart{Request: tr.call.req, Number: a.number, Facts: rec.Request()})
 	}
 	if body != nil && body != http.NoBody {
 		a.body = &a.reqBody
 		a.body.init(body, a.rec, w.mux)
 		if w.mux {
-			a.body.watchStalls(tr.t.clock, tr.t.cfg.BodyReadTimeout, tr.t.cfg.UploadStallTimeout, a, w.finish)
+			a.body.watchStalls(tr.call.t.clock, tr.call.t.cfg.BodyReadTimeout, tr.call.t.cfg.UploadStallTimeout, a, w.finish)
 		}
 	}
-	if tr.t.limits.Write > 0 || tr.t.limits.Header > 0 || w.mux && a.body != nil {
+	if tr.call.t.limits.Write > 0 || tr.call.t.limits.Header > 0 || w.mux && a.body != nil {
 		// A limit may pass, or a stall fire, while the stack holds the
 		// request, and a multiplexed stack may still be uploading when
 		// the response ends: the stack runs on the attempt's context.
@@ -161,7 +161,7 @@ func (a *attempt) context() context.Context {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ctx == nil {
-		a.ctx, a.cancelFn = context.WithCancelCause(a.tr.ctx)
+		a.ctx, a.cancelFn = context.WithCancelCause(a.tr.call.ctx)
 		if a.ended {
 			a.cancelFn(a.endCause)
 		}
@@ -185,7 +185,7 @@ func (a *attempt) stackContext() context.Context {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ctx == nil {
-		return a.tr.ctx
+		return a.tr.call.ctx
 	}
 	return a.ctx
 }
@@ -232,7 +232,7 @@ func (a *attempt) abortCause() error {
 // request it is handed (http.RoundTripper), and neither may the caller
 // of outgoing.
 func (a *attempt) outgoing(body io.ReadCloser, trace func(context.Context) context.Context) *http.Request {
-	req := a.tr.req
+	req := a.tr.call.req
 	ctx := a.stackContext()
 	if trace != nil {
 		ctx = trace(ctx)
@@ -266,7 +266,7 @@ func (a *attempt) acquireFailed(err error) (*http.Response, *resend, error) {
 		a.body.stackFinished() // the stack never saw it
 	}
 	ev := fsm.Event{Kind: fsm.EventAcquireFailed}
-	if e, ok := contextEvent(a.tr.ctx); ok {
+	if e, ok := contextEvent(a.tr.call.ctx); ok {
 		ev = e
 	}
 	return a.failed(a.rec.Feed(ev), a.cause(err))
@@ -319,7 +319,7 @@ const maxDiscard = 64 << 10
 // DeadlinePassed is the recorder's deadline hook (recorder.Deadliner):
 // abort the exchange.
 func (a *attempt) DeadlinePassed(p fsm.Phase) {
-	a.cancel(&recorder.TimeoutError{Phase: p, Limit: a.tr.t.limits.For(p)})
+	a.cancel(&recorder.TimeoutError{Phase: p, Limit: a.tr.call.t.limits.For(p)})
 }
 
 // stalled is the request body's stall hook: the upload made no progress
@@ -364,7 +364,7 @@ func (a *attempt) failureEvent(ev fsm.Event, err error) fsm.Event {
 // streamRecorder starts r as the recorder of HTTP/2 or HTTP/3 attempt
 // a with facts, unarmed (attempt.acquireContext arms it).
 func (tr *try) streamRecorder(r *streamRec, a *attempt, facts fsm.Request) *streamRec {
-	r.InitUnarmed(facts, tr.t.limits, tr.t.clock, a)
+	r.InitUnarmed(facts, tr.call.t.limits, tr.call.t.clock, a)
 	return r
 }
 
@@ -458,7 +458,7 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 // deliver hands resp to the caller with its body wrapped so that its end
 // ends the attempt.
 func (a *attempt) deliver(resp *http.Response) *http.Response {
-	resp.Request = a.tr.req
+	resp.Request = a.tr.call.req
 	if a.wire.delivered(resp) {
 		// The caller owns the connection now.
 		a.rec.Stop()
@@ -505,7 +505,7 @@ func (a *attempt) finishBody(err error) error {
 		d = a.wire.fail(a, err)
 		f := a.tr.fail(d.Rule, err)
 		failed = f
-		if conv := a.tr.t.cfg.FailureError; conv != nil {
+		if conv := a.tr.call.t.cfg.FailureError; conv != nil {
 			failed = conv(f)
 		}
 	}

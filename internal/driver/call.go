@@ -107,7 +107,6 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Cal
 	//lint:ignore SA1019 net/http still honours the deprecated Cancel channel, and a caller moving from it expects the same
 	if cancel := req.Cancel; cancel != nil {
 		c.ctx, c.stopLegacy = legacyCancel(c.ctx, cancel)
-		c.first.ctx = c.ctx
 	}
 	return c, nil
 }
@@ -203,7 +202,7 @@ func (c *Call) resolve(tr *try, start resend) error {
 	if err != nil {
 		return err
 	}
-	*tr = try{t: t, req: c.req, ctx: c.ctx, key: key, snap: snap, call: c, start: start}
+	*tr = try{call: c, key: key, snap: snap, start: start}
 	c.tr = tr
 	return nil
 }
@@ -236,7 +235,7 @@ func (tr *try) run(in plan.Input, p plan.Plan) (*http.Response, error) {
 	for {
 		leg := p.First()
 		if leg.Route == route.PolicyNegotiate && !in.ALPNChoseH1 {
-			if _, h1 := tr.t.h1Only.Load(tr.key); h1 {
+			if _, h1 := tr.call.t.h1Only.Load(tr.key); h1 {
 				in.ALPNChoseH1 = true
 				p = plan.Make(in)
 				continue
@@ -261,7 +260,7 @@ func (tr *try) run(in plan.Input, p plan.Plan) (*http.Response, error) {
 				if tr.handoff != nil {
 					tr.handoff.Conn.Close() // no HTTP/1.1 leg will take it
 				}
-				return nil, closeBody(tr.req, err)
+				return nil, closeBody(tr.call.req, err)
 			}
 		}
 	}
@@ -274,7 +273,7 @@ func (tr *try) reroute(p route.Policy) error {
 	if !tr.snap.Proxied() {
 		key := tr.key
 		key.Route = route.Key{}
-		k, snap, err := tr.t.dial.Direct(key, p)
+		k, snap, err := tr.call.t.dial.Direct(key, p)
 		if err != nil {
 			return err
 		}
@@ -398,14 +397,11 @@ func (t *Transport) factsOf(req *http.Request) fsm.Request {
 // only when nothing was sent on the one before. A configured retry is a
 // new try of the same Call.
 type try struct {
-	t     *Transport
-	req   *http.Request
-	ctx   context.Context // the caller's
+	call  *Call // its Transport, request and context are the try's
 	key   pool.Key
 	snap  *dial.Route // the route of every attempt; nil for a direct one route.New could not build
 	leg   plan.Leg    // the leg running
-	call  *Call
-	start resend // the try's first attempt
+	start resend      // the try's first attempt
 	// handoff is the TLS connection on which ALPN chose HTTP/1.1 for the
 	// leg before, nothing sent on it: the HTTP/1.1 leg's first attempt
 	// takes it as a fresh connection instead of dialing.
@@ -433,12 +429,12 @@ func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
 	var now time.Time // read for the budget alone: most calls read no clock here
 	if c.budget.Window > 0 && (o.Decision.Action != fsm.ActionDeliver || c.cm.RetriesStatus(o.Status)) {
 		now = time.Now()
-		o.Budget = tr.t.budgets.reserve(tr.key.Addr, c.budget, now)
-		o.Jitter = tr.t.jitter()
+		o.Budget = tr.call.t.budgets.reserve(tr.key.Addr, c.budget, now)
+		o.Jitter = tr.call.t.jitter()
 	}
 	d := c.cm.Step(o)
 	if o.Budget && !(d.Retry && d.Rule != fsm.RuleTooEarly) {
-		tr.t.budgets.unreserve(tr.key.Addr, c.budget, now)
+		tr.call.t.budgets.unreserve(tr.key.Addr, c.budget, now)
 	}
 	switch {
 	case c.n < inlineHistory:
@@ -474,7 +470,7 @@ func (tr *try) attempts(attempt attemptFunc) (*http.Response, error) {
 // refuse fails a call before any attempt: it closes the request body, as
 // a RoundTripper must, and returns err.
 func (tr *try) refuse(err error) (*http.Response, error) {
-	return nil, closeBody(tr.req, err)
+	return nil, closeBody(tr.call.req, err)
 }
 
 // resend is what an attempt starts from: the request facts and body,
@@ -542,8 +538,8 @@ func (tr *try) again(cd fsm.CallDecision, err error, body *reqBody) (*resend, er
 		// The next attempt cannot be made as the caller meant it: its
 		// machine decides the local failure (RS21) before any
 		// connection, and the error keeps both causes.
-		m := fsm.New(tr.call.cm.Next(), tr.t.limits, tr.t.clock.Now())
-		ld := m.Step(fsm.Event{Kind: fsm.EventLocalFailure, At: tr.t.clock.Now()})
+		m := fsm.New(tr.call.cm.Next(), tr.call.t.limits, tr.call.t.clock.Now())
+		ld := m.Step(fsm.Event{Kind: fsm.EventLocalFailure, At: tr.call.t.clock.Now()})
 		return nil, tr.fail(ld.Rule, fmt.Errorf("GetBody for attempt %d: %w; attempt %d had ended: %w", n+1, gerr, n, err))
 	}
 	if cd.Retry {
@@ -564,12 +560,12 @@ func (tr *try) nextStart(body *reqBody) (*resend, error) {
 	next := tr.call.cm.Next()
 	switch next.Body {
 	case fsm.BodyNone:
-		return &resend{facts: next, body: tr.req.Body}, nil
+		return &resend{facts: next, body: tr.call.req.Body}, nil
 	case fsm.BodyBuffered:
 		if body != nil {
 			body.release(false)
 		}
-		b, err := tr.req.GetBody()
+		b, err := tr.call.req.GetBody()
 		if err != nil {
 			return nil, err
 		}
@@ -581,13 +577,13 @@ func (tr *try) nextStart(body *reqBody) (*resend, error) {
 	if body != nil {
 		body.release(true)
 	}
-	return &resend{facts: next, body: tr.req.Body}, nil
+	return &resend{facts: next, body: tr.call.req.Body}, nil
 }
 
 // report tells the caller's observer (Config.OnAttempt) how wire attempt n of the call ended, and how
 // the call went on after it (cd).
 func (tr *try) report(n int, reused bool, status int, err error, rec attemptRecorder, cd fsm.CallDecision) {
-	if tr.t.cfg.OnAttempt == nil {
+	if tr.call.t.cfg.OnAttempt == nil {
 		return
 	}
 	// The machine's last word, its events and its trace, taken together:
@@ -597,8 +593,8 @@ func (tr *try) report(n int, reused bool, status int, err error, rec attemptReco
 	// The action is the one the Transport acted on: a final action never
 	// changes, only a delivered attempt's connection decision does.
 	final, events, trace := rec.Seal()
-	tr.t.cfg.OnAttempt(Report{
-		Request:  tr.req,
+	tr.call.t.cfg.OnAttempt(Report{
+		Request:  tr.call.req,
 		Number:   n,
 		Facts:    rec.Request(),
 		Reused:   reused,

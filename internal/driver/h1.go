@@ -17,8 +17,8 @@ import (
 func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	ha := &h1Attempt{}
 	rec := &ha.rec
-	rec.InitUnarmed(start.facts, tr.t.limits, tr.t.clock, &ha.attempt) // armed by attempt.acquireContext
-	rec.SetInformationalLimit(tr.t.informationalLimit())
+	rec.InitUnarmed(start.facts, tr.call.t.limits, tr.call.t.clock, &ha.attempt) // armed by attempt.acquireContext
+	rec.SetInformationalLimit(tr.call.t.informationalLimit())
 	a := tr.newAttempt(&ha.attempt, n, start.body, rec, bodyWatch{})
 
 	// An original attempt takes a pooled connection at once when there is
@@ -28,23 +28,23 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	reused := false
 	if c := tr.handoff; c != nil && n == 1 {
 		tr.handoff = nil
-		pc = tr.t.adopt(a.acquireContext(), tr.key, *c, rec)
+		pc = tr.call.t.adopt(a.acquireContext(), tr.key, *c, rec)
 	}
 	if pc == nil && n == 1 {
-		pc = tr.t.pooled(tr.key, rec)
+		pc = tr.call.t.pooled(tr.key, rec)
 		reused = pc != nil
 	}
 	if pc == nil {
 		var err error
-		pc, reused, err = tr.t.acquire(a.acquireContext(), tr.key, tr.snap, tr.leg.ALPN, n == 1, redialFor(start), rec)
+		pc, reused, err = tr.call.t.acquire(a.acquireContext(), tr.key, tr.snap, tr.leg.ALPN, n == 1, redialFor(start), rec)
 		if err != nil {
 			return a.acquireFailed(err)
 		}
 	}
 	a.reused = reused
-	ha.wire = h1Wire{t: tr.t, pc: pc, rec: rec, req: tr.req}
+	ha.wire = h1Wire{t: tr.call.t, pc: pc, rec: rec, req: tr.call.req}
 	a.wire = &ha.wire
-	rec.BoundHeaderSections(DefaultHeaderSectionTimeout, tr.t.clock, ha)
+	rec.BoundHeaderSections(DefaultHeaderSectionTimeout, tr.call.t.clock, ha)
 	if d := a.rec.Decision(); d.Action.Final() {
 		// A deadline or a cancellation decided while the dial succeeded.
 		if a.body != nil {
@@ -52,7 +52,7 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 		}
 		return a.failed(d, a.cause(context.Cause(a.ctx)))
 	}
-	tr.t.gotConn(tr.ctx, pc, reused)
+	tr.call.t.gotConn(tr.call.ctx, pc, reused)
 	out := a.outgoing(start.body, func(ctx context.Context) context.Context {
 		if httptrace.ContextClientTrace(ctx) == nil {
 			return httptrace.WithClientTrace(ctx, pc.conn.ClientTrace()) // made once per connection
@@ -94,7 +94,7 @@ type h1Wire struct {
 // fail feeds the failure the recorder reads from err, the connection's
 // own read or write error and the caller's context.
 func (w *h1Wire) fail(a *attempt, err error) fsm.Decision {
-	return w.rec.Fail(err, a.tr.ctx, a.localErr())
+	return w.rec.Fail(err, a.tr.call.ctx, a.localErr())
 }
 
 func (w *h1Wire) complete(*attempt) fsm.Decision { return w.rec.Complete() }

@@ -52,7 +52,7 @@ func h2Config(cfg Config) h2.Config {
 // runH2 is call.run for HTTP/2: at most two wire attempts, the resend at
 // once on a new connection.
 func (tr *try) runH2() (*http.Response, error) {
-	if err := checkStreamHeader("HTTP/2", tr.req.Header); err != nil {
+	if err := checkStreamHeader("HTTP/2", tr.call.req.Header); err != nil {
 		return tr.refuse(err)
 	}
 	return tr.attempts(tr.attemptH2)
@@ -95,10 +95,10 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	// needs its own context and the acquisition deadline's timer.
 	var hc *h2Conn
 	reused := false
-	hc, reused, _ = tr.t.h2pool.Take(tr.key, start.after, same, start.displaced)
+	hc, reused, _ = tr.call.t.h2pool.Take(tr.key, start.after, same, start.displaced)
 	var err error
 	if hc == nil {
-		hc, reused, err = tr.t.acquireH2(a.acquireContext(), tr.key, tr.snap, tr.leg, a.rec.Start(), start)
+		hc, reused, err = tr.call.t.acquireH2(a.acquireContext(), tr.key, tr.snap, tr.leg, a.rec.Start(), start)
 	}
 	if err != nil {
 		if n == 1 && errors.Is(err, errFallbackH1) {
@@ -116,15 +116,15 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 		hc.obs.reused()
 	}
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH2})
-	trace := httptrace.ContextClientTrace(tr.ctx)
+	trace := httptrace.ContextClientTrace(tr.call.ctx)
 	if trace != nil && trace.GotConn != nil {
 		trace.GotConn(httptrace.GotConnInfo{Conn: hc.conn, Reused: reused})
 	}
 
 	s := &ha.stream
 	ha.att.Init(&ha.rec)
-	ha.att.SetInformationalLimit(tr.t.informationalLimit())
-	*s = h2Stream{t: tr.t, hc: hc, att: &ha.att, trace: trace}
+	ha.att.SetInformationalLimit(tr.call.t.informationalLimit())
+	*s = h2Stream{t: tr.call.t, hc: hc, att: &ha.att, trace: trace}
 	a.wire = s
 	out := a.outgoing(body, nil)
 	resp, err := hc.cc.RoundTrip(out, s)

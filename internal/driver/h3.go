@@ -95,7 +95,7 @@ func (t *Transport) learnAltSvc(key pool.Key, resp *http.Response) {
 // runH3 is call.run for HTTP/3: at most two wire attempts, the resend at
 // once on a new connection.
 func (tr *try) runH3() (*http.Response, error) {
-	if err := checkStreamHeader("HTTP/3", tr.req.Header); err != nil {
+	if err := checkStreamHeader("HTTP/3", tr.call.req.Header); err != nil {
 		return tr.refuse(err)
 	}
 	return tr.attempts(tr.attemptH3)
@@ -125,33 +125,33 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	a.displaced = start.displaced
 	after := start.after
 	if n == 1 && facts.Body == fsm.BodyOneShotUntouched {
-		after = tr.t.h3pool.Mark() // only a connection opened from now on
+		after = tr.call.t.h3pool.Mark() // only a connection opened from now on
 	}
 	same, _ := start.same.(*h3Conn)
 	var hc *h3Conn
 	var reused bool
 	var err error
 	fallback := n == 1 && tr.leg.Next == plan.FallbackNoConn
-	race := fallback && tr.leg.Race && tr.t.cfg.HTTP3HeadStart > 0
+	race := fallback && tr.leg.Race && tr.call.t.cfg.HTTP3HeadStart > 0
 	if !race {
 		// A pooled connection with room is taken at once (the pool's
 		// own first step, muxPool.acquire); only an attempt that may
 		// wait or dial needs its own context and the acquisition
 		// deadline's timer.
-		hc, reused, _ = tr.t.h3pool.Take(tr.key, after, same, start.displaced)
+		hc, reused, _ = tr.call.t.h3pool.Take(tr.key, after, same, start.displaced)
 	}
 	switch {
 	case hc != nil:
 	case race:
-		hc, reused, err = tr.t.raceH3(a.acquireContext(), tr.key, after)
+		hc, reused, err = tr.call.t.raceH3(a.acquireContext(), tr.key, after)
 	default:
-		hc, reused, err = tr.t.acquireH3(a.acquireContext(), tr.key, after, same, redialFor(start))
+		hc, reused, err = tr.call.t.acquireH3(a.acquireContext(), tr.key, after, same, redialFor(start))
 		if err != nil && fallback && !errors.Is(err, context.Canceled) {
-			tr.t.markH3Broken(tr.key)
+			tr.call.t.markH3Broken(tr.key)
 		}
 	}
 	if err != nil {
-		if fallback && tr.ctx.Err() == nil {
+		if fallback && tr.call.ctx.Err() == nil {
 			// Nothing was sent over QUIC: the call starts afresh over TCP
 			// (call.run), as one more leg of its plan.
 			a.rec.Stop()
@@ -168,13 +168,13 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 
 	s := &ha.stream
 	ha.att.Init(hc.watch)
-	s.t, s.hc, s.att, s.a = tr.t, hc, &ha.att, a
-	s.att.SetInformationalLimit(tr.t.informationalLimit())
+	s.t, s.hc, s.att, s.a = tr.call.t, hc, &ha.att, a
+	s.att.SetInformationalLimit(tr.call.t.informationalLimit())
 	a.wire = s
 	// A request without a body goes on a stream the attempt opens itself
 	// (h3.Attempt.RoundTrip): its stream ID is known at once, and quic-go
 	// calls no hook per header field.
-	own := a.body == nil && h3.OwnStream(tr.req)
+	own := a.body == nil && h3.OwnStream(tr.call.req)
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
 		if own {
 			return withTrace(ctx, s.att.StreamTrace(&ha.rec, s))
@@ -184,7 +184,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	if isExtendedConnect(out) {
 		// quic-go takes the extended CONNECT's :protocol from Proto, set
 		// on a copy: out may be the caller's request (see outgoing).
-		if out == tr.req {
+		if out == tr.call.req {
 			out = out.WithContext(out.Context())
 		}
 		out.Proto = out.Header.Get(":protocol")

@@ -15,7 +15,7 @@ func TestHistoryKeepsEveryDecision(t *testing.T) {
 	pol := fsm.Retry{Attempts: MaxAttempts, Statuses: fsm.Statuses(503)}
 	c := &Call{t: &Transport{}, cm: fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, pol),
 		budget: Budget{Ratio: 1, MinPerSecond: 100, Window: time.Second}}
-	tr := &try{t: c.t, call: c}
+	tr := &try{call: c}
 	if h := c.History(); h != nil {
 		t.Fatalf("history before any attempt: %v", h)
 	}
