@@ -99,7 +99,6 @@ type attemptWire interface {
 // driver of the machine's decisions.
 type attempt struct {
 	tr        *try
-	n         int              // within the try: 1, or 2 for the automatic resend
 	number    int              // within the call, as the call machine counts
 	cd        fsm.CallDecision // how the call went on after this attempt
 	rec       attemptRecorder
@@ -131,11 +130,11 @@ type attempt struct {
 // end of the upload (see reqBody.watchStalls).
 type bodyWatch struct{ mux, finish bool }
 
-// newAttempt starts wire attempt n in a (zero, and allocated by the
-// protocol together with its recorder and wire) with the given body and
-// recorder rec, made unarmed with a as its Deadliner.
-func (tr *try) newAttempt(a *attempt, n int, body io.ReadCloser, rec attemptRecorder, w bodyWatch) *attempt {
-	a.tr, a.n, a.number, a.rec = tr, n, tr.call.cm.Attempts()+1, rec
+// newAttempt starts the try's next wire attempt in a (zero, and
+// allocated by the protocol together with its recorder and wire) with the
+// given body and recorder rec, made unarmed with a as its Deadliner.
+func (tr *try) newAttempt(a *attempt, body io.ReadCloser, rec attemptRecorder, w bodyWatch) *attempt {
+	a.tr, a.number, a.rec = tr, tr.call.cm.Attempts()+1, rec
 	if f := tr.call.t.cfg.OnAttemptStart; f != nil {
 		f(AttemptStart{Request: tr.call.req, Number: a.number, Facts: rec.Request()})
 	}

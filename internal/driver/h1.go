@@ -19,7 +19,7 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	rec := &ha.rec
 	rec.InitUnarmed(start.facts, tr.call.t.limits, tr.call.t.clock, &ha.attempt) // armed by attempt.acquireContext
 	rec.SetInformationalLimit(tr.call.t.informationalLimit())
-	a := tr.newAttempt(&ha.attempt, n, start.body, rec, bodyWatch{})
+	a := tr.newAttempt(&ha.attempt, start.body, rec, bodyWatch{})
 
 	// An original attempt takes a pooled connection at once when there is
 	// one; only when it may wait or dial does it need its own context

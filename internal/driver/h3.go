@@ -121,7 +121,7 @@ func (t *Transport) markH3Broken(key pool.Key) {
 func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	facts, body := start.facts, start.body
 	ha := &h3Attempt{}
-	a := tr.newAttempt(&ha.attempt, n, body, tr.streamRecorder(&ha.rec, &ha.attempt, facts), bodyWatch{mux: true, finish: true})
+	a := tr.newAttempt(&ha.attempt, body, tr.streamRecorder(&ha.rec, &ha.attempt, facts), bodyWatch{mux: true, finish: true})
 	a.displaced = start.displaced
 	after := start.after
 	if n == 1 && facts.Body == fsm.BodyOneShotUntouched {
