@@ -105,10 +105,9 @@ type attempt struct {
 	displaced bool // a displaced request's resend (resend.displaced)
 	reused    bool
 	status    int         // the final response's status, once its header section arrived
-	body      *reqBody    // nil without a body
+	body      *reqBody    // nil without a body; allocated apart, so that a request without one does not pay for it
 	wire      attemptWire // nil until a connection (HTTP/1.1) or stream was had
 
-	reqBody  reqBody  // what body points to, in the same allocation
 	respBody respBody // the delivered response's body wrapper
 
 	// The attempt's own context, made only when something may have to
@@ -139,7 +138,7 @@ func (tr *try) newAttempt(a *attempt, body io.ReadCloser, rec attemptRecorder, w
 		f(AttemptStart{Request: tr.call.req, Number: a.number, Facts: rec.Request()})
 	}
 	if body != nil && body != http.NoBody {
-		a.body = &a.reqBody
+		a.body = new(reqBody)
 		a.body.init(body, a.rec, w.mux)
 		if w.mux {
 			a.body.watchStalls(tr.call.t.clock, tr.call.t.cfg.BodyReadTimeout, tr.call.t.cfg.UploadStallTimeout, a, w.finish)
