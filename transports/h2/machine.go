@@ -57,23 +57,25 @@ type stream struct {
 	req  *http.Request
 	head requestHead
 
-	// Send side.
+	// Send side. (Each side's flags sit together: a stream is held per
+	// request in flight, and a flag between wider fields costs a word.)
 	hdrBatch    uint64 // the out batch holding the opening HEADERS (machine.outSeq then)
 	headersLeft bool   // a byte of the opening HEADERS was accepted by a write
 	endInHeader bool   // END_STREAM rode on the opening HEADERS
 	localEnded  bool   // END_STREAM queued
 	endLeft     bool   // the frame with END_STREAM was accepted in full
 	endVerdict  bool   // the writer reported on the frame with END_STREAM
+	uploading   bool   // an upload goroutine owns the send side
+	inBodyRead  bool   // the upload is inside req.Body.Read
+	bodyClosing bool   // req.Body.Close has been (or is being) called
 	sendWindow  int64
-	uploading   bool // an upload goroutine owns the send side
 	stopUpload  error
-	inBodyRead  bool // the upload is inside req.Body.Read
-	bodyClosing bool // req.Body.Close has been (or is being) called
 	wakeSend    chan struct{}
 
 	// Receive side.
 	phase         respPhase
 	started       bool // the first response frame arrived
+	noContent     bool // HEAD, 204, 304: no body whatever content-length says
 	n1xx          int
 	hdrBytes      uint64 // header list bytes of the interim responses so far
 	status        int
@@ -81,7 +83,6 @@ type stream struct {
 	trailer       http.Header
 	contentLength int64 // -1 unknown
 	received      int64 // DATA payload bytes received
-	noContent     bool  // HEAD, 204, 304: no body whatever content-length says
 	recvWindow    int64 // what the server may still send on the stream
 	unacked       int64 // consumed, not yet returned with WINDOW_UPDATE
 	buf           recvBuf
@@ -91,10 +92,10 @@ type stream struct {
 	open       bool  // in machine.streams
 	waiting    bool  // in machine.waiting (not yet opened)
 	reset      bool  // RST_STREAM sent or received
-	err        error // terminal error
-	deferred   error // the connection failed while the opening HEADERS were being written
 	quiet      bool  // ev is not called any more
 	bodyClosed bool  // the caller closed the response body (or it has none)
+	err        error // terminal error
+	deferred   error // the connection failed while the opening HEADERS were being written
 
 	// The ClientConn's part.
 	cc       *ClientConn
