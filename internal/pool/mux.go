@@ -221,16 +221,11 @@ func (p *Mux[C]) learnedLocked(key Key) (learnedLimit, bool) {
 // an attempt whose resend takes connections after mark after (0 for an
 // original attempt): a confirmed budget bounds every connection; a
 // candidate bounds the resends of the requests its GOAWAY displaced, and
-// every attempt on a connection that took such a resend (burst) until it
-// has completed as many exchanges as it took resends, so that no
-// original request takes a stream ahead of the burst's resends where
-// the server would displace them a second time, and once they are
-// through the connection serves as any other.
+// every attempt on a connection that took such a resend (burst), so
+// that the burst's connections carry no more than the server serves on
+// one.
 func (l learnedLimit) over(m *MuxState, after uint64) bool {
-	switch {
-	case l.confirmed, l.mark != 0 && after == l.mark:
-	case l.mark != 0 && m.burst == l.mark && m.served < m.resends:
-	default:
+	if !l.confirmed && (l.mark == 0 || after != l.mark && m.burst != l.mark) {
 		return false
 	}
 	return m.started >= l.streams

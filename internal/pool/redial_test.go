@@ -651,36 +651,3 @@ func TestLearnedBudgetNeedsTwoConnections(t *testing.T) {
 		t.Fatalf("a fresh connection took %d original attempts after a GOAWAY at another count, want all 8", n)
 	}
 }
-
-// TestBurstCapLiftsOnceResendsServed: the new connection a GOAWAY's
-// burst lands on takes no original attempt beyond the GOAWAY's count
-// while the burst's resends on it are not through, and takes them once
-// it has completed as many exchanges as it took resends.
-func TestBurstCapLiftsOnceResendsServed(t *testing.T) {
-	p := NewMux[*fakeMuxConn](8, 0, NewLimit(0), nil)
-	key := Key{Addr: "a:1"}
-	first := &fakeMuxConn{state: MuxState{Key: key}}
-	p.add(first, p.Tick())
-	for range 6 {
-		p.Take(key, 0, nil, false)
-	}
-	p.Learn(first, 3, time.Now()) // 7 taken, 3 accepted: 4 displaced
-	first.Close()
-	mark := p.FailMark(first)
-	burst := &fakeMuxConn{state: MuxState{Key: key}}
-	p.addFrom(burst, p.Tick(), true, mark)
-	for range 2 {
-		if got, _, _ := p.Take(key, mark, nil, true); got != burst {
-			t.Fatalf("a resend of the burst took %p, want %p", got, burst)
-		}
-	}
-	if got, _, _ := p.Take(key, 0, nil, false); got != nil {
-		t.Fatalf("an original attempt took %p ahead of the burst's resends", got)
-	}
-	for range 3 {
-		p.Done(burst, true)
-	}
-	if got, _, _ := p.Take(key, 0, nil, false); got != burst {
-		t.Fatalf("an original attempt took %p once the burst was through, want %p", got, burst)
-	}
-}
