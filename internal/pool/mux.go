@@ -98,7 +98,7 @@ type Mux[C MuxConn] struct {
 	// and until when (ResendLost).
 	spread map[Key]learnedLimit
 	// fails holds when the latest failure marks were taken (FailMark),
-	// the latest at fails[nfails%len(fails)-1]: a connection older than
+	// the latest at fails[(nfails-1)%len(fails)]: a connection older than
 	// a mark that read a frame after it proved itself alive since the
 	// failure, and may take the displaced requests' resends (Take).
 	fails  [8]failMark
@@ -205,13 +205,17 @@ func (p *Mux[C]) Learn(c C, streams int, now time.Time) {
 }
 
 // learnedLocked returns key's learned budget, if one holds (Learn).
-func (p *Mux[C]) learnedLocked(key Key) (learnedLimit, bool) {
-	l, ok := p.perConn[key]
+func (p *Mux[C]) learnedLocked(key Key) (learnedLimit, bool) { return holding(p.perConn, key) }
+
+// holding returns what m learned for key, if it has not expired; an
+// expired entry leaves m.
+func holding(m map[Key]learnedLimit, key Key) (learnedLimit, bool) {
+	l, ok := m[key]
 	if !ok {
 		return l, false // the common case reads no clock
 	}
 	if time.Now().After(l.expires) {
-		delete(p.perConn, key)
+		delete(m, key)
 		return l, false
 	}
 	return l, true
@@ -234,15 +238,10 @@ func (l learnedLimit) over(m *MuxState, after uint64) bool {
 // spreadLocked returns the resends a connection for key may take, or 0
 // for no learned limit (none, or a candidate: ResendLost).
 func (p *Mux[C]) spreadLocked(key Key) int {
-	l, ok := p.spread[key]
-	if !ok || !l.confirmed {
-		return 0
+	if l, ok := holding(p.spread, key); ok && l.confirmed {
+		return l.streams
 	}
-	if time.Now().After(l.expires) {
-		delete(p.spread, key)
-		return 0
-	}
-	return l.streams
+	return 0
 }
 
 // ResendLost tells the pool that a displaced request's resend on c
