@@ -8,6 +8,7 @@ import (
 	"net/http/httptrace"
 	"net/textproto"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -125,6 +126,7 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	ha.att.Init(&ha.rec)
 	ha.att.SetInformationalLimit(tr.call.t.informationalLimit())
 	*s = h2Stream{t: tr.call.t, hc: hc, att: &ha.att, trace: trace}
+	s.unsent.Store(start.displaced) // the pool counted it as a resend
 	a.wire = s
 	out := a.outgoing(body, nil)
 	resp, err := hc.cc.RoundTrip(out, s)
@@ -150,9 +152,23 @@ type h2Stream struct {
 	hc    *h2Conn
 	att   *adapterh2.Attempt
 	trace *httptrace.ClientTrace // the caller's, or nil
+	// unsent is set while the stream is a displaced request's resend
+	// whose HEADERS have not been written: the pool waits for the
+	// resends of a GOAWAY's burst to be on the wire before the
+	// connection takes originals beyond the GOAWAY's count (pool.Mux.Sent).
+	unsent atomic.Bool
+}
+
+// sent tells the pool, once, that the resend is on the wire or never
+// will be.
+func (s *h2Stream) sent() {
+	if s.unsent.Swap(false) {
+		s.t.h2pool.Sent(s.hc)
+	}
 }
 
 func (s *h2Stream) HeadersWritten(id uint32) {
+	s.sent()
 	s.att.HeadersWritten(id)
 	if s.trace != nil && s.trace.WroteHeaders != nil {
 		s.trace.WroteHeaders()
@@ -212,7 +228,10 @@ func (s *h2Stream) complete(a *attempt) fsm.Decision {
 
 // end lets go of the stream; a clean exchange makes the connection count
 // as reused for the next.
-func (s *h2Stream) end(_ fsm.Decision, clean bool) { s.t.h2pool.Done(s.hc, clean) }
+func (s *h2Stream) end(_ fsm.Decision, clean bool) {
+	s.sent()
+	s.t.h2pool.Done(s.hc, clean)
+}
 
 func (s *h2Stream) retire() {
 	s.hc.obs.retired.Store(true)

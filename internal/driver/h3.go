@@ -168,7 +168,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 
 	s := &ha.stream
 	ha.att.Init(hc.watch)
-	s.t, s.hc, s.att, s.a = tr.call.t, hc, &ha.att, a
+	s.t, s.hc, s.att, s.a, s.resend = tr.call.t, hc, &ha.att, a, start.displaced
 	s.att.SetInformationalLimit(tr.call.t.informationalLimit())
 	a.wire = s
 	// A request without a body goes on a stream the attempt opens itself
@@ -215,6 +215,10 @@ type h3Stream struct {
 	hc  *h3Conn
 	att *h3.Attempt
 	a   *attempt
+	// resend: the pool counted the attempt as a displaced request's
+	// resend, on the wire or not until its end (pool.Mux.Sent): quic-go
+	// says nothing sooner of every request.
+	resend bool
 
 	mu         sync.Mutex
 	ended      bool // the attempt's response ended
@@ -244,6 +248,9 @@ func (s *h3Stream) complete(a *attempt) fsm.Decision {
 
 func (s *h3Stream) end(_ fsm.Decision, clean bool) {
 	s.att.Done()
+	if s.resend {
+		s.t.h3pool.Sent(s.hc)
+	}
 	s.t.h3pool.Done(s.hc, clean)
 }
 

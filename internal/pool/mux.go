@@ -3,6 +3,7 @@ package pool
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,6 +14,12 @@ type MuxState struct {
 	seq     uint64 // when its dial started, on the pool's clock (Mark), from 1
 	failed  uint64 // the clock when the connection was first seen failing (FailMark), or 0
 	resends int    // displaced requests' resends it took
+	// unsent counts the resends it took whose request is not yet on
+	// the wire (Sent): while one waits, an original request that takes
+	// a stream could get a lower stream ID than the resend's. Atomic:
+	// the connection reports a write with its own lock held, which the
+	// pool's lock must not wait behind (choice 35).
+	unsent  atomic.Int32
 	burst   uint64 // the failure mark of the first resend it took, or 0 (see learnedLimit.over)
 	taught  bool   // its loss under resends taught its route to spread them (ResendLost)
 	started int    // attempts it took, from the first
@@ -225,15 +232,31 @@ func holding(m map[Key]learnedLimit, key Key) (learnedLimit, bool) {
 // an attempt whose resend takes connections after mark after (0 for an
 // original attempt): a confirmed budget bounds every connection; a
 // candidate bounds the resends of the requests its GOAWAY displaced, and
-// every attempt on a connection that took such a resend (burst), so
-// that the burst's connections carry no more than the server serves on
-// one.
+// every attempt on a connection that took such a resend (burst) until
+// the burst is through on it: every resend it took is on the wire
+// (unsent) and it has completed as many exchanges as it took resends.
+// The server counts the streams it serves in stream ID order, so until
+// then an original request taking a stream beyond the budget could get
+// a lower ID than a resend still waiting to be written, and the
+// server's next GOAWAY would displace that resend a second time (RS08);
+// after it, every original takes a higher ID than every resend, and
+// the connection serves as any other instead of making each original
+// beyond the budget dial.
 func (l learnedLimit) over(m *MuxState, after uint64) bool {
-	if !l.confirmed && (l.mark == 0 || after != l.mark && m.burst != l.mark) {
+	switch {
+	case l.confirmed, l.mark != 0 && after == l.mark:
+	case l.mark != 0 && m.burst == l.mark && (m.served < m.resends || m.unsent.Load() > 0):
+	default:
 		return false
 	}
 	return m.started >= l.streams
 }
+
+// Sent tells the pool that one displaced request's resend on c, which
+// Take (or a dial's Add) counted as a resend, is on the wire or will
+// never be: a burst's cap on c may lift once all of them are (see
+// learnedLimit.over). Call it once per such resend; it takes no lock.
+func (p *Mux[C]) Sent(c C) { c.Mux().unsent.Add(-1) }
 
 // spreadLocked returns the resends a connection for key may take, or 0
 // for no learned limit (none, or a candidate: ResendLost).
@@ -423,6 +446,7 @@ func (p *Mux[C]) Take(key Key, after uint64, same C, displaced bool) (got C, reu
 			m.started++
 			if displaced {
 				m.resends++
+				m.unsent.Add(1)
 				if m.burst == 0 {
 					m.burst = after
 				}
@@ -472,6 +496,7 @@ func (p *Mux[C]) addFrom(c C, tick uint64, displaced bool, after uint64) {
 	m.active, m.started = 1, 1
 	if displaced {
 		m.resends, m.burst = 1, after
+		m.unsent.Store(1)
 	}
 	p.seq++
 	m.seq = tick

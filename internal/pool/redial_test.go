@@ -651,3 +651,43 @@ func TestLearnedBudgetNeedsTwoConnections(t *testing.T) {
 		t.Fatalf("a fresh connection took %d original attempts after a GOAWAY at another count, want all 8", n)
 	}
 }
+
+// TestBurstCapLiftsOnceResendsThrough: the new connection a GOAWAY's
+// burst lands on takes no original attempt beyond the GOAWAY's count
+// while a resend it took is not yet on the wire (its stream ID could
+// come after an original's, where the server's next GOAWAY would
+// displace it again), nor before it completed as many exchanges as it
+// took resends; once both hold it takes originals as any connection.
+func TestBurstCapLiftsOnceResendsThrough(t *testing.T) {
+	p := NewMux[*fakeMuxConn](8, 0, NewLimit(0), nil)
+	key := Key{Addr: "a:1"}
+	first := &fakeMuxConn{state: MuxState{Key: key}}
+	p.add(first, p.Tick())
+	for range 6 {
+		p.Take(key, 0, nil, false)
+	}
+	p.Learn(first, 3, time.Now()) // 7 taken, 3 accepted: 4 displaced
+	first.Close()
+	mark := p.FailMark(first)
+	burst := &fakeMuxConn{state: MuxState{Key: key}}
+	p.addFrom(burst, p.Tick(), true, mark) // resend r1
+	if got, _, _ := p.Take(key, mark, nil, true); got != burst { // resend r2
+		t.Fatalf("a resend of the burst took %p, want %p", got, burst)
+	}
+	if got, _, _ := p.Take(key, 0, nil, false); got != burst { // original o1, within the count
+		t.Fatalf("an original within the GOAWAY's count took %p, want %p", got, burst)
+	}
+	if got, _, _ := p.Take(key, 0, nil, false); got != nil {
+		t.Fatalf("an original beyond the count took %p with the burst's resends not through", got)
+	}
+	p.Sent(burst) // r1 written
+	p.Done(burst, true)
+	p.Done(burst, true) // o1 and r1 served: as many exchanges as resends
+	if got, _, _ := p.Take(key, 0, nil, false); got != nil {
+		t.Fatalf("an original beyond the count took %p while resend r2 was not written", got)
+	}
+	p.Sent(burst) // r2 written
+	if got, _, _ := p.Take(key, 0, nil, false); got != burst {
+		t.Fatalf("an original took %p once every resend was written and served as many, want %p", got, burst)
+	}
+}
