@@ -150,6 +150,20 @@ func (c *Conn) Detach() {
 	c.mu.Unlock()
 }
 
+// Abort closes the connection at once: beneath its TLS layer when it has
+// one (the WireCounter given to NewConn), so that no TLS close_notify
+// alert is written first. A peer that stopped reading would hold that
+// write for up to the 5 s crypto/tls gives it, and whoever closes the
+// TLS connection next (net/http, on the canceled request) would wait
+// that long before the round trip returns. A later Close then only
+// fails the alert's write on the closed connection.
+func (c *Conn) Abort() error {
+	if c.wire != nil {
+		return c.wire.Close()
+	}
+	return c.Conn.Close()
+}
+
 // Stale reports whether a read returned while no sink was attached.
 func (c *Conn) Stale() bool {
 	c.mu.Lock()

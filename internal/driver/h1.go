@@ -73,11 +73,14 @@ type h1Attempt struct {
 
 // HeaderSectionTimedOut aborts the exchange whose response header
 // section outlived DefaultHeaderSectionTimeout (h1.HeaderAborter): the
-// attempt ends with err, and closing the connection ends net/http's read
-// of the response.
+// connection is aborted beneath TLS first (h1.Conn.Abort), which ends
+// net/http's read of the response, and then the attempt ends with err.
+// In the other order net/http, seeing the attempt's context end, closes
+// the TLS connection itself and waits on its close_notify to a server
+// that is not reading: the round trip returned 5 s late now and then.
 func (ha *h1Attempt) HeaderSectionTimedOut(err *h1.HeaderTimeoutError) {
+	ha.wire.pc.conn.Abort()
 	ha.cancel(err)
-	ha.wire.pc.conn.Close()
 }
 
 // h1Wire is an HTTP/1.1 attempt's connection: its attemptWire. The
