@@ -670,7 +670,7 @@ func TestBurstCapLiftsOnceResendsThrough(t *testing.T) {
 	first.Close()
 	mark := p.FailMark(first)
 	burst := &fakeMuxConn{state: MuxState{Key: key}}
-	p.addFrom(burst, p.Tick(), true, mark) // resend r1
+	p.addFrom(burst, p.Tick(), true, mark)                       // resend r1
 	if got, _, _ := p.Take(key, mark, nil, true); got != burst { // resend r2
 		t.Fatalf("a resend of the burst took %p, want %p", got, burst)
 	}
