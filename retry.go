@@ -11,7 +11,7 @@ import (
 
 // Retry configures retries that cannot duplicate a side effect: the same
 // rules that decide the automatic resend decide every retry (fsm.Call,
-// rules RS22 to RS28; docs/retries.md). Set it in Options.Retry for every
+// rules RS22 to RS31; docs/retries.md). Set it in Options.Retry for every
 // call, or per request with WithRetry.
 //
 // The zero value configures none: a call then makes its first attempt and
