@@ -50,6 +50,33 @@ type Retry struct {
 	MaxRetryAfter time.Duration
 	// Budget bounds the retries of each route.
 	Budget RetryBudget
+	// Hedge sends extra copies of a slow request (off by default).
+	Hedge Hedge
+}
+
+// Hedge configures hedged requests: when a call has no response header
+// after Delay, another copy goes out on another connection, and again
+// after each Delay up to Max copies beside the first; the first response
+// header wins and the other copies are canceled, their bodies closed
+// (fsm.Call.Hedge, rules RS29 to RS31; docs/retries.md). A copy goes only
+// where the ambiguous-failure rules would let the request go twice: an
+// idempotent method (with Keyed, a request with an Idempotency-Key too)
+// and a body that can be produced again (none, or GetBody). Every copy
+// counts in MaxAttempts, which must be at least 2 for any hedge, and
+// needs room in the route's retry budget (Budget), so a failing upstream
+// does not get multiplied load.
+type Hedge struct {
+	// Delay is how long a call waits for a response header before each
+	// hedge. Zero sends none.
+	Delay time.Duration
+	// Max is the most hedges a call sends beside its first copy. Zero
+	// means 1; at most MaxAttempts−1 are ever sent.
+	Max int
+	// Keyed lets a request that is idempotent only by its Idempotency-Key
+	// (or X-Idempotency-Key) be hedged. Its copies then run at the same
+	// time, which a server may answer with 409 Conflict while the first
+	// runs; a sequential retry of it needs no such option.
+	Keyed bool
 }
 
 // RetryBudget bounds the retries of one route (scheme, host and port) so
@@ -85,26 +112,34 @@ func WithRetry(ctx context.Context, r Retry) context.Context {
 }
 
 // retryFor returns the retry policy of req, in fsm terms, with its
-// budget: the one WithRetry put in its context, else def (Options.Retry).
-func retryFor(req *http.Request, def Retry) (fsm.Retry, driver.Budget) {
+// budget and hedge delay: the one WithRetry put in its context, else def
+// (Options.Retry).
+func retryFor(req *http.Request, def Retry) (fsm.Retry, driver.Budget, time.Duration) {
 	r := def
 	if v, ok := req.Context().Value(retryKey{}).(Retry); ok {
 		r = v
 	}
 	if r.MaxAttempts <= 0 {
-		return fsm.Retry{}, driver.Budget{}
+		return fsm.Retry{}, driver.Budget{}, 0
 	}
 	statuses := r.Statuses
 	if statuses == nil {
 		statuses = DefaultRetryStatuses
 	}
-	return fsm.Retry{
+	p := fsm.Retry{
 		Attempts:      uint8(min(r.MaxAttempts, driver.MaxAttempts)),
 		Statuses:      fsm.Statuses(statuses...),
 		Base:          orDefault(r.BaseDelay, 100*time.Millisecond),
 		Cap:           orDefault(r.MaxDelay, 10*time.Second),
 		MaxRetryAfter: orDefault(r.MaxRetryAfter, 30*time.Second),
-	}, driver.Budget(r.Budget.normalized())
+	}
+	var delay time.Duration
+	if r.Hedge.Delay > 0 {
+		delay = r.Hedge.Delay
+		p.Hedges = uint8(min(max(r.Hedge.Max, 1), driver.MaxAttempts-1))
+		p.HedgeKeyed = r.Hedge.Keyed
+	}
+	return p, driver.Budget(r.Budget.normalized()), delay
 }
 
 func orDefault(d, def time.Duration) time.Duration {
