@@ -104,7 +104,7 @@ type attempt struct {
 	rec       attemptRecorder
 	displaced bool // a displaced request's resend (resend.displaced)
 	reused    bool
-	hedge     bool // a hedge: a copy sent beside another in flight (resend.hedge)
+	hedge     bool        // a hedge: a copy sent beside another in flight (resend.hedge)
 	status    int         // the final response's status, once its header section arrived
 	body      *reqBody    // nil without a body; allocated apart, so that a request without one does not pay for it
 	wire      attemptWire // nil until a connection (HTTP/1.1) or stream was had
