@@ -13,6 +13,7 @@ import (
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
 )
 
 // Hedging (Retry.Hedge; fsm.Call.Hedge, rules hedge, hedge-refused and
@@ -339,3 +340,63 @@ type closeCount struct {
 func (c *closeCount) Read(p []byte) (int, error) { return c.r.Read(p) }
 func (c *closeCount) Close() error               { c.n.Add(1); return nil }
 func (c *closeCount) closes() int                { return int(c.n.Load()) }
+
+// TestHedgeH2AnotherConnection: over HTTP/2 the hedge goes on a new
+// connection, though the stalled copy's connection has room for more
+// streams: a copy never shares a connection with another copy, whose
+// trouble it would share too. The stalled copy, the loser, is canceled:
+// the client resets its stream.
+func TestHedgeH2AnotherConnection(t *testing.T) {
+	forTLSAndH2C(t, func(t *testing.T, useTLS bool) {
+		cfg := h2Script(
+			[]h2server.Action{h2server.OK("warm"), h2server.Hang(5 * time.Second)},
+			[]h2server.Action{h2server.OK("ok")},
+		)
+		cfg.TLS = useTLS
+		s := startH2(t, cfg)
+		tr, obs := h2Client(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 2, Hedge: replaysafe.Hedge{Delay: hedgeDelay}}})
+		code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/warm", ""))
+		if err != nil || code != 200 || body != "warm" {
+			t.Fatalf("warm-up: %d %q %v", code, body, err)
+		}
+		code, body, err = roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/h", ""))
+		if err != nil || code != 200 || body != "ok" {
+			t.Fatalf("hedged: %d %q %v", code, body, err)
+		}
+		wantH2Copies(t, s, "/h", 0, 1)
+		cs := h2Copies(s, "/h")
+		if !slices.Equal(cs[0].Fields, cs[1].Fields) || !bytes.Equal(cs[0].Body, cs[1].Body) {
+			t.Errorf("copies differ: %v %q / %v %q", cs[0].Fields, cs[0].Body, cs[1].Fields, cs[1].Body)
+		}
+		as := waitAttempts(t, obs, "/h", 2)
+		reset := false
+		for i := 0; i < 1000 && !reset; i++ { // the reset is written on the connection's own goroutine
+			if reset = h2Copies(s, "/h")[0].ClientReset; !reset {
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+		if !reset {
+			t.Errorf("the losing copy's stream was not reset: %+v", h2Copies(s, "/h")[0])
+		}
+		slices.SortFunc(as, func(x, y replaysafe.AttemptReport) int { return x.Number - y.Number })
+		if !as[0].Reused || as[0].Hedge || as[1].Reused || !as[1].Hedge {
+			t.Errorf("the first copy reused %v hedge %v, the second reused %v hedge %v; want a pooled first copy and a hedge on a new connection",
+				as[0].Reused, as[0].Hedge, as[1].Reused, as[1].Hedge)
+		}
+	})
+}
+
+// waitAttempts waits, a bounded while, until the Observer has the
+// reports of n attempts for path (a losing copy reports once its stack
+// let go of it, after the call returned) and returns them.
+func waitAttempts(t *testing.T, obs *observed, path string, n int) []replaysafe.AttemptReport {
+	t.Helper()
+	for range 1000 {
+		if as := obs.attemptsFor(path); len(as) >= n {
+			return as
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("%d attempt reports for %s after 5s, want %d", len(obs.attemptsFor(path)), path, n)
+	return nil
+}

@@ -149,10 +149,11 @@ func (tr *try) newAttempt(a *attempt, body io.ReadCloser, rec attemptRecorder, w
 			a.body.watchStalls(tr.call.t.clock, tr.call.t.cfg.BodyReadTimeout, tr.call.t.cfg.UploadStallTimeout, a, w.finish)
 		}
 	}
-	if tr.call.t.limits.Write > 0 || tr.call.t.limits.Header > 0 || w.mux && a.body != nil {
+	if tr.call.t.limits.Write > 0 || tr.call.t.limits.Header > 0 || w.mux && a.body != nil || tr.hedge != nil {
 		// A limit may pass, or a stall fire, while the stack holds the
-		// request, and a multiplexed stack may still be uploading when
-		// the response ends: the stack runs on the attempt's context.
+		// request, a multiplexed stack may still be uploading when
+		// the response ends, and a copy of a hedged call is canceled when
+		// another wins: the stack runs on the attempt's context.
 		a.context()
 	}
 	return a
