@@ -190,3 +190,22 @@ func TestCoverageCallHedgeString(t *testing.T) {
 		t.Errorf("a hedge prints %q", s)
 	}
 }
+
+var callSink fsm.CallDecision
+
+// BenchmarkCallHedge measures a hedged call's decisions: a hedge, the
+// losing copy's failure beside the other, and the winner's delivery
+// (three decisions, ns/decision).
+func BenchmarkCallHedge(b *testing.B) {
+	req := fsm.Request{Method: fsm.MethodGET}
+	p := hedgePolicy(1, false)
+	failed, ok := ccFail(fsm.RuleTimeout), ccStatus(200)
+	b.ReportAllocs()
+	for b.Loop() {
+		c := fsm.NewCall(req, p)
+		callSink = c.Hedge(true)
+		callSink = c.Step(failed)
+		callSink = c.Step(ok)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*3), "ns/decision")
+}
