@@ -72,7 +72,7 @@ const (
 	RuleHedge Rule = 29
 	// RuleHedgeRefused (RS30, call rule, decides continue): The hedge delay passed, but no copy may go: no hedges are configured or all were sent, the request's copies could have a side effect (a method neither idempotent nor keyed, a key without keyed hedges allowed, a one-shot body, resending off, a retry policy of the caller's own), the copy would pass the policy's attempts, or the route's retry budget is spent. The copies in flight go on alone.
 	RuleHedgeRefused Rule = 30
-	// RuleHedgeCopyFailed (RS31, call rule, decides continue): One copy of a hedged call ended without a response while another copy is in flight: its failure is not the call's and earns no resend; the call waits for the other copies. It counts as one of the call's attempts. When the last copy in flight fails, the call rules decide on it as on any later attempt.
+	// RuleHedgeCopyFailed (RS31, call rule, decides continue): One copy of a hedged call ended without a response while another copy is in flight: its failure is not the call's and earns no resend; the call waits for the other copies. It counts as one of the call's attempts. When the last copy in flight fails, the call rules decide on it as on any later attempt. A copy canceled because another copy's response header came first is counted the same way, and never decided on.
 	RuleHedgeCopyFailed Rule = 31
 )
 

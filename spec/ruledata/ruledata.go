@@ -190,7 +190,7 @@ var Rules = []Rule{
 	},
 	{
 		Number: 31, ID: "RS31", Name: "HedgeCopyFailed", Slug: "hedge-copy-failed", Action: "continue", Call: true,
-		Statement: "One copy of a hedged call ended without a response while another copy is in flight: its failure is not the call's and earns no resend; the call waits for the other copies. It counts as one of the call's attempts. When the last copy in flight fails, the call rules decide on it as on any later attempt.",
+		Statement: "One copy of a hedged call ended without a response while another copy is in flight: its failure is not the call's and earns no resend; the call waits for the other copies. It counts as one of the call's attempts. When the last copy in flight fails, the call rules decide on it as on any later attempt. A copy canceled because another copy's response header came first is counted the same way, and never decided on.",
 		Source:    "replaysafe",
 	},
 }
