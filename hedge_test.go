@@ -400,3 +400,22 @@ func waitAttempts(t *testing.T, obs *observed, path string, n int) []replaysafe.
 	t.Fatalf("%d attempt reports for %s after 5s, want %d", len(obs.attemptsFor(path)), path, n)
 	return nil
 }
+
+// TestHedgeStopsAtMax: with a delay far shorter than the stall, a call
+// sends Max hedges and then waits, however many delays pass: the hedge
+// answers late, and the server received two copies.
+func TestHedgeStopsAtMax(t *testing.T) {
+	s := start(t, replaysafetest.Config{Conns: []replaysafetest.ConnScript{
+		replaysafetest.Script(replaysafetest.Hang(0)),
+		replaysafetest.Script(replaysafetest.Respond(200, "late").WithDelay(200 * time.Millisecond)),
+	}})
+	tr, _, hs := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 5, Hedge: replaysafe.Hedge{Delay: time.Millisecond, Max: 1}}})
+	code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/m", ""))
+	if err != nil || code != 200 || body != "late" {
+		t.Fatalf("%d %q %v", code, body, err)
+	}
+	sameCopies(t, s, "/m", 2)
+	if hs.hedges() != 1 {
+		t.Errorf("%d hedges, want 1", hs.hedges())
+	}
+}

@@ -32,7 +32,9 @@ type hedging struct {
 	mu        sync.Mutex
 	copies    []hedgeCopy
 	won       *attempt
-	connected bool // the first copy got its connection or stream
+	connected bool          // the first copy got its connection or stream
+	pending   bool          // the delay passed before it did: its connection fires the hedge
+	fire      chan struct{} // the hedge delay passed (capacity one)
 }
 
 // hedgeCopy is one copy of a hedged try; stepped is set once its outcome
@@ -57,8 +59,20 @@ func (h *hedging) gotConn(a *attempt) {
 	h.mu.Lock()
 	if len(h.copies) > 0 && h.copies[0].a == a {
 		h.connected = true
+		if h.pending {
+			h.pending = false
+			h.signal()
+		}
 	}
 	h.mu.Unlock()
+}
+
+// signal tells the try that a hedge is due; one signal waiting is enough.
+func (h *hedging) signal() {
+	select {
+	case h.fire <- struct{}{}:
+	default:
+	}
 }
 
 // lostLocked reports whether another copy than a won.
@@ -157,7 +171,7 @@ func (c *Call) hedgeApplies() bool {
 // automatic resend starts here as the next copy, anything else ends the
 // try.
 func (tr *try) hedged(attempt attemptFunc) (*http.Response, error) {
-	h := &hedging{}
+	h := &hedging{fire: make(chan struct{}, 1)}
 	tr.hedge = h
 	c := tr.call
 	// Every copy sends its result once, and a call starts at most
@@ -174,18 +188,13 @@ func (tr *try) hedged(attempt attemptFunc) (*http.Response, error) {
 		}(n)
 	}
 	launch(tr.start)
-	fire := make(chan struct{}, 1)
-	arm := func() func() bool {
-		return c.t.clock.AfterFunc(c.hedgeDelay, func() {
-			select {
-			case fire <- struct{}{}:
-			default:
-			}
-		})
-	}
+	arm := func() func() bool { return c.t.clock.AfterFunc(c.hedgeDelay, h.signal) }
 	stop := arm()
 	defer func() { stop() }()
-	for range 4 * (MaxAttempts + 1) * (MaxAttempts + 1) { // every turn ends a copy or decides a hedge, each bounded by MaxAttempts
+	// Every turn ends a copy (at most MaxAttempts, with the automatic
+	// resend) or takes one firing of the delay, armed once at the start
+	// and once a copy launched, or fired by the first copy's connection.
+	for range 4 * (MaxAttempts + 1) {
 		select {
 		case r := <-results:
 			inFlight--
@@ -201,27 +210,33 @@ func (tr *try) hedged(attempt attemptFunc) (*http.Response, error) {
 			default:
 				return r.resp, r.err // the winner, or the call's end
 			}
-		case <-fire:
+		case <-h.fire:
 			if start, ok := tr.hedgeNow(h); ok {
 				launch(start)
+				stop = arm() // the next hedge's delay
 			}
-			stop = arm()
 		}
 	}
 	panic("replaysafe: a hedged try went on past the copies a call allows")
 }
 
 // hedgeNow asks the call machine for a hedge, the delay having passed:
-// none while the first copy is still acquiring (see hedging.gotConn) or
-// once a copy's response header came, else as fsm.Call.Hedge decides,
-// with a copy reserved from the route's budget and given back unless it
-// goes. It returns the copy's start: the next facts, the body again, and
-// a mark that lets it take only a connection that joins the pool from
-// now on, so never one another copy uses.
+// none yet while the first copy is still acquiring (its connection fires
+// the hedge, see hedging.gotConn), none once a copy's response header
+// came, else as fsm.Call.Hedge decides, with a copy reserved from the
+// route's budget and given back unless it goes. It returns the copy's
+// start: the next facts, the body again, and a mark that lets it take
+// only a connection that joins the pool from now on, so never one
+// another copy uses. A refused hedge ends the try's hedging: its copies
+// in flight go on alone.
 func (tr *try) hedgeNow(h *hedging) (resend, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.connected || h.won != nil {
+	if !h.connected {
+		h.pending = true
+		return resend{}, false
+	}
+	if h.won != nil {
 		return resend{}, false
 	}
 	c := tr.call
