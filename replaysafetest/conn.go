@@ -245,7 +245,7 @@ var handlers = [kindCount]handler{
 // respond answers and keeps the connection open unless the client asked
 // for it to close.
 func (c *conn) respond(a *Action, req *Received) bool {
-	if a.Delay > 0 {
+	if a.Kind == KindRespond && a.Delay > 0 {
 		// A late answer (Respond(...).WithDelay): the server closing ends
 		// the wait, and a client that closed meanwhile finds the write
 		// failing.
