@@ -80,6 +80,9 @@ func TestCallMatchesModel(t *testing.T) {
 	}
 	var reached []string
 	for r := fsm.RuleTooEarly; r < fsm.RuleCount; r++ {
+		if hedgeRule(r) {
+			continue // TestHedgeMatchesModel reaches them
+		}
 		reached = append(reached, r.ID()+"="+strconv.Itoa(stats.rules[r]))
 		if stats.rules[r] == 0 && !testing.Short() {
 			t.Errorf("no call decided by %s %v", r.ID(), r)
@@ -295,4 +298,30 @@ func checkHedgedExample(t *testing.T, ex spec.Example, decided map[fsm.Rule]bool
 		t.Errorf("%s: example %q: the hedging model's final decision is %v", ex.File, ex.Name, last)
 	}
 	return expects
+}
+
+// hedgeRule reports the hedging rules, which only a hedged call decides.
+func hedgeRule(r fsm.Rule) bool {
+	return r == fsm.RuleHedge || r == fsm.RuleHedgeRefused || r == fsm.RuleHedgeCopyFailed
+}
+
+// TestHedgeMatchesModel runs the hedge property (call_hedge_property.go)
+// fifty times with rapid.Check (rerun a failure with -rapid.seed=N) and
+// shows that it reaches every hedging rule.
+func TestHedgeMatchesModel(t *testing.T) {
+	stats := &hedgeStats{}
+	rounds := 50
+	if testing.Short() {
+		rounds = 2
+	}
+	for range rounds {
+		rapid.Check(t, func(t *rapid.T) { hedgeProperty(t, stats) })
+	}
+	for _, r := range []fsm.Rule{fsm.RuleHedge, fsm.RuleHedgeRefused, fsm.RuleHedgeCopyFailed} {
+		if stats.rules[r] == 0 {
+			t.Errorf("no hedged call decided by %s %v", r.ID(), r)
+		}
+	}
+	t.Logf("%d hedged calls; hedge %d, hedge-refused %d, hedge-copy-failed %d decisions", stats.calls,
+		stats.rules[fsm.RuleHedge], stats.rules[fsm.RuleHedgeRefused], stats.rules[fsm.RuleHedgeCopyFailed])
 }
