@@ -236,11 +236,11 @@ func ExampleObserver_clientTimeout() {
 	// copies at the server: 1 1
 }
 
-// A GET whose first copy stalls: after Hedge.Delay with no response
+// A GET whose first copy stalls: after Retry.Hedge with no response
 // header a second copy goes out on another connection and answers; the
 // stalled copy is canceled. The loopback server's first connection never
 // answers, and the server counts the copies it received.
-func ExampleHedge() {
+func ExampleRetry_hedge() {
 	srv, err := replaysafetest.Start(replaysafetest.Config{Conns: []replaysafetest.ConnScript{
 		replaysafetest.Script(replaysafetest.Hang(0)),
 		replaysafetest.Script(replaysafetest.Respond(200, "from the hedge")),
@@ -251,7 +251,7 @@ func ExampleHedge() {
 	defer srv.Close()
 	tr := replaysafe.New(replaysafe.Options{Retry: replaysafe.Retry{
 		MaxAttempts: 2, // every copy counts
-		Hedge:       replaysafe.Hedge{Delay: 20 * time.Millisecond, Max: 1},
+		Hedge:       20 * time.Millisecond, MaxHedges: 1,
 	}})
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Get(srv.URL() + "/slow")

@@ -114,7 +114,7 @@ func TestHedgeGET(t *testing.T) {
 			}
 			conns = append(conns, replaysafetest.Script(replaysafetest.OK()))
 			s := start(t, replaysafetest.Config{Conns: conns})
-			tr, obs, hs := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: c.attempts, Hedge: replaysafe.Hedge{Delay: hedgeDelay, Max: c.max}}})
+			tr, obs, hs := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: c.attempts, Hedge: hedgeDelay, MaxHedges: c.max}})
 			get(t, tr, s, "/h")
 			copies := sameCopies(t, s, "/h", c.stalls+1)
 			if winner := copies[len(copies)-1].Conn; winner != c.stalls {
@@ -170,7 +170,7 @@ func TestHedgeNeedsASafeCopy(t *testing.T) {
 				replaysafetest.Script(replaysafetest.OK()),
 			}})
 			tr, _, hs := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 3,
-				Hedge: replaysafe.Hedge{Delay: hedgeDelay, Max: 2, Keyed: c.keyed}}})
+				Hedge: hedgeDelay, MaxHedges: 2, HedgeKeyed: c.keyed}})
 			var hdr []string
 			if c.key {
 				hdr = []string{"Idempotency-Key", "k-1"}
@@ -198,7 +198,7 @@ func TestHedgeRefusedInHistory(t *testing.T) {
 	s := start(t, replaysafetest.Config{Conns: []replaysafetest.ConnScript{
 		replaysafetest.Script(replaysafetest.Hang(100 * time.Millisecond)),
 	}})
-	tr, _, hs := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 3, Hedge: replaysafe.Hedge{Delay: hedgeDelay, Max: 2, Keyed: true}}})
+	tr, _, hs := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 3, Hedge: hedgeDelay, MaxHedges: 2, HedgeKeyed: true}})
 	_, _, err := roundTrip(tr, newRequest(t, t.Context(), "POST", s.URL()+"/w", "order=1"))
 	var re *replaysafe.Error
 	if !errors.As(err, &re) {
@@ -241,7 +241,7 @@ func TestHedgeBudget(t *testing.T) {
 	s := start(t, replaysafetest.Config{Conns: conns})
 	tr, _, hs := hedgeClient(t, s, replaysafe.Options{DisableKeepAlives: true, Retry: replaysafe.Retry{MaxAttempts: 3, Statuses: []int{},
 		Budget: replaysafe.RetryBudget{Ratio: 0.1, MinPerSecond: -1, Window: time.Minute},
-		Hedge:  replaysafe.Hedge{Delay: hedgeDelay, Max: 2}}})
+		Hedge:  hedgeDelay, MaxHedges: 2}})
 	for range 10 {
 		get(t, tr, s, "/quick")
 	}
@@ -269,7 +269,7 @@ func TestHedgeCopyFailsBeside(t *testing.T) {
 		replaysafetest.Script(replaysafetest.Hang(50 * time.Millisecond)),                          // fails under the hedge
 		replaysafetest.Script(replaysafetest.Respond(200, "ok").WithDelay(200 * time.Millisecond)), // the hedge, slow
 	}})
-	tr, obs, _ := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 3, Hedge: replaysafe.Hedge{Delay: hedgeDelay, Max: 1}}})
+	tr, obs, _ := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 3, Hedge: hedgeDelay, MaxHedges: 1}})
 	get(t, tr, s, "/f")
 	sameCopies(t, s, "/f", 2)
 	as := obs.attemptsFor("/f")
@@ -288,7 +288,7 @@ func TestHedgeLoserBodyClosed(t *testing.T) {
 		replaysafetest.Script(replaysafetest.Hang(0)),
 		replaysafetest.Script(replaysafetest.OK()),
 	}})
-	tr, _, _ := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 2, Hedge: replaysafe.Hedge{Delay: hedgeDelay}}})
+	tr, _, _ := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 2, Hedge: hedgeDelay}})
 	var mu sync.Mutex
 	var bodies []*closeCount
 	req := newRequest(t, t.Context(), "PUT", s.URL()+"/p", "")
@@ -354,7 +354,7 @@ func TestHedgeH2AnotherConnection(t *testing.T) {
 		)
 		cfg.TLS = useTLS
 		s := startH2(t, cfg)
-		tr, obs := h2Client(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 2, Hedge: replaysafe.Hedge{Delay: hedgeDelay}}})
+		tr, obs := h2Client(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 2, Hedge: hedgeDelay}})
 		code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/warm", ""))
 		if err != nil || code != 200 || body != "warm" {
 			t.Fatalf("warm-up: %d %q %v", code, body, err)
@@ -409,7 +409,7 @@ func TestHedgeStopsAtMax(t *testing.T) {
 		replaysafetest.Script(replaysafetest.Hang(0)),
 		replaysafetest.Script(replaysafetest.Respond(200, "late").WithDelay(200 * time.Millisecond)),
 	}})
-	tr, _, hs := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 5, Hedge: replaysafe.Hedge{Delay: time.Millisecond, Max: 1}}})
+	tr, _, hs := hedgeClient(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 5, Hedge: time.Millisecond, MaxHedges: 1}})
 	code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/m", ""))
 	if err != nil || code != 200 || body != "late" {
 		t.Fatalf("%d %q %v", code, body, err)

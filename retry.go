@@ -50,33 +50,29 @@ type Retry struct {
 	MaxRetryAfter time.Duration
 	// Budget bounds the retries of each route.
 	Budget RetryBudget
-	// Hedge sends extra copies of a slow request (off by default).
-	Hedge Hedge
-}
-
-// Hedge configures hedged requests: when a call has no response header
-// after Delay, another copy goes out on another connection, and again
-// after each Delay up to Max copies beside the first; the first response
-// header wins and the other copies are canceled, their bodies closed
-// (fsm.Call.Hedge, rules RS29 to RS31; docs/retries.md). A copy goes only
-// where the ambiguous-failure rules would let the request go twice: an
-// idempotent method (with Keyed, a request with an Idempotency-Key too)
-// and a body that can be produced again (none, or GetBody). Every copy
-// counts in MaxAttempts, which must be at least 2 for any hedge, and
-// needs room in the route's retry budget (Budget), so a failing upstream
-// does not get multiplied load.
-type Hedge struct {
-	// Delay is how long a call waits for a response header before each
-	// hedge. Zero sends none.
-	Delay time.Duration
-	// Max is the most hedges a call sends beside its first copy. Zero
-	// means 1; at most MaxAttempts−1 are ever sent.
-	Max int
-	// Keyed lets a request that is idempotent only by its Idempotency-Key
-	// (or X-Idempotency-Key) be hedged. Its copies then run at the same
-	// time, which a server may answer with 409 Conflict while the first
-	// runs; a sequential retry of it needs no such option.
-	Keyed bool
+	// Hedge, when positive, sends extra copies of a slow request (off
+	// by default): when a call has no response header Hedge after its
+	// copy went out, another copy goes out on another connection, and
+	// again after each further Hedge, up to MaxHedges copies beside the
+	// first; the first response header wins and the other copies are
+	// canceled, their bodies closed (fsm.Call.Hedge, rules RS29 to RS31;
+	// docs/retries.md). A copy goes only where the ambiguous-failure
+	// rules would let the request go twice: an idempotent method (with
+	// HedgeKeyed, a request with an Idempotency-Key too) and a body that
+	// can be produced again (none, or GetBody). Every copy counts in
+	// MaxAttempts, which must be at least 2 for any hedge, and needs room
+	// in the route's retry budget, so a slow upstream does not get
+	// multiplied load.
+	Hedge time.Duration
+	// MaxHedges is the most hedges a call sends beside its first copy.
+	// Zero means 1; at most MaxAttempts−1 are ever sent.
+	MaxHedges int
+	// HedgeKeyed lets a request that is idempotent only by its
+	// Idempotency-Key (or X-Idempotency-Key) be hedged. Its copies then
+	// run at the same time, which a server may answer with 409 Conflict
+	// while the first runs; a sequential retry of it needs no such
+	// option.
+	HedgeKeyed bool
 }
 
 // RetryBudget bounds the retries of one route (scheme, host and port) so
@@ -134,10 +130,10 @@ func retryFor(req *http.Request, def Retry) (fsm.Retry, driver.Budget, time.Dura
 		MaxRetryAfter: orDefault(r.MaxRetryAfter, 30*time.Second),
 	}
 	var delay time.Duration
-	if r.Hedge.Delay > 0 {
-		delay = r.Hedge.Delay
-		p.Hedges = uint8(min(max(r.Hedge.Max, 1), driver.MaxAttempts-1))
-		p.HedgeKeyed = r.Hedge.Keyed
+	if r.Hedge > 0 {
+		delay = r.Hedge
+		p.Hedges = uint8(min(max(r.MaxHedges, 1), driver.MaxAttempts-1))
+		p.HedgeKeyed = r.HedgeKeyed
 	}
 	return p, driver.Budget(r.Budget.normalized()), delay
 }

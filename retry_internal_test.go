@@ -34,14 +34,14 @@ func TestRetryDefaults(t *testing.T) {
 		keyed  bool
 		delay  time.Duration
 	}{
-		{Retry{MaxAttempts: 3, Hedge: Hedge{Max: 2}}, 0, false, 0},
-		{Retry{Hedge: Hedge{Delay: time.Second, Max: 2}}, 0, false, 0},
-		{Retry{MaxAttempts: 3, Hedge: Hedge{Delay: time.Second}}, 1, false, time.Second},
-		{Retry{MaxAttempts: 3, Hedge: Hedge{Delay: time.Second, Max: 40, Keyed: true}}, driver.MaxAttempts - 1, true, time.Second},
+		{Retry{MaxAttempts: 3, MaxHedges: 2}, 0, false, 0},
+		{Retry{Hedge: time.Second, MaxHedges: 2}, 0, false, 0},
+		{Retry{MaxAttempts: 3, Hedge: time.Second}, 1, false, time.Second},
+		{Retry{MaxAttempts: 3, Hedge: time.Second, MaxHedges: 40, HedgeKeyed: true}, driver.MaxAttempts - 1, true, time.Second},
 	} {
 		p, _, d := retryFor(req, c.r)
 		if p.Hedges != c.hedges || p.HedgeKeyed != c.keyed || d != c.delay {
-			t.Errorf("%+v: hedges %d keyed %v delay %v, want %d %v %v", c.r.Hedge, p.Hedges, p.HedgeKeyed, d, c.hedges, c.keyed, c.delay)
+			t.Errorf("%+v: hedges %d keyed %v delay %v, want %d %v %v", c.r, p.Hedges, p.HedgeKeyed, d, c.hedges, c.keyed, c.delay)
 		}
 	}
 }

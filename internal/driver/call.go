@@ -42,7 +42,7 @@ type Call struct {
 	// mu guards cm and the decisions kept, which the copies of a hedged
 	// try step from their own goroutines.
 	mu         sync.Mutex
-	hedgeDelay time.Duration // Retry.Hedge.Delay; zero: no hedging
+	hedgeDelay time.Duration // Retry.Hedge; zero: no hedging
 
 	tr    *try
 	in    plan.Input

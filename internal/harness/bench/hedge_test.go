@@ -90,7 +90,7 @@ var hedgeClients = []hedgeClient{
 		return tr, tr.CloseIdleConnections
 	}},
 	{"replaysafe-hedge", func() (http.RoundTripper, func()) {
-		tr := replaysafe.New(replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 2, Hedge: replaysafe.Hedge{Delay: hedgeAfter, Max: 1}}})
+		tr := replaysafe.New(replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 2, Hedge: hedgeAfter, MaxHedges: 1}})
 		return tr, tr.CloseIdleConnections
 	}},
 	{"net-http", func() (http.RoundTripper, func()) {
