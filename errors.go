@@ -29,7 +29,10 @@ type Error struct {
 	Attempts int
 	// History is the call machine's decision after each attempt, in
 	// order: why the call went on (the rule of each resend or retry, and
-	// the wait before it) and, last, the decision that ended it.
+	// the wait before it) and, last, the decision that ended it. A hedged
+	// call also lists each hedge decision (resend by hedge, or continue by
+	// hedge-refused) and each copy that failed beside another (continue
+	// by hedge-copy-failed), in the order they were decided.
 	History []fsm.CallDecision
 	// Err is the cause: the stack's error, classified into the event the
 	// rule decided on.

@@ -235,3 +235,31 @@ func ExampleObserver_clientTimeout() {
 	// request deadline, Client.Do's *Error: true RS06 timeout
 	// copies at the server: 1 1
 }
+
+// A GET whose first copy stalls: after Retry.Hedge with no response
+// header a second copy goes out on another connection and answers; the
+// stalled copy is canceled. The loopback server's first connection never
+// answers, and the server counts the copies it received.
+func ExampleRetry_hedge() {
+	srv, err := replaysafetest.Start(replaysafetest.Config{Conns: []replaysafetest.ConnScript{
+		replaysafetest.Script(replaysafetest.Hang(0)),
+		replaysafetest.Script(replaysafetest.Respond(200, "from the hedge")),
+	}})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	tr := replaysafe.New(replaysafe.Options{Retry: replaysafe.Retry{
+		MaxAttempts: 2, // every copy counts
+		Hedge:       20 * time.Millisecond, MaxHedges: 1,
+	}})
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get(srv.URL() + "/slow")
+	if err != nil {
+		panic(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Printf("%s; the server received %d copies\n", body, srv.Count())
+	// Output: from the hedge; the server received 2 copies
+}

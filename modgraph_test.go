@@ -35,3 +35,26 @@ func TestNoOpenTelemetryInModuleGraph(t *testing.T) {
 		}
 	}
 }
+
+// TestNoPeerInLibraryGraph: the peers the benchmarks and comparisons run
+// beside (failsafe-go, resty, go-retryablehttp) are in no library
+// package's import graph; only the harnesses and their tests import
+// them.
+func TestNoPeerInLibraryGraph(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".", "./fsm/...", "./adapters/...", "./transports/...", "./forward/...", "./replaysafetest/...").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	listed := 0
+	for line := range strings.Lines(string(out)) {
+		for _, p := range []string{"github.com/failsafe-go/", "github.com/go-resty/", "github.com/hashicorp/go-retryablehttp"} {
+			if strings.HasPrefix(line, p) {
+				t.Errorf("a library package imports %s", strings.TrimSpace(line))
+			}
+		}
+		listed++
+	}
+	if listed < 10 {
+		t.Fatalf("go list -deps listed %d packages; the check read nothing", listed)
+	}
+}

@@ -40,8 +40,9 @@ type Observer struct {
 	OnError func(req *http.Request, err error)
 
 	// OnAttemptStart is called as each wire attempt begins, before it
-	// takes or dials a connection, from the call's goroutine: with
-	// OnAttempt it brackets the attempt.
+	// takes or dials a connection, from the call's goroutine (a hedged
+	// call's copies each from their own): with OnAttempt it brackets the
+	// attempt.
 	OnAttemptStart func(AttemptStart)
 	// OnConn is told of the Transport's connections: each one dialed
 	// (once it is ready for its first request), each attempt that took
@@ -79,6 +80,11 @@ type AttemptReport struct {
 	// Trace is the attempt in the spec trace format; `replaysafe explain`
 	// replays it to Decision.
 	Trace string
+	// Hedge reports a hedge (Retry.Hedge): a copy sent while another
+	// copy of the call was in flight. A copy that lost to another's
+	// response, or failed beside another, has Call continue by
+	// hedge-copy-failed.
+	Hedge bool
 }
 
 func (o *Observer) request(req *http.Request) {

@@ -18,6 +18,9 @@ type AttemptStart struct {
 	// Facts are the request facts the attempt will be decided on: their
 	// Attempt says whether it is the automatic resend.
 	Facts fsm.Request
+	// Hedge reports a hedge (Retry.Hedge): a copy sent while another
+	// copy of the call is in flight, from a goroutine of its own.
+	Hedge bool
 }
 
 // ConnEventKind says what happened to a connection.

@@ -80,7 +80,7 @@ const (
 // ambiguous failure of a reused connection before any response byte
 // (RS20); a timeout (RS06) or a cancellation (RS05) is never resent.
 // Configured retries (Retry, off in the zero value) are decided between
-// attempts by the call rules RS22–RS28, with backoff, Retry-After and a
+// attempts by the call rules RS22–RS31, with backoff, Retry-After and a
 // per-route budget: listed statuses and ambiguous failures of idempotent
 // or keyed requests, a timeout included (RS25), and failed dials of any
 // request. Both count against one bound, Retry.MaxAttempts (two attempts

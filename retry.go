@@ -11,7 +11,7 @@ import (
 
 // Retry configures retries that cannot duplicate a side effect: the same
 // rules that decide the automatic resend decide every retry (fsm.Call,
-// rules RS22 to RS28; docs/retries.md). Set it in Options.Retry for every
+// rules RS22 to RS31; docs/retries.md). Set it in Options.Retry for every
 // call, or per request with WithRetry.
 //
 // The zero value configures none: a call then makes its first attempt and
@@ -50,6 +50,29 @@ type Retry struct {
 	MaxRetryAfter time.Duration
 	// Budget bounds the retries of each route.
 	Budget RetryBudget
+	// Hedge, when positive, sends extra copies of a slow request (off
+	// by default): when a call has no response header Hedge after its
+	// copy went out, another copy goes out on another connection, and
+	// again after each further Hedge, up to MaxHedges copies beside the
+	// first; the first response header wins and the other copies are
+	// canceled, their bodies closed (fsm.Call.Hedge, rules RS29 to RS31;
+	// docs/retries.md). A copy goes only where the ambiguous-failure
+	// rules would let the request go twice: an idempotent method (with
+	// HedgeKeyed, a request with an Idempotency-Key too) and a body that
+	// can be produced again (none, or GetBody). Every copy counts in
+	// MaxAttempts, which must be at least 2 for any hedge, and needs room
+	// in the route's retry budget, so a slow upstream does not get
+	// multiplied load.
+	Hedge time.Duration
+	// MaxHedges is the most hedges a call sends beside its first copy.
+	// Zero means 1; at most MaxAttempts−1 are ever sent.
+	MaxHedges int
+	// HedgeKeyed lets a request that is idempotent only by its
+	// Idempotency-Key (or X-Idempotency-Key) be hedged. Its copies then
+	// run at the same time, which a server may answer with 409 Conflict
+	// while the first runs; a sequential retry of it needs no such
+	// option.
+	HedgeKeyed bool
 }
 
 // RetryBudget bounds the retries of one route (scheme, host and port) so
@@ -85,26 +108,34 @@ func WithRetry(ctx context.Context, r Retry) context.Context {
 }
 
 // retryFor returns the retry policy of req, in fsm terms, with its
-// budget: the one WithRetry put in its context, else def (Options.Retry).
-func retryFor(req *http.Request, def Retry) (fsm.Retry, driver.Budget) {
+// budget and hedge delay: the one WithRetry put in its context, else def
+// (Options.Retry).
+func retryFor(req *http.Request, def Retry) (fsm.Retry, driver.Budget, time.Duration) {
 	r := def
 	if v, ok := req.Context().Value(retryKey{}).(Retry); ok {
 		r = v
 	}
 	if r.MaxAttempts <= 0 {
-		return fsm.Retry{}, driver.Budget{}
+		return fsm.Retry{}, driver.Budget{}, 0
 	}
 	statuses := r.Statuses
 	if statuses == nil {
 		statuses = DefaultRetryStatuses
 	}
-	return fsm.Retry{
+	p := fsm.Retry{
 		Attempts:      uint8(min(r.MaxAttempts, driver.MaxAttempts)),
 		Statuses:      fsm.Statuses(statuses...),
 		Base:          orDefault(r.BaseDelay, 100*time.Millisecond),
 		Cap:           orDefault(r.MaxDelay, 10*time.Second),
 		MaxRetryAfter: orDefault(r.MaxRetryAfter, 30*time.Second),
-	}, driver.Budget(r.Budget.normalized())
+	}
+	var delay time.Duration
+	if r.Hedge > 0 {
+		delay = r.Hedge
+		p.Hedges = uint8(min(max(r.MaxHedges, 1), driver.MaxAttempts-1))
+		p.HedgeKeyed = r.HedgeKeyed
+	}
+	return p, driver.Budget(r.Budget.normalized()), delay
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -18,13 +18,31 @@ func TestRetryDefaults(t *testing.T) {
 		t.Errorf("window rounds down to whole seconds and a negative floor is none: %+v", p)
 	}
 	req := mustRequest(t)
-	r, _ := retryFor(req, Retry{MaxAttempts: 50, Statuses: []int{}})
+	r, _, _ := retryFor(req, Retry{MaxAttempts: 50, Statuses: []int{}})
 	if r.Attempts != driver.MaxAttempts || r.Statuses.Has(503) || r.Base != 100*time.Millisecond || r.Cap != 10*time.Second || r.MaxRetryAfter != 30*time.Second {
 		t.Errorf("policy %v", r)
 	}
-	r, _ = retryFor(req, Retry{MaxAttempts: 2})
+	r, _, _ = retryFor(req, Retry{MaxAttempts: 2})
 	if !r.Statuses.Has(429) || !r.Statuses.Has(504) || r.Statuses.Has(500) {
 		t.Errorf("default statuses %v", r.Statuses)
+	}
+	// Hedging: off without a delay or without MaxAttempts; Max zero is
+	// one hedge, and no more than MaxAttempts−1 ever.
+	for _, c := range []struct {
+		r      Retry
+		hedges uint8
+		keyed  bool
+		delay  time.Duration
+	}{
+		{Retry{MaxAttempts: 3, MaxHedges: 2}, 0, false, 0},
+		{Retry{Hedge: time.Second, MaxHedges: 2}, 0, false, 0},
+		{Retry{MaxAttempts: 3, Hedge: time.Second}, 1, false, time.Second},
+		{Retry{MaxAttempts: 3, Hedge: time.Second, MaxHedges: 40, HedgeKeyed: true}, driver.MaxAttempts - 1, true, time.Second},
+	} {
+		p, _, d := retryFor(req, c.r)
+		if p.Hedges != c.hedges || p.HedgeKeyed != c.keyed || d != c.delay {
+			t.Errorf("%+v: hedges %d keyed %v delay %v, want %d %v %v", c.r, p.Hedges, p.HedgeKeyed, d, c.hedges, c.keyed, c.delay)
+		}
 	}
 }
 

@@ -65,8 +65,8 @@ func New(o Options) *Transport {
 // finds nothing; Options.Observer's OnError receives the *Error in every
 // case, before RoundTrip returns (see ExampleObserver_clientTimeout).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	pol, budget := retryFor(req, t.opt.Retry)
-	call, err := t.d.Start(req, pol, budget)
+	pol, budget, hedge := retryFor(req, t.opt.Retry)
+	call, err := t.d.Start(req, pol, budget, hedge)
 	if err != nil {
 		return nil, callError(err) // an *Error (RS04) when the proxies could not be used
 	}

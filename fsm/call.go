@@ -23,6 +23,18 @@ type Retry struct {
 	// MaxRetryAfter is the longest Retry-After a retry waits for; a 429 or
 	// 503 that asks for longer is delivered instead.
 	MaxRetryAfter time.Duration
+	// Hedges is the most extra copies (hedges) a call sends while its
+	// copies in flight have no response header; each is one of Attempts
+	// and needs room in the route's budget. Zero sends none. When the
+	// hedge delay passes is the caller's clock: the call machine decides
+	// only whether a copy may go (Call.Hedge).
+	Hedges uint8
+	// HedgeKeyed lets a request that is idempotent only by its
+	// Idempotency-Key be hedged; without it only an idempotent method is.
+	// Concurrent copies of one key are not what a key protects against
+	// everywhere: a server may answer the second with 409 Conflict while
+	// the first runs.
+	HedgeKeyed bool
 }
 
 // On reports whether r configures retries.
@@ -39,7 +51,20 @@ func (r Retry) max() uint8 {
 // String prints the policy in the trace format.
 func (r Retry) String() string {
 	return "retry attempts=" + strconv.Itoa(int(r.Attempts)) + " statuses=" + r.Statuses.String() +
-		" base=" + r.Base.String() + " cap=" + r.Cap.String() + " max-retry-after=" + r.MaxRetryAfter.String()
+		" base=" + r.Base.String() + " cap=" + r.Cap.String() + " max-retry-after=" + r.MaxRetryAfter.String() + r.hedgeString()
+}
+
+// hedgeString prints the hedging settings, or nothing without hedges, so
+// that a policy without them prints as it always did.
+func (r Retry) hedgeString() string {
+	s := ""
+	if r.Hedges > 0 {
+		s = " hedges=" + strconv.Itoa(int(r.Hedges))
+	}
+	if r.HedgeKeyed {
+		s += " hedge-keyed=on"
+	}
+	return s
 }
 
 // StatusSet is a set of HTTP status codes from 100 to 599.
@@ -119,7 +144,8 @@ type CallDecision struct {
 	Delay time.Duration
 }
 
-// String prints the decision as "action rule [retry after=DELAY]".
+// String prints the decision as "action rule [retry after=DELAY]"; a
+// hedge prints as "resend hedge".
 func (d CallDecision) String() string {
 	s := d.Action.String() + " " + d.Rule.String()
 	if d.Retry {
@@ -138,10 +164,21 @@ func (d CallDecision) String() string {
 // start the attempt's Machine with Next's request facts; when the attempt
 // decides (a delivered response's status is known, or it failed or asked
 // for a resend), feed its Outcome to Step and act on the CallDecision.
+//
+// Under a policy with Hedges, a call may have several copies in flight:
+// when the hedge delay passes and none of them has a response header,
+// ask Hedge; on ActionResend start one more copy, with Next's facts, on
+// another connection. Feed every copy's outcome to Step as it ends: a
+// failure while another copy is in flight decides ActionContinue (the
+// call waits for the others); the first delivered response wins, and the
+// caller cancels the other copies, closes their bodies and feeds them no
+// more.
 type Call struct {
 	req      Request
 	retry    Retry
-	made     uint8 // wire attempts decided so far
+	made     uint8 // wire attempts decided so far, the canceled copies of a hedged call counted
+	live     uint8 // hedges in flight beside the copy Step decides next
+	hedges   uint8 // hedges sent
 	bodyRead bool  // an attempt read the one-shot body
 	tooEarly bool  // the one 425 retry was made
 	decision CallDecision
@@ -154,8 +191,14 @@ func NewCall(req Request, r Retry) Call {
 	return Call{req: req, retry: r}
 }
 
-// Attempts returns the number of wire attempts decided so far.
-func (c *Call) Attempts() int { return int(c.made) }
+// Attempts returns the number of wire attempts decided so far, with the
+// hedges in flight.
+func (c *Call) Attempts() int { return int(c.made) + int(c.live) }
+
+// final reports whether the call has delivered or failed.
+func (c *Call) final() bool {
+	return c.decision.Action == ActionDeliver || c.decision.Action == ActionFail
+}
 
 // Decision returns the latest decision.
 func (c *Call) Decision() CallDecision { return c.decision }
@@ -177,7 +220,7 @@ func (c *Call) Next() Request {
 	switch m := c.retry.max(); {
 	case m <= 1:
 		r.ResendOff = true
-	case c.made+1 >= m:
+	case c.made+c.live+1 >= m:
 		r.Attempt = AttemptResend
 	}
 	return r
@@ -185,10 +228,25 @@ func (c *Call) Next() Request {
 
 // Step feeds the outcome of the attempt Next described and returns the
 // call's decision. A Step after a final delivery or failure changes
-// nothing.
+// nothing. With hedges in flight, a copy that did not deliver leaves the
+// others to go on (RuleHedgeCopyFailed), and a delivered one ends them:
+// they count as sent.
 func (c *Call) Step(o Outcome) CallDecision {
-	if c.made > 0 && c.decision.Action != ActionResend {
+	if c.final() {
 		return c.decision
+	}
+	if c.live > 0 {
+		if o.Decision.Action != ActionDeliver {
+			c.live--
+			c.made++
+			if o.Facts&FactBodyRead != 0 {
+				c.bodyRead = true
+			}
+			c.decision = CallDecision{Action: ActionContinue, Rule: RuleHedgeCopyFailed}
+			return c.decision
+		}
+		c.made += c.live // the losers, canceled
+		c.live = 0
 	}
 	next := c.Next()
 	c.made++
@@ -198,6 +256,36 @@ func (c *Call) Step(o Outcome) CallDecision {
 	c.decision = c.decide(next, &o)
 	if c.decision.Rule == RuleTooEarly {
 		c.tooEarly = true
+	}
+	return c.decision
+}
+
+// Hedge decides, when the hedge delay has passed and no copy of the call
+// in flight has a response header, whether one more copy goes out:
+// ActionResend by RuleHedge (start it with Next's facts, on a connection
+// no copy of the call uses), or ActionContinue by RuleHedgeRefused. budget
+// reports that the route's retry budget has room for one more. A copy
+// goes only where the ambiguous-failure rules would let the request go
+// twice: an idempotent method (or a key, with HedgeKeyed), a reproducible
+// body, resending on and no retry policy of the caller's own; and only
+// while the policy's Hedges and Attempts leave one. A Hedge after the call
+// delivered or failed changes nothing.
+func (c *Call) Hedge(budget bool) CallDecision {
+	if c.final() {
+		return c.decision
+	}
+	c.decision = CallDecision{Action: ActionContinue, Rule: RuleHedgeRefused}
+	r := c.req
+	switch {
+	case c.retry.Hedges == 0 || c.hedges >= c.retry.Hedges || !c.retry.On():
+	case r.ResendOff || r.RetryPolicy || !r.Body.Reproducible():
+	case !r.Method.Idempotent() && !(r.IdempotencyKey && c.retry.HedgeKeyed):
+	case int(c.made)+int(c.live)+2 > int(c.retry.max()): // the copy in flight and this one
+	case !budget:
+	default:
+		c.live++
+		c.hedges++
+		c.decision = CallDecision{Action: ActionResend, Rule: RuleHedge}
 	}
 	return c.decision
 }

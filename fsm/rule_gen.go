@@ -68,11 +68,17 @@ const (
 	RuleRetryBudget Rule = 27
 	// RuleRetryAfterTooLong (RS28, call rule, decides deliver): A 429 or 503 asked, in Retry-After, for a longer wait than the policy's MaxRetryAfter: the response is delivered rather than holding the call.
 	RuleRetryAfterTooLong Rule = 28
+	// RuleHedge (RS29, call rule, decides resend): A hedging policy is set and the hedge delay passed with no response header on any copy in flight: one more copy goes out at once on a connection no copy of the call uses, if a copy has no further side effect (an idempotent method, or a key when the policy allows keyed hedges; a reproducible body; resending on and no retry policy of the caller's own), the policy's hedges and attempts leave one, and the route's retry budget has room. The first response header wins; the other copies are canceled and their bodies closed.
+	RuleHedge Rule = 29
+	// RuleHedgeRefused (RS30, call rule, decides continue): The hedge delay passed, but no copy may go: no hedges are configured or all were sent, the request's copies could have a side effect (a method neither idempotent nor keyed, a key without keyed hedges allowed, a one-shot body, resending off, a retry policy of the caller's own), the copy would pass the policy's attempts, or the route's retry budget is spent. The copies in flight go on alone.
+	RuleHedgeRefused Rule = 30
+	// RuleHedgeCopyFailed (RS31, call rule, decides continue): One copy of a hedged call ended without a response while another copy is in flight: its failure is not the call's and earns no resend; the call waits for the other copies. It counts as one of the call's attempts. When the last copy in flight fails, the call rules decide on it as on any later attempt. A copy canceled because another copy's response header came first is counted the same way, and never decided on.
+	RuleHedgeCopyFailed Rule = 31
 )
 
 // RuleCount is the number of rules; valid rules are below it.
-const RuleCount = 29
+const RuleCount = 32
 
-var ruleSlugs = [RuleCount]string{"none", "progress", "deliver-final-response", "invalid-order", "acquire-failed", "canceled", "timeout", "response-started", "no-second-resend", "resend-off", "retry-policy", "evidence-body-consumed", "evidence-handed-back", "evidence-refused-stream", "evidence-goaway-boundary", "evidence-request-rejected", "evidence-nothing-written", "ambiguous-fresh-conn", "ambiguous-not-idempotent", "ambiguous-body-not-reproducible", "ambiguous-idempotent-resend", "local-failure", "too-early", "retry-status", "retry-acquire", "retry-ambiguous", "retry-exhausted", "retry-budget", "retry-after-too-long"}
+var ruleSlugs = [RuleCount]string{"none", "progress", "deliver-final-response", "invalid-order", "acquire-failed", "canceled", "timeout", "response-started", "no-second-resend", "resend-off", "retry-policy", "evidence-body-consumed", "evidence-handed-back", "evidence-refused-stream", "evidence-goaway-boundary", "evidence-request-rejected", "evidence-nothing-written", "ambiguous-fresh-conn", "ambiguous-not-idempotent", "ambiguous-body-not-reproducible", "ambiguous-idempotent-resend", "local-failure", "too-early", "retry-status", "retry-acquire", "retry-ambiguous", "retry-exhausted", "retry-budget", "retry-after-too-long", "hedge", "hedge-refused", "hedge-copy-failed"}
 
-var ruleIDs = [RuleCount]string{"RS00", "RS01", "RS02", "RS03", "RS04", "RS05", "RS06", "RS07", "RS08", "RS09", "RS10", "RS11", "RS12", "RS13", "RS14", "RS15", "RS16", "RS17", "RS18", "RS19", "RS20", "RS21", "RS22", "RS23", "RS24", "RS25", "RS26", "RS27", "RS28"}
+var ruleIDs = [RuleCount]string{"RS00", "RS01", "RS02", "RS03", "RS04", "RS05", "RS06", "RS07", "RS08", "RS09", "RS10", "RS11", "RS12", "RS13", "RS14", "RS15", "RS16", "RS17", "RS18", "RS19", "RS20", "RS21", "RS22", "RS23", "RS24", "RS25", "RS26", "RS27", "RS28", "RS29", "RS30", "RS31"}

@@ -14,9 +14,13 @@ func runModelProperty(_ any, data []byte) {
 }
 
 // runCallProperty, in the libFuzzer build, checks the call rules from the
-// byte decoder (CheckCallBytes).
+// byte decoder (CheckCallBytes), and the hedging rules from the same
+// bytes read as a hedged call (CheckHedgedBytes).
 func runCallProperty(_ any, data []byte) {
 	if err := CheckCallBytes(data); err != nil {
+		panic(err)
+	}
+	if err := CheckHedgedBytes(data); err != nil {
 		panic(err)
 	}
 }

@@ -24,7 +24,12 @@ func runModelProperty(t any, data []byte) {
 }
 
 // runCallProperty runs model_test's call property on fuzz input, as
-// runModelProperty does the machine's.
+// runModelProperty does the machine's, and the hedging model's check on
+// the same bytes read as a hedged call (CheckHedgedBytes).
 func runCallProperty(t any, data []byte) {
-	rapidCallProperty(t.(*testing.T), data)
+	tt := t.(*testing.T)
+	if err := CheckHedgedBytes(data); err != nil {
+		tt.Fatal(err)
+	}
+	rapidCallProperty(tt, data)
 }

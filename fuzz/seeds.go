@@ -58,3 +58,30 @@ func splitmix64(state *uint64) uint64 {
 	z = (z ^ z>>27) * 0x94d049bb133111eb
 	return z ^ z>>31
 }
+
+// hedgedSeeds are hedged calls in DecodeHedged's bytes, one for each way
+// the hedging rules decide: a GET hedged whose hedge wins, a copy failing
+// beside the other, both failing into a configured retry, a keyed POST
+// with keyed hedges, a POST without a key refused, the budget spent.
+var hedgedSeeds = map[string]string{
+	"hedge-wins":           "\x00\x0b\x07\x00\x03\x00",
+	"hedge-copy-failed":    "\x00\x0b\x07\x00\x18\x10\x03\x00",
+	"hedge-both-fail":      "\x00\x0b\x07\x00\x18\x10\x18\x90\x03\x00",
+	"hedge-keyed-post":     "\x0d\x2b\x07\x00\x03\x00",
+	"hedge-post-refused":   "\x09\x2b\x07\x00\x03\x00",
+	"hedge-budget-spent":   "\x00\x13\x07\x00\x0f\x00\x03\x00",
+	"hedge-status-retried": "\x00\x4b\x07\x00\x03\x06",
+}
+
+// callModelSeeds are the call target's seeds: the random inputs of
+// machineModelSeeds and hedgedSeeds.
+func callModelSeeds() (map[string]string, error) {
+	out, err := machineModelSeeds()
+	if err != nil {
+		return nil, err
+	}
+	for name, s := range hedgedSeeds {
+		out[name] = s
+	}
+	return out, nil
+}

@@ -29,6 +29,10 @@ func TestCallModelAgreesWithSpecExamples(t *testing.T) {
 			continue
 		}
 		calls++
+		if hedgedExample(ex) {
+			expects += checkHedgedExample(t, ex, decided)
+			continue
+		}
 		tr := CallTrace{Request: ex.Request, Policy: ex.Retry}
 		c := fsm.NewCall(ex.Request, ex.Retry)
 		var last fsm.CallDecision
@@ -76,6 +80,9 @@ func TestCallMatchesModel(t *testing.T) {
 	}
 	var reached []string
 	for r := fsm.RuleTooEarly; r < fsm.RuleCount; r++ {
+		if hedgeRule(r) {
+			continue // TestHedgeMatchesModel reaches them
+		}
 		reached = append(reached, r.ID()+"="+strconv.Itoa(stats.rules[r]))
 		if stats.rules[r] == 0 && !testing.Short() {
 			t.Errorf("no call decided by %s %v", r.ID(), r)
@@ -251,4 +258,70 @@ func TestFormerCallDivergences(t *testing.T) {
 			t.Errorf("%s: fsm.Call %v, the text %v (divergences %v, %v)", name, c.Decision(), text, ids, err)
 		}
 	}
+}
+
+// hedgedExample reports whether a call example hedges or has a hedging
+// policy: the hedging model (DecideHedged) reads it.
+func hedgedExample(ex spec.Example) bool {
+	for _, s := range ex.Calls {
+		if s.Hedge {
+			return true
+		}
+	}
+	return ex.Retry.Hedges > 0
+}
+
+// checkHedgedExample checks the hedging model and fsm.Call against a
+// hedged example's expect lines and claim, noting the rules the model
+// decided by; it returns the expect lines it checked.
+func checkHedgedExample(t *testing.T, ex spec.Example, decided map[fsm.Rule]bool) int {
+	t.Helper()
+	tr := HedgeTrace{Request: ex.Request, Policy: ex.Retry}
+	for _, s := range ex.Calls {
+		tr.Steps = append(tr.Steps, HedgeStep{Hedge: s.Hedge, Budget: s.Outcome.Budget, Outcome: s.Outcome})
+	}
+	if err := CheckHedged(tr); err != nil {
+		t.Errorf("%s line %d: %v", ex.File, ex.Line, err)
+	}
+	ds, _ := DecideHedged(tr)
+	expects := 0
+	for i, s := range ex.Calls {
+		decided[ds[i].Rule] = true
+		if s.Expect != nil {
+			expects++
+			if !s.Expect.Holds(ds[i]) {
+				t.Errorf("%s line %d: the hedging model says %v, the example %v", ex.File, s.Line, ds[i], s.Expect)
+			}
+		}
+	}
+	if last := ds[len(ds)-1]; ex.Claim != fsm.RuleNone && (last.Rule == ex.Claim) != ex.Decides {
+		t.Errorf("%s: example %q: the hedging model's final decision is %v", ex.File, ex.Name, last)
+	}
+	return expects
+}
+
+// hedgeRule reports the hedging rules, which only a hedged call decides.
+func hedgeRule(r fsm.Rule) bool {
+	return r == fsm.RuleHedge || r == fsm.RuleHedgeRefused || r == fsm.RuleHedgeCopyFailed
+}
+
+// TestHedgeMatchesModel runs the hedge property (call_hedge_property.go)
+// fifty times with rapid.Check (rerun a failure with -rapid.seed=N) and
+// shows that it reaches every hedging rule.
+func TestHedgeMatchesModel(t *testing.T) {
+	stats := &hedgeStats{}
+	rounds := 50
+	if testing.Short() {
+		rounds = 2
+	}
+	for range rounds {
+		rapid.Check(t, func(t *rapid.T) { hedgeProperty(t, stats) })
+	}
+	for _, r := range []fsm.Rule{fsm.RuleHedge, fsm.RuleHedgeRefused, fsm.RuleHedgeCopyFailed} {
+		if stats.rules[r] == 0 {
+			t.Errorf("no hedged call decided by %s %v", r.ID(), r)
+		}
+	}
+	t.Logf("%d hedged calls; hedge %d, hedge-refused %d, hedge-copy-failed %d decisions", stats.calls,
+		stats.rules[fsm.RuleHedge], stats.rules[fsm.RuleHedgeRefused], stats.rules[fsm.RuleHedgeCopyFailed])
 }

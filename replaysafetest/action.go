@@ -107,8 +107,10 @@ type Action struct {
 	Raw []byte
 	// Close is how the connection is closed by the kinds that close it.
 	Close CloseMode
-	// Delay is the idle delay of KindIdleClose and the duration of
-	// KindHang (zero: Config.HangTimeout).
+	// Delay is the idle delay of KindIdleClose, the duration of
+	// KindHang (zero: Config.HangTimeout), and how long KindRespond waits
+	// before it writes the response (zero: at once; the server's Close
+	// ends the wait).
 	Delay time.Duration
 	// Signal, if set, makes KindIdleClose close the connection when
 	// Signal is closed instead of after Delay (see IdleCloseOn).

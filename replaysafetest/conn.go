@@ -245,6 +245,19 @@ var handlers = [kindCount]handler{
 // respond answers and keeps the connection open unless the client asked
 // for it to close.
 func (c *conn) respond(a *Action, req *Received) bool {
+	if a.Kind == KindRespond && a.Delay > 0 {
+		// A late answer (Respond(...).WithDelay): the server closing ends
+		// the wait, and a client that closed meanwhile finds the write
+		// failing.
+		t := time.NewTimer(a.Delay)
+		select {
+		case <-t.C:
+		case <-c.s.done:
+			t.Stop()
+			c.closeWith(CloseFIN)
+			return false
+		}
+	}
 	closing := wantsClose(req)
 	if c.write(response(a, req, closing)) != nil || closing {
 		c.closeWith(CloseFIN)

@@ -10,9 +10,14 @@ import (
 	"github.com/replaysafe/replaysafe/fsm"
 )
 
-// CallStep is one wire attempt's outcome in a call trace and what the
-// trace expects the call machine to decide on it.
+// CallStep is one wire attempt's outcome in a call trace, or the passing
+// of the hedge delay ("hedge" line), and what the trace expects the call
+// machine to decide on it.
 type CallStep struct {
+	// Hedge marks the hedge delay passing with no response header on any
+	// copy: fed to fsm.Call.Hedge with Outcome.Budget, the rest of Outcome
+	// unused.
+	Hedge   bool
 	Outcome fsm.Outcome
 	// Expect is the call decision expected after Outcome; nil when the
 	// trace states none.
@@ -50,6 +55,10 @@ func (t Trace) RunCall() []fsm.CallDecision {
 	c := fsm.NewCall(t.Request, t.Retry)
 	out := make([]fsm.CallDecision, len(t.Calls))
 	for i, s := range t.Calls {
+		if s.Hedge {
+			out[i] = c.Hedge(s.Outcome.Budget)
+			continue
+		}
 		out[i] = c.Step(s.Outcome)
 	}
 	return out
@@ -71,6 +80,12 @@ func (t *Trace) parseRetry(f []string) error {
 			t.Retry.Cap, err = parseLimit(v)
 		case "max-retry-after":
 			t.Retry.MaxRetryAfter, err = parseLimit(v)
+		case "hedges":
+			var n uint64
+			n, err = strconv.ParseUint(v, 10, 8)
+			t.Retry.Hedges = uint8(n)
+		case "hedge-keyed":
+			t.Retry.HedgeKeyed, err = parseOnOff(v)
 		default:
 			err = fmt.Errorf("unknown retry setting %q", k)
 		}
@@ -156,6 +171,24 @@ func (t *Trace) parseOutcome(f []string) error {
 	return nil
 }
 
+// parseHedge reads a "hedge [budget=off]" line: the hedge delay passed
+// with no response header on any copy of the call.
+func (t *Trace) parseHedge(f []string) error {
+	s := CallStep{Hedge: true, Outcome: fsm.Outcome{Budget: true}}
+	for _, arg := range f {
+		v, ok := strings.CutPrefix(arg, "budget=")
+		if !ok {
+			return fmt.Errorf("unknown hedge argument %q; want hedge [budget=off]", arg)
+		}
+		var err error
+		if s.Outcome.Budget, err = parseOnOff(v); err != nil {
+			return err
+		}
+	}
+	t.Calls = append(t.Calls, s)
+	return nil
+}
+
 // parseCallExpect reads "expect ACTION RULE [retry after=DURATION]" after
 // an outcome line.
 func parseCallExpect(f []string) (*CallExpect, error) {
@@ -181,8 +214,17 @@ func parseCallExpect(f []string) (*CallExpect, error) {
 	return e, nil
 }
 
-// String prints the step's outcome as its trace line.
-func (s CallStep) String() string { return outcomeString(s.Outcome) }
+// String prints the step as its trace line: its outcome, or the hedge
+// delay passing.
+func (s CallStep) String() string {
+	if s.Hedge {
+		if !s.Outcome.Budget {
+			return "hedge budget=off"
+		}
+		return "hedge"
+	}
+	return outcomeString(s.Outcome)
+}
 
 // outcomeString prints an outcome as its trace line.
 func outcomeString(o fsm.Outcome) string {

@@ -71,7 +71,7 @@ func (t Trace) Check() error {
 		for i, d := range t.RunCall() {
 			s := t.Calls[i]
 			if s.Expect != nil && !s.Expect.Holds(d) {
-				return fmt.Errorf("line %d: after %s: got %v, %v", s.Line, outcomeString(s.Outcome), d, s.Expect)
+				return fmt.Errorf("line %d: after %s: got %v, %v", s.Line, s, d, s.Expect)
 			}
 			final = d.String()
 		}
@@ -108,7 +108,7 @@ func (t Trace) Explain() string {
 			if d.Retry {
 				retry = " retry after=" + d.Delay.String()
 			}
-			fmt.Fprintf(&b, "%3d  %-56s -> %-8s %s %s%s\n", i+1, outcomeString(s.Outcome), d.Action, d.Rule.ID(), d.Rule, retry)
+			fmt.Fprintf(&b, "%3d  %-56s -> %-8s %s %s%s\n", i+1, s.String(), d.Action, d.Rule.ID(), d.Rule, retry)
 			if s.Expect != nil && !s.Expect.Holds(d) {
 				fmt.Fprintf(&b, "     MISMATCH: trace line %d says %v\n", s.Expect.Line, s.Expect)
 			}

@@ -159,6 +159,11 @@ func (t *Trace) parseLine(f []string) error {
 			return errors.New("a trace has events or outcomes, not both")
 		}
 		return t.parseOutcome(f[1:])
+	case "hedge":
+		if len(t.Steps) > 0 {
+			return errors.New("a trace has events or outcomes, not both")
+		}
+		return t.parseHedge(f[1:])
 	case "expect":
 		if n := len(t.Calls); n > 0 {
 			last := &t.Calls[n-1]

@@ -104,6 +104,7 @@ type attempt struct {
 	rec       attemptRecorder
 	displaced bool // a displaced request's resend (resend.displaced)
 	reused    bool
+	hedge     bool        // a hedge: a copy sent beside another in flight (resend.hedge)
 	status    int         // the final response's status, once its header section arrived
 	body      *reqBody    // nil without a body; allocated apart, so that a request without one does not pay for it
 	wire      attemptWire // nil until a connection (HTTP/1.1) or stream was had
@@ -131,11 +132,15 @@ type bodyWatch struct{ mux, finish bool }
 
 // newAttempt starts the try's next wire attempt in a (zero, and
 // allocated by the protocol together with its recorder and wire) with the
-// given body and recorder rec, made unarmed with a as its Deadliner.
-func (tr *try) newAttempt(a *attempt, body io.ReadCloser, rec attemptRecorder, w bodyWatch) *attempt {
-	a.tr, a.number, a.rec = tr, tr.call.cm.Attempts()+1, rec
+// given body and recorder rec, made unarmed with a as its Deadliner;
+// hedge marks a hedge.
+func (tr *try) newAttempt(a *attempt, body io.ReadCloser, rec attemptRecorder, w bodyWatch, hedge bool) *attempt {
+	a.tr, a.number, a.rec, a.hedge = tr, tr.call.attempts()+1, rec, hedge
+	if h := tr.hedge; h != nil {
+		h.add(a)
+	}
 	if f := tr.call.t.cfg.OnAttemptStart; f != nil {
-		f(AttemptStart{Request: tr.call.req, Number: a.number, Facts: rec.Request()})
+		f(AttemptStart{Request: tr.call.req, Number: a.number, Facts: rec.Request(), Hedge: hedge})
 	}
 	if body != nil && body != http.NoBody {
 		a.body = new(reqBody)
@@ -144,10 +149,11 @@ func (tr *try) newAttempt(a *attempt, body io.ReadCloser, rec attemptRecorder, w
 			a.body.watchStalls(tr.call.t.clock, tr.call.t.cfg.BodyReadTimeout, tr.call.t.cfg.UploadStallTimeout, a, w.finish)
 		}
 	}
-	if tr.call.t.limits.Write > 0 || tr.call.t.limits.Header > 0 || w.mux && a.body != nil {
+	if tr.call.t.limits.Write > 0 || tr.call.t.limits.Header > 0 || w.mux && a.body != nil || tr.hedge != nil {
 		// A limit may pass, or a stall fire, while the stack holds the
-		// request, and a multiplexed stack may still be uploading when
-		// the response ends: the stack runs on the attempt's context.
+		// request, a multiplexed stack may still be uploading when
+		// the response ends, and a copy of a hedged call is canceled when
+		// another wins: the stack runs on the attempt's context.
 		a.context()
 	}
 	return a
@@ -293,7 +299,15 @@ func (a *attempt) roundTripped(resp *http.Response, err error) (*http.Response, 
 	if v := resp.Header["Retry-After"]; len(v) > 0 && v[0] != "" { // canonical key: no CanonicalMIMEHeaderKey per call
 		o.RetryAfter, o.HasRetryAfter = fsm.ParseRetryAfter(v[0], time.Now())
 	}
-	a.cd = a.tr.step(o)
+	var lost bool
+	if a.cd, lost = a.stepCopy(o); lost {
+		// Another copy's response header came first: this one is
+		// closed unread, which ends the attempt.
+		if body := a.deliver(resp).Body; body != nil {
+			body.Close()
+		}
+		return nil, nil, errHedgeLost
+	}
 	if a.cd.Action != fsm.ActionResend {
 		return a.deliver(resp), nil, nil
 	}
@@ -444,8 +458,15 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 	}
 	a.endWire(d, false, keep)
 	a.cancel(nil)
-	a.cd = a.tr.step(fsm.Outcome{Decision: d, Facts: a.rec.Facts()})
+	var lost bool
+	a.cd, lost = a.stepCopy(fsm.Outcome{Decision: d, Facts: a.rec.Facts()})
 	a.report(err)
+	if lost {
+		if a.body != nil {
+			a.body.release(false)
+		}
+		return nil, nil, errHedgeLost
+	}
 	resp, next, err := a.tr.afterFailure(a.cd, err, a.body)
 	if next != nil {
 		next.after, next.same, next.displaced = after, same, displaced
@@ -527,7 +548,7 @@ func (a *attempt) abandon() { a.cancel(nil) }
 
 // report tells the Observer how the attempt ended.
 func (a *attempt) report(err error) {
-	a.tr.report(a.number, a.reused, a.status, err, a.rec, a.cd)
+	a.tr.report(a.number, a.reused, a.hedge, a.status, err, a.rec, a.cd)
 }
 
 // boundError is a stack's error caused by a bound replaysafe set (the 1xx

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -38,6 +39,10 @@ type Call struct {
 	more   []fsm.CallDecision              // the decisions after them
 	n      int                             // decisions kept, in hist then more, at most maxHistory
 	budget Budget
+	// mu guards cm and the decisions kept, which the copies of a hedged
+	// try step from their own goroutines.
+	mu         sync.Mutex
+	hedgeDelay time.Duration // Retry.Hedge; zero: no hedging
 
 	tr    *try
 	in    plan.Input
@@ -91,13 +96,16 @@ const MaxAttempts = 10
 // error (req's body closed) means nothing was sent and no attempt made:
 // a *Failure (RS04) when the proxies could not be decided, else the
 // request's own fault.
-func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Call, error) {
+//
+// hedgeDelay is how long a call waits for a response header before each
+// hedge (zero: none); pol says how many and for which requests.
+func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget, hedgeDelay time.Duration) (*Call, error) {
 	key, err := validate(req)
 	if err != nil {
 		return nil, closeBody(req, err)
 	}
 	facts := t.factsOf(req)
-	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), budget: budget, ctx: req.Context()}
+	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), budget: budget, hedgeDelay: hedgeDelay, ctx: req.Context()}
 	if pol.On() {
 		t.budgets.call(key.Addr, budget, time.Now())
 	}
@@ -138,8 +146,8 @@ func (c *Call) run() (*http.Response, error) {
 			if rn.start.body != nil {
 				rn.start.body.Close()
 			}
-			return nil, &Failure{Rule: fsm.RuleCanceled, Attempts: c.cm.Attempts(), History: c.History(),
-				Err: fmt.Errorf("waiting %v to retry (%s): %w; attempt %d had ended: %w", rn.decision.Delay, rn.decision.Rule.ID(), err, c.cm.Attempts(), rn.err)}
+			return nil, &Failure{Rule: fsm.RuleCanceled, Attempts: c.attempts(), History: c.History(),
+				Err: fmt.Errorf("waiting %v to retry (%s): %w; attempt %d had ended: %w", rn.decision.Delay, rn.decision.Rule.ID(), err, c.attempts(), rn.err)}
 		}
 		if err := c.resolve(new(try), *rn.start); err != nil {
 			if rn.start.body != nil {
@@ -161,13 +169,41 @@ func (c *Call) resolveFailed(err error) error {
 	if !errors.As(err, &re) {
 		return err
 	}
-	return &Failure{Rule: fsm.RuleAcquireFailed, Attempts: c.cm.Attempts(), History: c.History(), Err: err}
+	return &Failure{Rule: fsm.RuleAcquireFailed, Attempts: c.attempts(), History: c.History(), Err: err}
 }
 
 // History returns a copy of the call machine's decisions so far.
 func (c *Call) History() []fsm.CallDecision {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	h := append([]fsm.CallDecision(nil), c.hist[:min(c.n, inlineHistory)]...)
 	return append(h, c.more...)
+}
+
+// attempts is the call machine's count of wire attempts.
+func (c *Call) attempts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cm.Attempts()
+}
+
+// next is the call machine's facts of the next wire attempt.
+func (c *Call) next() fsm.Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cm.Next()
+}
+
+// record keeps decision d in the call's history, with c.mu held.
+func (c *Call) record(d fsm.CallDecision) {
+	switch {
+	case c.n < inlineHistory:
+		c.hist[c.n] = d
+		c.n++
+	case c.n < maxHistory:
+		c.more = append(c.more, d)
+		c.n++
+	}
 }
 
 // inlineHistory is how many of a call's decisions its Call keeps without
@@ -175,9 +211,10 @@ func (c *Call) History() []fsm.CallDecision {
 // bytes of every call, in flight.
 const inlineHistory = 2
 
-// maxHistory bounds the decisions a Call keeps: one a wire attempt, and
+// maxHistory bounds the decisions a Call keeps: one a wire attempt and
+// one a hedge decision (a hedge, or the refusal that ends hedging), and
 // one more than a call makes.
-const maxHistory = MaxAttempts + 1
+const maxHistory = 2*MaxAttempts + 1
 
 // resolve makes tr the call's next try, starting from start: its
 // proxies, dispatch plan and route snapshot, anew for every configured
@@ -406,6 +443,9 @@ type try struct {
 	// leg before, nothing sent on it: the HTTP/1.1 leg's first attempt
 	// takes it as a fresh connection instead of dialing.
 	handoff *dial.Conn
+	// hedge is what the copies of a hedged try share; nil when the try
+	// is not hedged.
+	hedge *hedging
 }
 
 // retryNext ends a try with a configured retry: the next try starts from
@@ -426,6 +466,8 @@ func (r *retryNext) Error() string { return "replaysafe: retry after " + r.decis
 // concurrent calls never overdraw it.
 func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
 	c := tr.call
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	var now time.Time // read for the budget alone: most calls read no clock here
 	if c.budget.Window > 0 && (o.Decision.Action != fsm.ActionDeliver || c.cm.RetriesStatus(o.Status)) {
 		now = time.Now()
@@ -436,14 +478,7 @@ func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
 	if o.Budget && !(d.Retry && d.Rule != fsm.RuleTooEarly) {
 		tr.call.t.budgets.unreserve(tr.key.Addr, c.budget, now)
 	}
-	switch {
-	case c.n < inlineHistory:
-		c.hist[c.n] = d
-		c.n++
-	case c.n < maxHistory:
-		c.more = append(c.more, d)
-		c.n++
-	}
+	c.record(d)
 	return d
 }
 
@@ -456,6 +491,9 @@ type attemptFunc func(n int, start resend) (*http.Response, *resend, error)
 // so, the automatic resend, at once. The call machine bounds them: every
 // attempt is counted, and the last it allows is never resent.
 func (tr *try) attempts(attempt attemptFunc) (*http.Response, error) {
+	if tr.call.hedgeApplies() {
+		return tr.hedged(attempt)
+	}
 	start := tr.start
 	for n := 1; n <= MaxAttempts+1; n++ {
 		resp, next, err := attempt(n, start)
@@ -486,6 +524,8 @@ type resend struct {
 	// connection failed under it: its acquisition waits out a route that
 	// refuses new connections (pool.Mux.Acquire's redial).
 	displaced bool
+	// hedge marks a hedge: a copy sent while another is in flight.
+	hedge bool
 }
 
 // abortCause returns the error to report for err: the acquisition's
@@ -525,6 +565,13 @@ func (tr *try) afterFailure(cd fsm.CallDecision, err error, body *reqBody) (*htt
 			body.release(false)
 		}
 		return nil, nil, tr.fail(cd.Rule, err)
+	case fsm.ActionContinue:
+		// A copy of a hedged call failed beside another in flight: the
+		// call goes on with the others.
+		if body != nil {
+			body.release(false)
+		}
+		return nil, nil, errCopyFailed
 	}
 	panic("replaysafe: attempt failed with decision " + cd.String())
 }
@@ -532,13 +579,13 @@ func (tr *try) afterFailure(cd fsm.CallDecision, err error, body *reqBody) (*htt
 // again prepares the attempt after one that ended with err: the
 // automatic resend's start, or the *retryNext of a configured retry.
 func (tr *try) again(cd fsm.CallDecision, err error, body *reqBody) (*resend, error) {
-	n := tr.call.cm.Attempts()
+	n := tr.call.attempts()
 	next, gerr := tr.nextStart(body)
 	if gerr != nil {
 		// The next attempt cannot be made as the caller meant it: its
 		// machine decides the local failure (RS21) before any
 		// connection, and the error keeps both causes.
-		m := fsm.New(tr.call.cm.Next(), tr.call.t.limits, tr.call.t.clock.Now())
+		m := fsm.New(tr.call.next(), tr.call.t.limits, tr.call.t.clock.Now())
 		ld := m.Step(fsm.Event{Kind: fsm.EventLocalFailure, At: tr.call.t.clock.Now()})
 		return nil, tr.fail(ld.Rule, fmt.Errorf("GetBody for attempt %d: %w; attempt %d had ended: %w", n+1, gerr, n, err))
 	}
@@ -550,14 +597,14 @@ func (tr *try) again(cd fsm.CallDecision, err error, body *reqBody) (*resend, er
 
 // fail returns the call's Failure: rule decided, after the attempts made.
 func (tr *try) fail(rule fsm.Rule, err error) *Failure {
-	return &Failure{Rule: rule, Attempts: tr.call.cm.Attempts(), History: tr.call.History(), Err: err}
+	return &Failure{Rule: rule, Attempts: tr.call.attempts(), History: tr.call.History(), Err: err}
 }
 
 // nextStart prepares the call's next attempt after one whose request body
 // was body: the facts the call machine gives it, and the body again
 // (GetBody's copy, or the untouched one-shot reader).
 func (tr *try) nextStart(body *reqBody) (*resend, error) {
-	next := tr.call.cm.Next()
+	next := tr.call.next()
 	switch next.Body {
 	case fsm.BodyNone:
 		return &resend{facts: next, body: tr.call.req.Body}, nil
@@ -582,7 +629,7 @@ func (tr *try) nextStart(body *reqBody) (*resend, error) {
 
 // report tells the caller's observer (Config.OnAttempt) how wire attempt n of the call ended, and how
 // the call went on after it (cd).
-func (tr *try) report(n int, reused bool, status int, err error, rec attemptRecorder, cd fsm.CallDecision) {
+func (tr *try) report(n int, reused, hedge bool, status int, err error, rec attemptRecorder, cd fsm.CallDecision) {
 	if tr.call.t.cfg.OnAttempt == nil {
 		return
 	}
@@ -604,6 +651,7 @@ func (tr *try) report(n int, reused bool, status int, err error, rec attemptReco
 		Events:   events,
 		Err:      err,
 		Trace:    trace,
+		Hedge:    hedge,
 	})
 }
 

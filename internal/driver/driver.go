@@ -206,6 +206,7 @@ type Report struct {
 	Events   []fsm.Event
 	Err      error
 	Trace    string
+	Hedge    bool
 }
 
 // sleep waits d or until ctx ends, and returns ctx's cause then.

@@ -19,7 +19,7 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	rec := &ha.rec
 	rec.InitUnarmed(start.facts, tr.call.t.limits, tr.call.t.clock, &ha.attempt) // armed by attempt.acquireContext
 	rec.SetInformationalLimit(tr.call.t.informationalLimit())
-	a := tr.newAttempt(&ha.attempt, start.body, rec, bodyWatch{})
+	a := tr.newAttempt(&ha.attempt, start.body, rec, bodyWatch{}, start.hedge)
 
 	// An original attempt takes a pooled connection at once when there is
 	// one; only when it may wait or dial does it need its own context
@@ -30,13 +30,16 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 		tr.handoff = nil
 		pc = tr.call.t.adopt(a.acquireContext(), tr.key, *c, rec)
 	}
-	if pc == nil && n == 1 {
+	// A hedge may take a pooled connection too: one carries one exchange
+	// at a time, so it is never another copy's.
+	first := n == 1 || start.hedge
+	if pc == nil && first {
 		pc = tr.call.t.pooled(tr.key, rec)
 		reused = pc != nil
 	}
 	if pc == nil {
 		var err error
-		pc, reused, err = tr.call.t.acquire(a.acquireContext(), tr.key, tr.snap, tr.leg.ALPN, n == 1, redialFor(start), rec)
+		pc, reused, err = tr.call.t.acquire(a.acquireContext(), tr.key, tr.snap, tr.leg.ALPN, first, redialFor(start), rec)
 		if err != nil {
 			return a.acquireFailed(err)
 		}
@@ -44,6 +47,7 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	a.reused = reused
 	ha.wire = h1Wire{t: tr.call.t, pc: pc, rec: rec, req: tr.call.req}
 	a.wire = &ha.wire
+	a.gotConn()
 	rec.BoundHeaderSections(DefaultHeaderSectionTimeout, tr.call.t.clock, ha)
 	if d := a.rec.Decision(); d.Action.Final() {
 		// A deadline or a cancellation decided while the dial succeeded.

@@ -88,7 +88,7 @@ func checkStreamHeader(proto string, h http.Header) error {
 func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	body := start.body
 	ha := &h2Attempt{}
-	a := tr.newAttempt(&ha.attempt, body, tr.streamRecorder(&ha.rec, &ha.attempt, start.facts), bodyWatch{mux: true})
+	a := tr.newAttempt(&ha.attempt, body, tr.streamRecorder(&ha.rec, &ha.attempt, start.facts), bodyWatch{mux: true}, start.hedge)
 	a.displaced = start.displaced
 	same, _ := start.same.(*h2Conn)
 	// A pooled connection with room is taken at once (the pool's own
@@ -128,6 +128,7 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	*s = h2Stream{t: tr.call.t, hc: hc, att: &ha.att, trace: trace}
 	s.unsent.Store(start.displaced) // the pool counted it as a resend
 	a.wire = s
+	a.gotConn()
 	out := a.outgoing(body, nil)
 	resp, err := hc.cc.RoundTrip(out, s)
 	return a.roundTripped(resp, err)

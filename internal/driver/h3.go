@@ -121,7 +121,7 @@ func (t *Transport) markH3Broken(key pool.Key) {
 func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	facts, body := start.facts, start.body
 	ha := &h3Attempt{}
-	a := tr.newAttempt(&ha.attempt, body, tr.streamRecorder(&ha.rec, &ha.attempt, facts), bodyWatch{mux: true, finish: true})
+	a := tr.newAttempt(&ha.attempt, body, tr.streamRecorder(&ha.rec, &ha.attempt, facts), bodyWatch{mux: true, finish: true}, start.hedge)
 	a.displaced = start.displaced
 	after := start.after
 	if n == 1 && facts.Body == fsm.BodyOneShotUntouched {
@@ -171,6 +171,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	s.t, s.hc, s.att, s.a, s.resend = tr.call.t, hc, &ha.att, a, start.displaced
 	s.att.SetInformationalLimit(tr.call.t.informationalLimit())
 	a.wire = s
+	a.gotConn()
 	// A request without a body goes on a stream the attempt opens itself
 	// (h3.Attempt.RoundTrip): its stream ID is known at once, and quic-go
 	// calls no hook per header field.

@@ -132,7 +132,7 @@ func TestIdleTimerRunsAcrossKeepAlive(t *testing.T) {
 // roundTrip runs req as one call without retries, as the face does.
 func roundTrip(t *testing.T, tr *Transport, req *http.Request) (*http.Response, error) {
 	t.Helper()
-	c, err := tr.Start(req, fsm.Retry{}, Budget{})
+	c, err := tr.Start(req, fsm.Retry{}, Budget{}, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ type AttemptStart struct {
 	Request *http.Request
 	Number  int
 	Facts   fsm.Request
+	Hedge   bool
 }
 
 // ConnEventKind says what happened to a connection (the face's

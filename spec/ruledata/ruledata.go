@@ -178,5 +178,19 @@ var Rules = []Rule{
 		Number: 25, ID: "RS25", Name: "RetryAmbiguous", Slug: "retry-ambiguous", Action: "resend", Call: true,
 		Statement: "A configured policy is set and an attempt failed without evidence either way (a timeout, a response cut after it started, a fresh connection failing, or the last automatic resend failing): retried after the jittered backoff only where a copy has no further side effect, a method idempotent or keyed, and a reproducible body. A POST without a key, a one-shot body and every refusal of the attempt rules (canceled, local failure, resend off, a retry policy of the caller's own, RS18, RS19) stay final.",
 		Source:    "RFC 9110 §9.2.2; resend-idempotent-on-reused-connection",
+	}, {
+		Number: 29, ID: "RS29", Name: "Hedge", Slug: "hedge", Action: "resend", Call: true,
+		Statement: "A hedging policy is set and the hedge delay passed with no response header on any copy in flight: one more copy goes out at once on a connection no copy of the call uses, if a copy has no further side effect (an idempotent method, or a key when the policy allows keyed hedges; a reproducible body; resending on and no retry policy of the caller's own), the policy's hedges and attempts leave one, and the route's retry budget has room. The first response header wins; the other copies are canceled and their bodies closed.",
+		Source:    "RFC 9110 §9.2.2; replaysafe (hedged requests as in \"The Tail at Scale\", Dean and Barroso)",
+	},
+	{
+		Number: 30, ID: "RS30", Name: "HedgeRefused", Slug: "hedge-refused", Action: "continue", Call: true,
+		Statement: "The hedge delay passed, but no copy may go: no hedges are configured or all were sent, the request's copies could have a side effect (a method neither idempotent nor keyed, a key without keyed hedges allowed, a one-shot body, resending off, a retry policy of the caller's own), the copy would pass the policy's attempts, or the route's retry budget is spent. The copies in flight go on alone.",
+		Source:    "RFC 9110 §9.2.2; replaysafe",
+	},
+	{
+		Number: 31, ID: "RS31", Name: "HedgeCopyFailed", Slug: "hedge-copy-failed", Action: "continue", Call: true,
+		Statement: "One copy of a hedged call ended without a response while another copy is in flight: its failure is not the call's and earns no resend; the call waits for the other copies. It counts as one of the call's attempts. When the last copy in flight fails, the call rules decide on it as on any later attempt. A copy canceled because another copy's response header came first is counted the same way, and never decided on.",
+		Source:    "replaysafe",
 	},
 }
