@@ -75,7 +75,8 @@ const (
 	// EventEarlyAccepted: the handshake of a connection the request went
 	// on as early data completed, and the server accepted the early data
 	// (quic-go: ConnectionState().Used0RTT once HandshakeComplete). It is
-	// progress, not a failure, though it sits after them.
+	// progress, not a failure, though it sits after them, and it may come
+	// after response bytes: the adapter may see the handshake's end late.
 	EventEarlyAccepted // early-data-accepted
 	// EventEarlyRejected: the server rejected the early data the request
 	// went in (quic-go: quic.Err0RTTRejected), so none of it was

@@ -105,8 +105,10 @@ var transitions = [eventKindCount]transition{
 	EventAcquireFailed:     {forbid: acquired},
 	EventLocalFailure:      {},
 	// The handshake completes before the client can read a response byte,
-	// so early data is settled before any.
-	EventEarlyAccepted: {need: acquired | early, forbid: earlyDone | responseByte, set: earlyDone},
+	// so a rejection comes before any; an acceptance an adapter observes
+	// beside the response (quic-go reports it on another goroutine) may be
+	// fed after one.
+	EventEarlyAccepted: {need: acquired | early, forbid: earlyDone, set: earlyDone},
 	EventEarlyRejected: {need: acquired | early, forbid: earlyDone | responseByte},
 }
 

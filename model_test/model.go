@@ -225,9 +225,10 @@ func allowed(before []fsm.Event, e fsm.Event, rd Reading) bool {
 		return acquired && conn.Proto == fsm.ProtoH3
 	case fsm.EventEarlyAccepted, fsm.EventEarlyRejected:
 		// The early-data events: only on a connection acquired in its
-		// handshake, once, and before any response byte (the client reads
-		// none before the handshake completes).
-		return acquired && conn.Early && !has(before, fsm.EventEarlyAccepted) && !started
+		// handshake, once; a rejection before any response byte (the
+		// client reads none before the handshake completes), an acceptance
+		// whenever the adapter sees it.
+		return acquired && conn.Early && !has(before, fsm.EventEarlyAccepted) && (e.Kind == fsm.EventEarlyAccepted || !started)
 	}
 	return false // not an event kind at all
 }
