@@ -1,0 +1,341 @@
+package replaysafe_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/replaysafe/replaysafe"
+	"github.com/replaysafe/replaysafe/fsm"
+	"github.com/replaysafe/replaysafe/internal/selfsigned"
+	"github.com/replaysafe/replaysafe/replaysafetest/udprelay"
+)
+
+// earlyServer is quic-go's HTTP/3 server with 0-RTT allowed (unless
+// reject is set), behind a relay that delays every datagram, so that a
+// request in early data reaches the handler well before the handshake
+// completes. It records every request its handler got.
+type earlyServer struct {
+	srv    *http3.Server
+	relay  *udprelay.Relay
+	client *tls.Config
+
+	reject   atomic.Bool // new connections refuse 0-RTT (the ticket still resumes)
+	tooEarly atomic.Bool // a request in early data is answered 425
+
+	mu  sync.Mutex
+	got []earlyReceipt
+}
+
+// earlyReceipt is one request the handler got.
+type earlyReceipt struct {
+	method, path, raw string
+	early             bool // it arrived before the handshake completed
+}
+
+type earlyConnKey struct{}
+
+const earlyDelay = 5 * time.Millisecond // each way: a 10 ms round trip
+
+func startEarly(t *testing.T) *earlyServer {
+	t.Helper()
+	cert, leaf, err := selfsigned.New("replaysafe early")
+	if err != nil {
+		t.Fatal(err)
+	}
+	es := &earlyServer{}
+	es.srv = &http3.Server{
+		Handler: http.HandlerFunc(es.handle),
+		ConnContext: func(ctx context.Context, c *quic.Conn) context.Context {
+			return context.WithValue(ctx, earlyConnKey{}, c)
+		},
+	}
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := quic.ListenEarly(udp, http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}),
+		&quic.Config{Allow0RTT: true, GetConfigForClient: func(*quic.ClientInfo) (*quic.Config, error) {
+			return &quic.Config{Allow0RTT: !es.reject.Load()}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		es.srv.ServeListener(ln)
+	}()
+	es.relay, err = udprelay.New(udp.LocalAddr().String(), earlyDelay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	es.client = &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+	t.Cleanup(func() {
+		es.srv.Close()
+		ln.Close()
+		udp.Close()
+		<-done
+		es.relay.Close()
+	})
+	return es
+}
+
+func (es *earlyServer) url(path string) string { return "https://" + es.relay.Addr() + path }
+
+func (es *earlyServer) handle(w http.ResponseWriter, r *http.Request) {
+	c, _ := r.Context().Value(earlyConnKey{}).(*quic.Conn)
+	early := false
+	if c != nil {
+		select {
+		case <-c.HandshakeComplete():
+		default:
+			early = true
+		}
+	}
+	body, _ := io.ReadAll(r.Body)
+	var raw strings.Builder
+	r.Header.Write(&raw)
+	raw.WriteString(r.Method + " " + r.URL.String() + "\n" + string(body))
+	es.mu.Lock()
+	es.got = append(es.got, earlyReceipt{method: r.Method, path: r.URL.Path, raw: raw.String(), early: early})
+	es.mu.Unlock()
+	if early && es.tooEarly.Load() {
+		w.WriteHeader(http.StatusTooEarly)
+		return
+	}
+	io.WriteString(w, "ok "+r.URL.Path)
+}
+
+// copies returns what the handler got for path.
+func (es *earlyServer) copies(path string) []earlyReceipt {
+	es.mu.Lock()
+	defer es.mu.Unlock()
+	var out []earlyReceipt
+	for _, g := range es.got {
+		if g.path == path {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// earlyClient returns an HTTP/3 Transport with EarlyData to es, its
+// attempt reports, and a primed session: one request was answered on a
+// first connection, whose session ticket the next connection resumes;
+// that connection is then closed.
+func earlyClient(t *testing.T, es *earlyServer, o replaysafe.Options) (*replaysafe.Transport, func() []replaysafe.AttemptReport) {
+	t.Helper()
+	var mu sync.Mutex
+	var reports []replaysafe.AttemptReport
+	o.Protocol = replaysafe.ProtocolHTTP3
+	o.TLSClientConfig = es.client
+	o.Observer.OnAttempt = func(r replaysafe.AttemptReport) {
+		mu.Lock()
+		reports = append(reports, r)
+		mu.Unlock()
+	}
+	tr := replaysafe.New(o)
+	t.Cleanup(tr.CloseIdleConnections)
+	resp, err := (&http.Client{Transport: tr}).Get(es.url("/prime"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.TLS == nil || resp.TLS.DidResume {
+		t.Fatalf("the priming request resumed a session: %+v", resp.TLS)
+	}
+	tr.CloseIdleConnections()
+	mu.Lock()
+	reports = nil
+	mu.Unlock()
+	return tr, func() []replaysafe.AttemptReport {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]replaysafe.AttemptReport(nil), reports...)
+	}
+}
+
+func earlyGet(t *testing.T, tr http.RoundTripper, req *http.Request) (*http.Response, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(req.Context(), 10*time.Second)
+	defer cancel()
+	resp, err := tr.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, string(b)
+}
+
+// hasEvent reports whether the attempt fed an event of kind k.
+func hasEvent(r replaysafe.AttemptReport, k fsm.EventKind) bool {
+	for _, e := range r.Events {
+		if e.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+func earlyAcquired(r replaysafe.AttemptReport) bool {
+	return len(r.Events) > 0 && r.Events[0].Kind == fsm.EventConnAcquired && r.Events[0].Early
+}
+
+// TestEarlyDataAcceptedGET: a GET on a resumed connection goes in early
+// data, which the server accepts: it processes it once, before the
+// handshake completed, and the response comes on that one attempt.
+func TestEarlyDataAcceptedGET(t *testing.T) {
+	es := startEarly(t)
+	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true})
+	req, _ := http.NewRequest(http.MethodGet, es.url("/accepted"), nil)
+	resp, body := earlyGet(t, tr, req)
+	if resp.StatusCode != 200 || body != "ok /accepted" || !resp.TLS.DidResume || !resp.TLS.HandshakeComplete {
+		t.Fatalf("status %d body %q TLS %+v", resp.StatusCode, body, resp.TLS)
+	}
+	got := es.copies("/accepted")
+	if len(got) != 1 || !got[0].early {
+		t.Fatalf("server got %+v, want one copy in early data", got)
+	}
+	rs := reports()
+	if len(rs) != 1 || !earlyAcquired(rs[0]) || rs[0].Decision.Rule != fsm.RuleDeliverFinalResponse {
+		t.Fatalf("attempts %+v, want one early attempt delivered", rs)
+	}
+	waitEvent(t, reports, fsm.EventEarlyAccepted)
+}
+
+// waitEvent waits (bounded) for the first attempt's trace to show k: the
+// acceptance is fed when quic-go reports the handshake's end, which may
+// be after the response.
+func waitEvent(t *testing.T, reports func() []replaysafe.AttemptReport, k fsm.EventKind) {
+	t.Helper()
+	for range 200 {
+		if rs := reports(); len(rs) > 0 && hasEvent(rs[0], k) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// The report is taken at the attempt's end; an acceptance fed after it
+	// is in no report. The copy count above is what the test is about.
+	t.Logf("the first attempt's report shows no %v: %v", k, reports()[0].Trace)
+}
+
+// TestEarlyDataRejectedResent: the server resumes the session but rejects
+// its early data: the GET it discarded is sent once more after the
+// handshake (RS30), processed once, two copies on the wire at most.
+func TestEarlyDataRejectedResent(t *testing.T) {
+	es := startEarly(t)
+	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true})
+	es.reject.Store(true)
+	req, _ := http.NewRequest(http.MethodGet, es.url("/rejected"), nil)
+	resp, body := earlyGet(t, tr, req)
+	if resp.StatusCode != 200 || body != "ok /rejected" {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+	got := es.copies("/rejected")
+	if len(got) != 1 || got[0].early {
+		t.Fatalf("server processed %+v, want one copy after the handshake", got)
+	}
+	rs := reports()
+	if len(rs) != 2 {
+		t.Fatalf("%d attempts, want 2: %+v", len(rs), rs)
+	}
+	if !earlyAcquired(rs[0]) || rs[0].Decision != (fsm.Decision{Action: fsm.ActionResend, Rule: fsm.RuleEarlyDataRejected, Conn: fsm.ConnDiscard}) {
+		t.Errorf("attempt 1: %v\n%s", rs[0].Decision, rs[0].Trace)
+	}
+	if earlyAcquired(rs[1]) || rs[1].Facts.Attempt != fsm.AttemptResend || rs[1].Decision.Action != fsm.ActionDeliver {
+		t.Errorf("attempt 2: %v facts %v\n%s", rs[1].Decision, rs[1].Facts, rs[1].Trace)
+	}
+}
+
+// TestEarlyDataNeverPOST: a POST, even with a body the Transport can
+// produce again, never goes as early data: it waits for the handshake,
+// and the server gets it once, after the handshake.
+func TestEarlyDataNeverPOST(t *testing.T) {
+	es := startEarly(t)
+	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true, EarlyDataKeyed: true})
+	for _, c := range []struct {
+		path string
+		body io.Reader
+		key  bool
+	}{
+		{"/post", strings.NewReader("payload"), false},
+		{"/post-empty", nil, false},
+		{"/post-keyed-body", strings.NewReader("payload"), true}, // quic-go cannot send a body early
+	} {
+		tr.CloseIdleConnections() // each on a new, resumed connection
+		req, _ := http.NewRequest(http.MethodPost, es.url(c.path), c.body)
+		if c.key {
+			req.Header.Set("Idempotency-Key", "k1")
+		}
+		resp, _ := earlyGet(t, tr, req)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: status %d", c.path, resp.StatusCode)
+		}
+		got := es.copies(c.path)
+		if len(got) != 1 || got[0].early {
+			t.Errorf("%s: server got %+v, want one copy after the handshake", c.path, got)
+		}
+	}
+	for _, r := range reports() {
+		if earlyAcquired(r) {
+			t.Errorf("a POST went as early data: %s", r.Trace)
+		}
+	}
+}
+
+// TestEarlyDataTooEarly: the server answers the GET in early data with
+// 425; the call retries it once after the handshake (RS22), and the
+// server answers that copy.
+func TestEarlyDataTooEarly(t *testing.T) {
+	es := startEarly(t)
+	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true})
+	es.tooEarly.Store(true)
+	req, _ := http.NewRequest(http.MethodGet, es.url("/too-early"), nil)
+	resp, body := earlyGet(t, tr, req)
+	if resp.StatusCode != 200 || body != "ok /too-early" {
+		t.Fatalf("status %d body %q", resp.StatusCode, body)
+	}
+	got := es.copies("/too-early")
+	if len(got) != 2 || !got[0].early || got[1].early || got[0].raw != got[1].raw {
+		t.Fatalf("server got %+v, want an early copy answered 425, then the same request after the handshake", got)
+	}
+	rs := reports()
+	if len(rs) != 2 || rs[0].Status != http.StatusTooEarly || rs[0].Call.Rule != fsm.RuleTooEarly || earlyAcquired(rs[1]) {
+		t.Fatalf("attempts: %+v", rs)
+	}
+}
+
+// TestEarlyDataOffByDefault: without EarlyData a GET on a new connection
+// waits for the handshake, and no session is resumed.
+func TestEarlyDataOffByDefault(t *testing.T) {
+	es := startEarly(t)
+	tr, reports := earlyClient(t, es, replaysafe.Options{})
+	req, _ := http.NewRequest(http.MethodGet, es.url("/off"), nil)
+	resp, _ := earlyGet(t, tr, req)
+	if got := es.copies("/off"); len(got) != 1 || got[0].early || resp.TLS.DidResume {
+		t.Fatalf("server got %+v, resumed %v", got, resp.TLS.DidResume)
+	}
+	if rs := reports(); len(rs) != 1 || earlyAcquired(rs[0]) {
+		t.Fatalf("attempts %+v", rs)
+	}
+}
+
