@@ -338,4 +338,3 @@ func TestEarlyDataOffByDefault(t *testing.T) {
 		t.Fatalf("attempts %+v", rs)
 	}
 }
-
