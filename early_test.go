@@ -2,147 +2,38 @@ package replaysafe_test
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/quic-go/quic-go"
-	"github.com/quic-go/quic-go/http3"
-
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/fsm"
-	"github.com/replaysafe/replaysafe/internal/selfsigned"
-	"github.com/replaysafe/replaysafe/replaysafetest/udprelay"
+	"github.com/replaysafe/replaysafe/replaysafetest/h3early"
 )
 
-// earlyServer is quic-go's HTTP/3 server with 0-RTT allowed (unless
-// reject is set), behind a relay that delays every datagram, so that a
-// request in early data reaches the handler well before the handshake
-// completes. It records every request its handler got.
-type earlyServer struct {
-	srv    *http3.Server
-	relay  *udprelay.Relay
-	client *tls.Config
-
-	reject   atomic.Bool // new connections refuse 0-RTT (the ticket still resumes)
-	tooEarly atomic.Bool // a request in early data is answered 425
-
-	mu  sync.Mutex
-	got []earlyReceipt
-}
-
-// earlyReceipt is one request the handler got.
-type earlyReceipt struct {
-	method, path, raw string
-	early             bool // it arrived before the handshake completed
-}
-
-type earlyConnKey struct{}
-
-const earlyDelay = 5 * time.Millisecond // each way: a 10 ms round trip
-
-func startEarly(t *testing.T) *earlyServer {
+func startEarly(t *testing.T) *h3early.Server {
 	t.Helper()
-	cert, leaf, err := selfsigned.New("replaysafe early")
+	s, err := h3early.New(h3early.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	es := &earlyServer{}
-	es.srv = &http3.Server{
-		Handler: http.HandlerFunc(es.handle),
-		ConnContext: func(ctx context.Context, c *quic.Conn) context.Context {
-			return context.WithValue(ctx, earlyConnKey{}, c)
-		},
-	}
-	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := quic.ListenEarly(udp, http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}),
-		&quic.Config{Allow0RTT: true, GetConfigForClient: func(*quic.ClientInfo) (*quic.Config, error) {
-			return &quic.Config{Allow0RTT: !es.reject.Load()}, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		es.srv.ServeListener(ln)
-	}()
-	es.relay, err = udprelay.New(udp.LocalAddr().String(), earlyDelay)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(leaf)
-	es.client = &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
-	t.Cleanup(func() {
-		es.srv.Close()
-		ln.Close()
-		udp.Close()
-		<-done
-		es.relay.Close()
-	})
-	return es
-}
-
-func (es *earlyServer) url(path string) string { return "https://" + es.relay.Addr() + path }
-
-func (es *earlyServer) handle(w http.ResponseWriter, r *http.Request) {
-	c, _ := r.Context().Value(earlyConnKey{}).(*quic.Conn)
-	early := false
-	if c != nil {
-		select {
-		case <-c.HandshakeComplete():
-		default:
-			early = true
-		}
-	}
-	body, _ := io.ReadAll(r.Body)
-	var raw strings.Builder
-	r.Header.Write(&raw)
-	raw.WriteString(r.Method + " " + r.URL.String() + "\n" + string(body))
-	es.mu.Lock()
-	es.got = append(es.got, earlyReceipt{method: r.Method, path: r.URL.Path, raw: raw.String(), early: early})
-	es.mu.Unlock()
-	if early && es.tooEarly.Load() {
-		w.WriteHeader(http.StatusTooEarly)
-		return
-	}
-	io.WriteString(w, "ok "+r.URL.Path)
-}
-
-// copies returns what the handler got for path.
-func (es *earlyServer) copies(path string) []earlyReceipt {
-	es.mu.Lock()
-	defer es.mu.Unlock()
-	var out []earlyReceipt
-	for _, g := range es.got {
-		if g.path == path {
-			out = append(out, g)
-		}
-	}
-	return out
+	t.Cleanup(func() { s.Close() })
+	return s
 }
 
 // earlyClient returns an HTTP/3 Transport with EarlyData to es, its
 // attempt reports, and a primed session: one request was answered on a
 // first connection, whose session ticket the next connection resumes;
 // that connection is then closed.
-func earlyClient(t *testing.T, es *earlyServer, o replaysafe.Options) (*replaysafe.Transport, func() []replaysafe.AttemptReport) {
+func earlyClient(t *testing.T, es *h3early.Server, o replaysafe.Options) (*replaysafe.Transport, func() []replaysafe.AttemptReport) {
 	t.Helper()
 	var mu sync.Mutex
 	var reports []replaysafe.AttemptReport
 	o.Protocol = replaysafe.ProtocolHTTP3
-	o.TLSClientConfig = es.client
+	o.TLSClientConfig = es.ClientTLSConfig()
 	o.Observer.OnAttempt = func(r replaysafe.AttemptReport) {
 		mu.Lock()
 		reports = append(reports, r)
@@ -150,7 +41,7 @@ func earlyClient(t *testing.T, es *earlyServer, o replaysafe.Options) (*replaysa
 	}
 	tr := replaysafe.New(o)
 	t.Cleanup(tr.CloseIdleConnections)
-	resp, err := (&http.Client{Transport: tr}).Get(es.url("/prime"))
+	resp, err := (&http.Client{Transport: tr}).Get(es.URL("/prime"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,13 +97,13 @@ func earlyAcquired(r replaysafe.AttemptReport) bool {
 func TestEarlyDataAcceptedGET(t *testing.T) {
 	es := startEarly(t)
 	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true})
-	req, _ := http.NewRequest(http.MethodGet, es.url("/accepted"), nil)
+	req, _ := http.NewRequest(http.MethodGet, es.URL("/accepted"), nil)
 	resp, body := earlyGet(t, tr, req)
 	if resp.StatusCode != 200 || body != "ok /accepted" || !resp.TLS.DidResume || !resp.TLS.HandshakeComplete {
 		t.Fatalf("status %d body %q TLS %+v", resp.StatusCode, body, resp.TLS)
 	}
-	got := es.copies("/accepted")
-	if len(got) != 1 || !got[0].early {
+	got := es.Copies("/accepted")
+	if len(got) != 1 || !got[0].Early {
 		t.Fatalf("server got %+v, want one copy in early data", got)
 	}
 	rs := reports()
@@ -244,14 +135,14 @@ func waitEvent(t *testing.T, reports func() []replaysafe.AttemptReport, k fsm.Ev
 func TestEarlyDataRejectedResent(t *testing.T) {
 	es := startEarly(t)
 	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true})
-	es.reject.Store(true)
-	req, _ := http.NewRequest(http.MethodGet, es.url("/rejected"), nil)
+	es.Reject(true)
+	req, _ := http.NewRequest(http.MethodGet, es.URL("/rejected"), nil)
 	resp, body := earlyGet(t, tr, req)
 	if resp.StatusCode != 200 || body != "ok /rejected" {
 		t.Fatalf("status %d body %q", resp.StatusCode, body)
 	}
-	got := es.copies("/rejected")
-	if len(got) != 1 || got[0].early {
+	got := es.Copies("/rejected")
+	if len(got) != 1 || got[0].Early {
 		t.Fatalf("server processed %+v, want one copy after the handshake", got)
 	}
 	rs := reports()
@@ -282,7 +173,7 @@ func TestEarlyDataNeverPOST(t *testing.T) {
 		{"/post-keyed-body", strings.NewReader("payload"), true}, // quic-go cannot send a body early
 	} {
 		tr.CloseIdleConnections() // each on a new, resumed connection
-		req, _ := http.NewRequest(http.MethodPost, es.url(c.path), c.body)
+		req, _ := http.NewRequest(http.MethodPost, es.URL(c.path), c.body)
 		if c.key {
 			req.Header.Set("Idempotency-Key", "k1")
 		}
@@ -290,8 +181,8 @@ func TestEarlyDataNeverPOST(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: status %d", c.path, resp.StatusCode)
 		}
-		got := es.copies(c.path)
-		if len(got) != 1 || got[0].early {
+		got := es.Copies(c.path)
+		if len(got) != 1 || got[0].Early {
 			t.Errorf("%s: server got %+v, want one copy after the handshake", c.path, got)
 		}
 	}
@@ -308,14 +199,14 @@ func TestEarlyDataNeverPOST(t *testing.T) {
 func TestEarlyDataTooEarly(t *testing.T) {
 	es := startEarly(t)
 	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true})
-	es.tooEarly.Store(true)
-	req, _ := http.NewRequest(http.MethodGet, es.url("/too-early"), nil)
+	es.TooEarly(true)
+	req, _ := http.NewRequest(http.MethodGet, es.URL("/too-early"), nil)
 	resp, body := earlyGet(t, tr, req)
 	if resp.StatusCode != 200 || body != "ok /too-early" {
 		t.Fatalf("status %d body %q", resp.StatusCode, body)
 	}
-	got := es.copies("/too-early")
-	if len(got) != 2 || !got[0].early || got[1].early || got[0].raw != got[1].raw {
+	got := es.Copies("/too-early")
+	if len(got) != 2 || !got[0].Early || got[1].Early || got[0].Raw != got[1].Raw {
 		t.Fatalf("server got %+v, want an early copy answered 425, then the same request after the handshake", got)
 	}
 	rs := reports()
@@ -329,9 +220,9 @@ func TestEarlyDataTooEarly(t *testing.T) {
 func TestEarlyDataOffByDefault(t *testing.T) {
 	es := startEarly(t)
 	tr, reports := earlyClient(t, es, replaysafe.Options{})
-	req, _ := http.NewRequest(http.MethodGet, es.url("/off"), nil)
+	req, _ := http.NewRequest(http.MethodGet, es.URL("/off"), nil)
 	resp, _ := earlyGet(t, tr, req)
-	if got := es.copies("/off"); len(got) != 1 || got[0].early || resp.TLS.DidResume {
+	if got := es.Copies("/off"); len(got) != 1 || got[0].Early || resp.TLS.DidResume {
 		t.Fatalf("server got %+v, resumed %v", got, resp.TLS.DidResume)
 	}
 	if rs := reports(); len(rs) != 1 || earlyAcquired(rs[0]) {
