@@ -3,10 +3,10 @@
 // with the round trip of a real path, for tests and benchmarks of QUIC
 // clients (a handshake's round trip, and what 0-RTT saves of it, show).
 //
-// Everything it keeps is bounded: at most MaxPeers clients (a datagram
-// from one more is dropped), and at most MaxQueued datagrams waiting in
-// each direction of each client (one more is dropped, as a full router
-// queue drops it).
+// Everything it keeps is bounded: at most MaxPeers clients (one more
+// evicts the client heard from least recently, as a NAT evicts a
+// binding), and at most MaxQueued datagrams waiting in each direction of
+// each client (one more is dropped, as a full router queue drops it).
 package udprelay
 
 import (
@@ -38,6 +38,7 @@ type Relay struct {
 	peers   map[string]*peer
 	closed  bool
 	dropped int
+	evicted int
 	wg      sync.WaitGroup
 }
 
@@ -53,6 +54,8 @@ type peer struct {
 	upstream *net.UDPConn
 	toTarget chan datagram
 	toClient chan datagram
+	seen     time.Time // the client's latest datagram; guarded by Relay.mu
+	gone     bool      // evicted: its queues are closed
 }
 
 // New starts a relay on 127.0.0.1 to target (a UDP host:port) that delays
@@ -83,6 +86,13 @@ func (r *Relay) Dropped() int {
 	return r.dropped
 }
 
+// Evicted returns the number of clients evicted to make room.
+func (r *Relay) Evicted() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.evicted
+}
+
 // Peers returns the number of clients served.
 func (r *Relay) Peers() int {
 	r.mu.Lock()
@@ -98,14 +108,11 @@ func (r *Relay) Close() error {
 		return nil
 	}
 	r.closed = true
-	peers := r.peers
+	for _, p := range r.peers {
+		r.dropLocked(p)
+	}
 	r.mu.Unlock()
 	err := r.conn.Close()
-	for _, p := range peers {
-		p.upstream.Close()
-		close(p.toTarget)
-		close(p.toClient)
-	}
 	r.wg.Wait()
 	return err
 }
@@ -122,8 +129,19 @@ func (r *Relay) readClients() {
 		if p == nil {
 			continue
 		}
-		r.enqueue(p.toTarget, buf[:n])
+		r.enqueue(p, p.toTarget, buf[:n])
 	}
+}
+
+// dropLocked closes p's socket and queues; its goroutines end.
+func (r *Relay) dropLocked(p *peer) {
+	if p.gone {
+		return
+	}
+	p.gone = true
+	p.upstream.Close()
+	close(p.toTarget)
+	close(p.toClient)
 }
 
 // peerFor returns from's peer, starting one when there is room; nil when
@@ -135,18 +153,26 @@ func (r *Relay) peerFor(from *net.UDPAddr) *peer {
 		return nil
 	}
 	if p := r.peers[from.String()]; p != nil {
+		p.seen = time.Now()
 		return p
 	}
 	if len(r.peers) >= MaxPeers {
-		r.dropped++
-		return nil
+		var oldest *peer
+		for _, p := range r.peers {
+			if oldest == nil || p.seen.Before(oldest.seen) {
+				oldest = p
+			}
+		}
+		r.dropLocked(oldest)
+		delete(r.peers, oldest.addr.String())
+		r.evicted++
 	}
 	up, err := net.DialUDP("udp", nil, r.target)
 	if err != nil {
 		r.dropped++
 		return nil
 	}
-	p := &peer{addr: from, upstream: up, toTarget: make(chan datagram, MaxQueued), toClient: make(chan datagram, MaxQueued)}
+	p := &peer{addr: from, upstream: up, toTarget: make(chan datagram, MaxQueued), toClient: make(chan datagram, MaxQueued), seen: time.Now()}
 	r.peers[from.String()] = p
 	r.wg.Add(3)
 	go r.deliver(p.toTarget, func(b []byte) error { _, err := up.Write(b); return err })
@@ -163,16 +189,16 @@ func (r *Relay) readTarget(p *peer) {
 		if err != nil {
 			return
 		}
-		r.enqueue(p.toClient, buf[:n])
+		r.enqueue(p, p.toClient, buf[:n])
 	}
 }
 
 // enqueue queues a copy of b to leave one delay from now, or drops it
 // when its queue is full or the relay closed.
-func (r *Relay) enqueue(q chan datagram, b []byte) {
+func (r *Relay) enqueue(p *peer, q chan datagram, b []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	if r.closed || p.gone {
 		return
 	}
 	select {
@@ -191,7 +217,7 @@ func (r *Relay) deliver(q chan datagram, send func([]byte) error) {
 			time.Sleep(wait)
 		}
 		if err := send(d.data); err != nil && errors.Is(err, net.ErrClosed) {
-			for range q { // drain until Close closes q
+			for range q { // drain until the peer's eviction or Close closes q
 			}
 			return
 		}
