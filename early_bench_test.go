@@ -31,7 +31,7 @@ func BenchmarkEarlyDataFirstRequest(b *testing.B) {
 	defer s.Close()
 	client := func(early bool) *replaysafe.Transport {
 		tr := replaysafe.New(replaysafe.Options{Protocol: replaysafe.ProtocolHTTP3, TLSClientConfig: s.ClientTLSConfig(), EarlyData: early})
-		benchGet(b, tr, s.URL("/prime")) // the session ticket
+		benchGet(b, tr, s.URL()+"/prime") // the session ticket
 		tr.CloseIdleConnections()
 		return tr
 	}
@@ -42,7 +42,7 @@ func BenchmarkEarlyDataFirstRequest(b *testing.B) {
 	peerTLS.ClientSessionCache = tls.NewLRUClientSessionCache(4)
 	peer := &http3.Transport{TLSClientConfig: peerTLS}
 	defer peer.Close()
-	benchGet(b, peer, s.URL("/prime"))
+	benchGet(b, peer, s.URL()+"/prime")
 	peer.CloseIdleConnections()
 	var early, plain, quicGo time.Duration
 	for i := 0; b.Loop(); i++ {
@@ -55,7 +55,7 @@ func BenchmarkEarlyDataFirstRequest(b *testing.B) {
 			sum    *time.Duration
 		}{{withEarly, http.MethodGet, &early}, {without, http.MethodGet, &plain}, {peer, http3.MethodGet0RTT, &quicGo}} {
 			start := time.Now()
-			benchDo(b, c.tr, c.method, s.URL("/first"))
+			benchDo(b, c.tr, c.method, s.URL()+"/first")
 			*c.sum += time.Since(start)
 			c.tr.CloseIdleConnections() // the next call dials and resumes
 		}

@@ -41,7 +41,7 @@ func earlyClient(t *testing.T, es *h3early.Server, o replaysafe.Options) (*repla
 	}
 	tr := replaysafe.New(o)
 	t.Cleanup(tr.CloseIdleConnections)
-	resp, err := (&http.Client{Transport: tr}).Get(es.URL("/prime"))
+	resp, err := (&http.Client{Transport: tr}).Get(es.URL() + "/prime")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func earlyAcquired(r replaysafe.AttemptReport) bool {
 func TestEarlyDataAcceptedGET(t *testing.T) {
 	es := startEarly(t)
 	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true})
-	req, _ := http.NewRequest(http.MethodGet, es.URL("/accepted"), nil)
+	req, _ := http.NewRequest(http.MethodGet, es.URL()+"/accepted", nil)
 	resp, body := earlyGet(t, tr, req)
 	if resp.StatusCode != 200 || body != "ok /accepted" || !resp.TLS.DidResume || !resp.TLS.HandshakeComplete {
 		t.Fatalf("status %d body %q TLS %+v", resp.StatusCode, body, resp.TLS)
@@ -136,7 +136,7 @@ func TestEarlyDataRejectedResent(t *testing.T) {
 	es := startEarly(t)
 	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true})
 	es.Reject(true)
-	req, _ := http.NewRequest(http.MethodGet, es.URL("/rejected"), nil)
+	req, _ := http.NewRequest(http.MethodGet, es.URL()+"/rejected", nil)
 	resp, body := earlyGet(t, tr, req)
 	if resp.StatusCode != 200 || body != "ok /rejected" {
 		t.Fatalf("status %d body %q", resp.StatusCode, body)
@@ -173,7 +173,7 @@ func TestEarlyDataNeverPOST(t *testing.T) {
 		{"/post-keyed-body", strings.NewReader("payload"), true}, // quic-go cannot send a body early
 	} {
 		tr.CloseIdleConnections() // each on a new, resumed connection
-		req, _ := http.NewRequest(http.MethodPost, es.URL(c.path), c.body)
+		req, _ := http.NewRequest(http.MethodPost, es.URL()+c.path, c.body)
 		if c.key {
 			req.Header.Set("Idempotency-Key", "k1")
 		}
@@ -200,7 +200,7 @@ func TestEarlyDataTooEarly(t *testing.T) {
 	es := startEarly(t)
 	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true})
 	es.TooEarly(true)
-	req, _ := http.NewRequest(http.MethodGet, es.URL("/too-early"), nil)
+	req, _ := http.NewRequest(http.MethodGet, es.URL()+"/too-early", nil)
 	resp, body := earlyGet(t, tr, req)
 	if resp.StatusCode != 200 || body != "ok /too-early" {
 		t.Fatalf("status %d body %q", resp.StatusCode, body)
@@ -220,7 +220,7 @@ func TestEarlyDataTooEarly(t *testing.T) {
 func TestEarlyDataOffByDefault(t *testing.T) {
 	es := startEarly(t)
 	tr, reports := earlyClient(t, es, replaysafe.Options{})
-	req, _ := http.NewRequest(http.MethodGet, es.URL("/off"), nil)
+	req, _ := http.NewRequest(http.MethodGet, es.URL()+"/off", nil)
 	resp, _ := earlyGet(t, tr, req)
 	if got := es.Copies("/off"); len(got) != 1 || got[0].Early || resp.TLS.DidResume {
 		t.Fatalf("server got %+v, resumed %v", got, resp.TLS.DidResume)

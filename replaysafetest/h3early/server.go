@@ -6,7 +6,9 @@
 // completed, and on demand rejects the early data of new connections
 // (the session still resumes) or answers a request in early data with
 // 425 Too Early (RFC 8470 §5.2). Tests and the conformance harness count
-// copies at it.
+// copies at it: it is a replaysafetest.Scripted. Early data the server
+// rejected never reaches its HTTP layer, so it counts the copies the
+// server processed.
 package h3early
 
 import (
@@ -24,6 +26,7 @@ import (
 	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
+	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/internal/kit"
 	"github.com/replaysafe/replaysafe/replaysafetest/udprelay"
 )
@@ -53,7 +56,11 @@ type Config struct {
 
 // Received is one request the handler got.
 type Received struct {
+	// Conn is the connection's index in accept order, from 0.
+	Conn         int
 	Method, Path string
+	// Body is the request body as read (at most 1 MiB).
+	Body []byte
 	// Raw is the request line, header fields and body, to compare copies.
 	Raw string
 	// Early reports that the request arrived before the handshake of its
@@ -77,12 +84,19 @@ type Server struct {
 
 	reject   atomic.Bool
 	tooEarly atomic.Bool
+	conns    atomic.Int64
 
 	mu  sync.Mutex
 	got []Received
 }
 
 type connKey struct{}
+
+// connInfo is what the handler knows of a request's connection.
+type connInfo struct {
+	conn  *quic.Conn
+	index int
+}
 
 // New starts a server on UDP 127.0.0.1.
 func New(cfg Config) (*Server, error) {
@@ -114,7 +128,7 @@ func New(cfg Config) (*Server, error) {
 	s.srv = &http3.Server{
 		Handler: http.HandlerFunc(s.handle),
 		ConnContext: func(ctx context.Context, c *quic.Conn) context.Context {
-			return context.WithValue(ctx, connKey{}, c)
+			return context.WithValue(ctx, connKey{}, &connInfo{conn: c, index: int(s.conns.Add(1) - 1)})
 		},
 	}
 	go func() {
@@ -140,8 +154,22 @@ func (s *Server) Addr() string {
 	return s.udp.LocalAddr().String()
 }
 
-// URL returns the https URL of path at Addr.
-func (s *Server) URL(path string) string { return "https://" + s.Addr() + path }
+// URL returns the base URL clients use: https:// and Addr.
+func (s *Server) URL() string { return "https://" + s.Addr() }
+
+// Accepted returns the number of connections the server accepted.
+func (s *Server) Accepted() int { return int(s.conns.Load()) }
+
+// Receipts returns what the handler got as replaysafetest receipts; a
+// request answered 425 is Unprocessed.
+func (s *Server) Receipts() []replaysafetest.Receipt {
+	var out []replaysafetest.Receipt
+	for _, r := range s.Requests() {
+		out = append(out, replaysafetest.Receipt{Conn: r.Conn, Method: r.Method, Path: r.Path, Body: r.Body, Complete: true,
+			Unprocessed: r.Status == http.StatusTooEarly})
+	}
+	return out
+}
 
 // ClientTLSConfig returns a TLS configuration that trusts the server.
 func (s *Server) ClientTLSConfig() *tls.Config { return s.cert.ClientTLSConfig() }
@@ -159,7 +187,7 @@ func (s *Server) Requests() []Received {
 	return append([]Received(nil), s.got...)
 }
 
-// Copies returns what the handler got for path.
+// Copies returns what the handler got for path (with its query).
 func (s *Server) Copies(path string) []Received {
 	var out []Received
 	for _, r := range s.Requests() {
@@ -169,6 +197,8 @@ func (s *Server) Copies(path string) []Received {
 	}
 	return out
 }
+
+var _ replaysafetest.Scripted = (*Server)(nil)
 
 // Close stops the server and its relay.
 func (s *Server) Close() error {
@@ -188,10 +218,11 @@ func (s *Server) Close() error {
 }
 
 func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
-	early := false
-	if c, ok := r.Context().Value(connKey{}).(*quic.Conn); ok {
+	early, conn := false, -1
+	if c, ok := r.Context().Value(connKey{}).(*connInfo); ok {
+		conn = c.index
 		select {
-		case <-c.HandshakeComplete():
+		case <-c.conn.HandshakeComplete():
 		default:
 			early = true
 		}
@@ -210,7 +241,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Lock()
 	if len(s.got) < MaxRecorded {
-		s.got = append(s.got, Received{Method: r.Method, Path: r.URL.Path, Raw: raw.String(), Early: early, Status: status})
+		s.got = append(s.got, Received{Conn: conn, Method: r.Method, Path: r.URL.RequestURI(), Body: body, Raw: raw.String(), Early: early, Status: status})
 	}
 	s.mu.Unlock()
 	if status != http.StatusOK {
