@@ -229,3 +229,42 @@ func TestEarlyDataOffByDefault(t *testing.T) {
 		t.Fatalf("attempts %+v", rs)
 	}
 }
+
+// TestEarlyDataConnectionReused: a connection dialed for early data is
+// pooled as any other once its handshake completes: without a ticket (the
+// first connection) and after its early data was accepted, the next
+// request takes it.
+func TestEarlyDataConnectionReused(t *testing.T) {
+	es := startEarly(t)
+	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true})
+	for _, p := range []string{"/a", "/b"} {
+		req, _ := http.NewRequest(http.MethodGet, es.URL()+p, nil)
+		earlyGet(t, tr, req)
+	}
+	rs := reports()
+	if len(rs) != 2 || !earlyAcquired(rs[0]) || earlyAcquired(rs[1]) || !rs[1].Reused {
+		t.Fatalf("attempts %+v, want an early one, then one reusing its connection", rs)
+	}
+	if got := es.Copies("/a"); len(got) != 1 || !got[0].Early {
+		t.Errorf("/a: %+v", got)
+	}
+	if got := es.Copies("/b"); len(got) != 1 || got[0].Early || got[0].Conn != es.Copies("/a")[0].Conn {
+		t.Errorf("/b: %+v, want it after the handshake on /a's connection", got)
+	}
+	if n := es.Accepted(); n != 2 { // the priming one, and the resumed one
+		t.Errorf("the server accepted %d connections, want 2", n)
+	}
+	// Without a ticket DialEarly completes the handshake first: that
+	// connection is pooled too.
+	var second []replaysafe.AttemptReport
+	fresh := replaysafe.New(replaysafe.Options{Protocol: replaysafe.ProtocolHTTP3, TLSClientConfig: es.ClientTLSConfig(), EarlyData: true,
+		Observer: replaysafe.Observer{OnAttempt: func(r replaysafe.AttemptReport) { second = append(second, r) }}})
+	defer fresh.CloseIdleConnections()
+	for _, p := range []string{"/c", "/d"} {
+		req, _ := http.NewRequest(http.MethodGet, es.URL()+p, nil)
+		earlyGet(t, fresh, req)
+	}
+	if len(second) != 2 || earlyAcquired(second[0]) || !second[1].Reused {
+		t.Fatalf("attempts without a ticket %+v, want a fresh connection, then reused", second)
+	}
+}
