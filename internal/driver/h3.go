@@ -210,7 +210,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	if own {
 		resp, err = s.att.RoundTrip(hc.cc, hc.tls.Load(), out)
 		if resp != nil && early {
-			resp.TLS = hc.tls.Load() // the handshake has completed: a response came
+			resp.TLS = hc.handshakeState() // the one from before the handshake's end is incomplete
 		}
 	} else {
 		resp, err = hc.cc.RoundTrip(out)

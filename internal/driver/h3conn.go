@@ -65,6 +65,20 @@ func (c *h3Conn) awaitHandshake(ctx context.Context) error {
 	}
 }
 
+// handshakeState returns the TLS state of the completed handshake, for a
+// response to early data: a response came, so the handshake completes
+// (quic-go may report it a moment after the response); nil if the
+// connection ends first.
+func (c *h3Conn) handshakeState() *tls.ConnectionState {
+	select {
+	case <-c.qc.HandshakeComplete():
+	case <-c.qc.Context().Done():
+		return c.tls.Load()
+	}
+	cs := c.qc.ConnectionState().TLS
+	return &cs
+}
+
 // settle runs, for a connection dialed in its handshake, until the
 // handshake ends or the connection does: it records the TLS state the
 // responses carry and whether the server rejected the early data.
