@@ -53,10 +53,12 @@ func (c *h3Conn) handshook() bool {
 func (c *h3Conn) awaitHandshake(ctx context.Context) error {
 	select {
 	case <-c.qc.HandshakeComplete():
-		if c.early && !c.qc.ConnectionState().Used0RTT {
+		cs := c.qc.ConnectionState()
+		if c.early && !cs.Used0RTT {
 			c.rejected.Store(true) // settle may not have run yet
 			return quic.Err0RTTRejected
 		}
+		c.tls.Store(&cs.TLS) // as settle does, before the request's response can take it
 		return nil
 	case <-c.qc.Context().Done():
 		return context.Cause(c.qc.Context())
