@@ -86,7 +86,7 @@ type Server struct {
 	tooEarly atomic.Bool
 	conns    atomic.Int64
 
-	mu  sync.Mutex
+	mu  sync.Mutex // guards got and timer
 	got []Received
 }
 
@@ -141,7 +141,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.mu.Lock() // the timer may fire, and Close read s.timer, before New returns
 	s.timer = time.AfterFunc(cfg.Lifetime, func() { s.Close() })
+	s.mu.Unlock()
 	return s, nil
 }
 
@@ -203,9 +205,11 @@ var _ replaysafetest.Scripted = (*Server)(nil)
 // Close stops the server and its relay.
 func (s *Server) Close() error {
 	s.closed.Do(func() {
+		s.mu.Lock()
 		if s.timer != nil {
 			s.timer.Stop()
 		}
+		s.mu.Unlock()
 		s.srv.Close()
 		s.ln.Close()
 		s.udp.Close()
