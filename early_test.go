@@ -131,7 +131,7 @@ func waitEvent(t *testing.T, reports func() []replaysafe.AttemptReport, k fsm.Ev
 
 // TestEarlyDataRejectedResent: the server resumes the session but rejects
 // its early data: the GET it discarded is sent once more after the
-// handshake (RS30), processed once, two copies on the wire at most.
+// handshake (RS33), processed once, two copies on the wire at most.
 func TestEarlyDataRejectedResent(t *testing.T) {
 	es := startEarly(t)
 	tr, reports := earlyClient(t, es, replaysafe.Options{EarlyData: true})

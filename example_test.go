@@ -140,10 +140,10 @@ func Example_http3() {
 }
 
 // With EarlyData, a GET on a new HTTP/3 connection that resumes an
-// earlier session goes as 0-RTT, beside the handshake (RS29). This server
+// earlier session goes as 0-RTT, beside the handshake (RS32). This server
 // resumes the session but rejects the early data: it processed none of
 // it, and the GET goes again at once after the handshake, as the call's
-// automatic resend (RS30). The server counts what it processed.
+// automatic resend (RS33). The server counts what it processed.
 func ExampleOptions_earlyData() {
 	srv, err := h3early.New(h3early.Config{})
 	if err != nil {
@@ -176,7 +176,7 @@ func ExampleOptions_earlyData() {
 	get("/page")
 	fmt.Println("copies of /page the server processed:", len(srv.Copies("/page")))
 	// Output:
-	// attempt 1: early=true resend RS30
+	// attempt 1: early=true resend RS33
 	// attempt 2: early=false deliver RS02
 	// copies of /page the server processed: 1
 }

@@ -398,10 +398,10 @@ type Options struct {
 	// data (0-RTT) on a new connection that resumes a session its route
 	// had, saving the handshake's round trip. Only the call's first
 	// attempt of a request an attacker could replay without harm goes so
-	// (rule RS29): GET, HEAD, OPTIONS or TRACE without a body, resending
+	// (rule RS32): GET, HEAD, OPTIONS or TRACE without a body, resending
 	// on and CallerRetries off. A server that rejects the early data
 	// discarded it unprocessed; the request is then sent once more after
-	// the handshake, as the call's automatic resend (RS30), and a 425 Too
+	// the handshake, as the call's automatic resend (RS33), and a 425 Too
 	// Early is retried once (RS22). Every other request on such a
 	// connection waits for the handshake. The session tickets are kept
 	// per Transport, at most 256 of them (the least recently used go),

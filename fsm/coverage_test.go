@@ -43,7 +43,7 @@ var (
 	covEarly     = []fsm.Event{covEarlyConn, covEv(fsm.EventFirstByteWritten, 1), covEv(fsm.EventRequestWritten, 2)}
 )
 
-// TestCoverageEarlySafe: which requests may go as early data (RS29), each
+// TestCoverageEarlySafe: which requests may go as early data (RS32), each
 // condition on both sides.
 func TestCoverageEarlySafe(t *testing.T) {
 	keyed := fsm.Request{Method: fsm.MethodPOST, Body: fsm.BodyBuffered, IdempotencyKey: true, EarlyKeyed: true}

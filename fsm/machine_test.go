@@ -336,7 +336,7 @@ func TestEarlyExchangeDoesNotAllocate(t *testing.T) {
 }
 
 // BenchmarkEarlyExchange is BenchmarkExchange for a GET sent as early
-// data and accepted: seven events, the RS29 check and the acceptance
+// data and accepted: seven events, the RS32 check and the acceptance
 // included.
 func BenchmarkEarlyExchange(b *testing.B) {
 	req := fsm.Request{Method: fsm.MethodGET}

@@ -151,13 +151,13 @@ type Request struct {
 	// ResendOff is set when automatic resending is switched off.
 	ResendOff bool
 	// EarlyKeyed is set when the caller lets a request that carries an
-	// idempotency key go as early data (RS29); without it only a safe
+	// idempotency key go as early data (RS32); without it only a safe
 	// method without a body does.
 	EarlyKeyed bool
 }
 
 // EarlySafe reports whether the attempt may go as early data (0-RTT),
-// before the handshake completes (RS29, RFC 8470 §2 and §4): an attacker
+// before the handshake completes (RS32, RFC 8470 §2 and §4): an attacker
 // who replays it can do no harm, and a rejection of it can be resent. It
 // is the call's original attempt, resending is on and no retry policy of
 // the caller's own is set; and it has a safe method and no body, or it

@@ -121,7 +121,7 @@ func evidenceResendRule(r fsm.Rule) bool {
 }
 
 // attemptEndRules are the rules that can end a wire attempt other than by
-// delivery: RS03 to RS21, and the early-data rules RS29 and RS30.
+// delivery: RS03 to RS21, and the early-data rules RS32 and RS33.
 var attemptEndRules = func() []fsm.Rule {
 	var out []fsm.Rule
 	for r := fsm.RuleInvalidOrder; r <= fsm.RuleLocalFailure; r++ {

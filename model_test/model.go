@@ -111,7 +111,7 @@ func decide(req fsm.Request, lim fsm.Limits, start fsm.Instant, events []fsm.Eve
 
 	switch {
 	case e.Kind == fsm.EventConnAcquired && e.Early && !earlySafe(req):
-		// RS29: a connection still in its handshake for a request that may
+		// RS32: a connection still in its handshake for a request that may
 		// not go as early data fails the attempt before a byte.
 		return fsm.Decision{Action: fsm.ActionFail, Rule: fsm.RuleEarlyDataUnsafe, Conn: fsm.ConnDiscard}
 	case e.Kind == fsm.EventFinalHeaders:
@@ -176,7 +176,7 @@ func evidenceRule(before []fsm.Event, e fsm.Event) fsm.Rule {
 		return fsm.RuleEvidenceRequestRejected
 	case !has(before, fsm.EventFirstByteWritten): // RS16
 		return fsm.RuleEvidenceNothingWritten
-	case e.Kind == fsm.EventEarlyRejected: // RS30: "none of it was processed"
+	case e.Kind == fsm.EventEarlyRejected: // RS33: "none of it was processed"
 		return fsm.RuleEarlyDataRejected
 	}
 	return fsm.RuleNone
@@ -288,7 +288,7 @@ func idempotentMethod(m fsm.Method) bool {
 	return false
 }
 
-// earlySafe: RS29, the requests that may go as early data: the call's
+// earlySafe: RS32, the requests that may go as early data: the call's
 // original attempt with resending on and no retry policy of the caller's
 // own, and "a safe method (GET, HEAD, OPTIONS, TRACE) and no body", or,
 // with the caller's option, "an Idempotency-Key and a reproducible body".

@@ -45,8 +45,8 @@ func drawCall(t *rapid.T) (fsm.Request, fsm.Limits) {
 	if rapid.IntRange(0, 5).Draw(t, "startAsResend") == 0 {
 		req = req.Resend()
 	} else if rapid.IntRange(0, 3).Draw(t, "earlyCall") == 0 {
-		// A request that may go as early data (RS29), so that its
-		// rejection (RS30) is reached as often as the other evidence.
+		// A request that may go as early data (RS32), so that its
+		// rejection (RS33) is reached as often as the other evidence.
 		req = fsm.Request{Method: fsm.MethodGET, EarlyKeyed: req.EarlyKeyed}
 	}
 	limit := rapid.SampledFrom(limitChoices)
@@ -210,7 +210,7 @@ func (c *call) drawEvent(t *rapid.T, label string, kinds []fsm.EventKind) fsm.Ev
 		e.Proto = fsm.Proto(rapid.IntRange(0, int(fsm.ProtoH3)).Draw(t, "proto"))
 		if e.Proto == fsm.ProtoH3 { // early data where replaysafe uses it
 			// Always for a request that may go as early data, as a driver
-			// does; now and then for one that may not (RS29).
+			// does; now and then for one that may not (RS32).
 			odds := 8
 			if earlySafe(c.current().trace.Request) {
 				odds = 1

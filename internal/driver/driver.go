@@ -60,7 +60,7 @@ type Config struct {
 	QUICConfig             *quic.Config
 	HTTP3HeadStart         time.Duration
 	// EarlyData lets the first wire attempt of a call that fsm allows in
-	// early data (fsm.Request.EarlySafe, RS29) go as 0-RTT on a new
+	// early data (fsm.Request.EarlySafe, RS32) go as 0-RTT on a new
 	// HTTP/3 connection that resumes a session of its route; QUIC
 	// connections are then dialed with quic-go's DialEarly and a bounded
 	// session-ticket cache.

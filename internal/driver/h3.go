@@ -166,7 +166,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	}
 	// A request goes as early data only on a connection still in its
 	// handshake, only as the call's first attempt, only when fsm allows
-	// it (RS29), and only on a stream of its own: quic-go's ClientConn
+	// it (RS32), and only on a stream of its own: quic-go's ClientConn
 	// holds any other request until the handshake completes.
 	own := a.body == nil && h3.OwnStream(tr.call.req)
 	early := hc.early && !hc.handshook() && tr.offersEarly(n, facts)
@@ -220,7 +220,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 
 // offersEarly reports whether wire attempt n with facts may go as early
 // data: EarlyData is on, it is the call's first attempt, fsm allows it
-// (RS29), and it goes on a stream of its own (quic-go's ClientConn holds
+// (RS32), and it goes on a stream of its own (quic-go's ClientConn holds
 // every other request until the handshake completes). Only such an
 // attempt dials with DialEarly.
 func (tr *try) offersEarly(n int, facts fsm.Request) bool {
@@ -252,7 +252,7 @@ type h3Stream struct {
 }
 
 // settled feeds the end of an early attempt's handshake: the server
-// accepted the early data (RS30's counterpart). A rejection is fed by
+// accepted the early data (RS33's counterpart). A rejection is fed by
 // fail, from the request's own error. It returns when the handshake or
 // the connection ends.
 func (ha *h3Attempt) settled(hc *h3Conn) {
@@ -268,7 +268,7 @@ func (ha *h3Attempt) settled(hc *h3Conn) {
 func (s *h3Stream) fail(a *attempt, err error) fsm.Decision {
 	if s.early && errors.Is(err, quic.Err0RTTRejected) {
 		// quic-go's own signal that the server discarded the early data
-		// (RS30): the connection takes no more requests.
+		// (RS33): the connection takes no more requests.
 		s.hc.rejected.Store(true)
 		return a.rec.Feed(fsm.Event{Kind: fsm.EventEarlyRejected})
 	}

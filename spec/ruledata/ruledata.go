@@ -155,12 +155,12 @@ var Rules = []Rule{
 		Source:    "RFC 9110 §10.2.3; replaysafe",
 	},
 	{
-		Number: 29, ID: "RS29", Name: "EarlyDataUnsafe", Slug: "early-data-unsafe", Action: "fail",
+		Number: 32, ID: "RS32", Name: "EarlyDataUnsafe", Slug: "early-data-unsafe", Action: "fail",
 		Statement: "A request goes as early data (0-RTT, before the handshake completes) only when a copy an attacker replays can do no harm and a rejection can be resent: it is the call's original attempt, resending is on, no retry policy of the caller's own is set, and it has a safe method (GET, HEAD, OPTIONS, TRACE) and no body, or, when the caller's documented option allows keyed early data, an Idempotency-Key and a reproducible body. A connection acquired in its handshake for any other request fails the attempt before a byte is written, and is discarded.",
 		Source:    "RFC 8470 §2 and §4; RFC 9110 §9.2.1",
 	},
 	{
-		Number: 30, ID: "RS30", Name: "EarlyDataRejected", Slug: "early-data-rejected", Action: "resend",
+		Number: 33, ID: "RS33", Name: "EarlyDataRejected", Slug: "early-data-rejected", Action: "resend",
 		Statement: "The server rejected the early data the request went in (the stack's own signal, such as quic-go's Err0RTTRejected, never error text): none of it was processed, so the request is sent again at once, after the handshake completes and never as early data, and that copy is the call's automatic resend, which RS08 keeps from being resent. A rejection before a request byte was written is RS16's; a 425 after early data that was accepted is RS22's.",
 		Source:    "RFC 8470 §2; replaysafe",
 	},
