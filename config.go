@@ -114,6 +114,8 @@ func (o Options) config() driver.Config {
 		MaxResponseHeaderBytes: o.MaxResponseHeaderBytes,
 		QUICConfig:             o.QUICConfig,
 		HTTP3HeadStart:         o.HTTP3HeadStart,
+		EarlyData:              o.EarlyData,
+		EarlyDataKeyed:         o.EarlyDataKeyed,
 		H3RetryAfter:           h3RetryAfter,
 		BackgroundDialTimeout:  o.AcquireTimeout,
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/replaysafe/replaysafe"
 	"github.com/replaysafe/replaysafe/replaysafetest"
+	"github.com/replaysafe/replaysafe/replaysafetest/h3early"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
 
@@ -136,6 +137,48 @@ func Example_http3() {
 	// attempt 2: deliver RS02 deliver-final-response
 	// HTTP/3.0 200 ok
 	// copies of /order at the server: 2 on connections 0 and 1
+}
+
+// With EarlyData, a GET on a new HTTP/3 connection that resumes an
+// earlier session goes as 0-RTT, beside the handshake (RS32). This server
+// resumes the session but rejects the early data: it processed none of
+// it, and the GET goes again at once after the handshake, as the call's
+// automatic resend (RS33). The server counts what it processed.
+func ExampleOptions_earlyData() {
+	srv, err := h3early.New(h3early.Config{})
+	if err != nil {
+		panic(err)
+	}
+	defer srv.Close()
+	tr := replaysafe.New(replaysafe.Options{
+		Protocol:        replaysafe.ProtocolHTTP3,
+		TLSClientConfig: srv.ClientTLSConfig(),
+		EarlyData:       true,
+		Observer: replaysafe.Observer{OnAttempt: func(a replaysafe.AttemptReport) {
+			if a.Request.URL.Path == "/page" {
+				fmt.Printf("attempt %d: early=%v %s %s\n", a.Number, a.Events[0].Early, a.Decision.Action, a.Decision.Rule.ID())
+			}
+		}},
+	})
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr}
+	get := func(path string) {
+		resp, err := client.Get(srv.URL() + path)
+		if err != nil {
+			panic(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	get("/session") // a first connection, whose ticket the next one resumes
+	tr.CloseIdleConnections()
+	srv.Reject(true)
+	get("/page")
+	fmt.Println("copies of /page the server processed:", len(srv.Copies("/page")))
+	// Output:
+	// attempt 1: early=true resend RS33
+	// attempt 2: early=false deliver RS02
+	// copies of /page the server processed: 1
 }
 
 // A configured retry policy: the GET's 503s are retried after a short

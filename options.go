@@ -393,6 +393,29 @@ type Options struct {
 	// fails. Set MaxIdleTimeout (with KeepAlivePeriod below it) to bound
 	// that wait.
 	HTTP3HeadStart time.Duration
+
+	// EarlyData, off by default, lets HTTP/3 requests go as TLS early
+	// data (0-RTT) on a new connection that resumes a session its route
+	// had, saving the handshake's round trip. Only the call's first
+	// attempt of a request an attacker could replay without harm goes so
+	// (rule RS32): GET, HEAD, OPTIONS or TRACE without a body, resending
+	// on and CallerRetries off. A server that rejects the early data
+	// discarded it unprocessed; the request is then sent once more after
+	// the handshake, as the call's automatic resend (RS33), and a 425 Too
+	// Early is retried once (RS22). Every other request on such a
+	// connection waits for the handshake. The session tickets are kept
+	// per Transport, at most 256 of them (the least recently used go),
+	// each route seeing only its own; a TLSClientConfig with a
+	// ClientSessionCache of its own keeps that cache instead.
+	EarlyData bool
+
+	// EarlyDataKeyed, with EarlyData, lets a request that carries an
+	// Idempotency-Key or X-Idempotency-Key go as early data too, whatever
+	// its method: set it only when the server keeps its keys for as long
+	// as an attacker could replay the early data (spec/choices.md 42). Over
+	// quic-go only a request without a body can be sent in early data;
+	// one with a body waits for the handshake.
+	EarlyDataKeyed bool
 }
 
 // h3RetryAfter is how long, under ProtocolPreferHTTP3, a route whose QUIC

@@ -372,8 +372,8 @@ func (c *Call) refusal(req Request, rule Rule) Rule {
 		return RuleAmbiguousNotIdempotent
 	case rule == RuleAmbiguousIdempotentResend && !req.Body.Reproducible():
 		return RuleAmbiguousBodyNotReproducible
-	case rule < RuleEvidenceHandedBack || rule > RuleAmbiguousIdempotentResend || rule == RuleAmbiguousFreshConn ||
-		rule == RuleAmbiguousNotIdempotent || rule == RuleAmbiguousBodyNotReproducible:
+	case (rule < RuleEvidenceHandedBack || rule > RuleAmbiguousIdempotentResend) && rule != RuleEarlyDataRejected ||
+		rule == RuleAmbiguousFreshConn || rule == RuleAmbiguousNotIdempotent || rule == RuleAmbiguousBodyNotReproducible:
 		return RuleInvalidOrder // not a resend rule
 	case rule != RuleAmbiguousIdempotentResend && !c.bodyUsable():
 		return RuleEvidenceBodyConsumed

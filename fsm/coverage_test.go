@@ -38,6 +38,52 @@ var (
 	covWritten = []fsm.Event{covConn(true, fsm.ProtoH1, 0), covEv(fsm.EventFirstByteWritten, 1), covEv(fsm.EventRequestWritten, 2)}
 )
 
+var (
+	covEarlyConn = fsm.Event{Kind: fsm.EventConnAcquired, Proto: fsm.ProtoH3, Early: true}
+	covEarly     = []fsm.Event{covEarlyConn, covEv(fsm.EventFirstByteWritten, 1), covEv(fsm.EventRequestWritten, 2)}
+)
+
+// TestCoverageEarlySafe: which requests may go as early data (RS32), each
+// condition on both sides.
+func TestCoverageEarlySafe(t *testing.T) {
+	keyed := fsm.Request{Method: fsm.MethodPOST, Body: fsm.BodyBuffered, IdempotencyKey: true, EarlyKeyed: true}
+	with := func(r fsm.Request, f func(*fsm.Request)) fsm.Request { f(&r); return r }
+	cases := []struct {
+		name string
+		req  fsm.Request
+		want bool
+	}{
+		{"GET", covGET, true},
+		{"HEAD", fsm.Request{Method: fsm.MethodHEAD}, true},
+		{"OPTIONS", fsm.Request{Method: fsm.MethodOPTIONS}, true},
+		{"TRACE", fsm.Request{Method: fsm.MethodTRACE}, true},
+		{"PUT", fsm.Request{Method: fsm.MethodPUT}, false},
+		{"DELETE", fsm.Request{Method: fsm.MethodDELETE}, false},
+		{"unknown", fsm.Request{}, false},
+		{"GET with a buffered body", with(covGET, func(r *fsm.Request) { r.Body = fsm.BodyBuffered }), false},
+		{"GET as the resend", covGET.Resend(), false},
+		{"GET, resend off", with(covGET, func(r *fsm.Request) { r.ResendOff = true }), false},
+		{"GET, retry policy", with(covGET, func(r *fsm.Request) { r.RetryPolicy = true }), false},
+		{"keyed POST with the option", keyed, true},
+		{"keyed POST, no body", with(keyed, func(r *fsm.Request) { r.Body = fsm.BodyNone }), true},
+		{"keyed POST without the option", with(keyed, func(r *fsm.Request) { r.EarlyKeyed = false }), false},
+		{"POST with the option, no key", with(keyed, func(r *fsm.Request) { r.IdempotencyKey = false }), false},
+		{"keyed POST, one-shot body", with(keyed, func(r *fsm.Request) { r.Body = fsm.BodyOneShotUntouched }), false},
+		{"keyed POST as the resend", keyed.Resend(), false},
+	}
+	for _, c := range cases {
+		if got := c.req.EarlySafe(); got != c.want {
+			t.Errorf("%s: EarlySafe() = %v, want %v", c.name, got, c.want)
+		}
+	}
+	for m := fsm.MethodUnknown; m <= fsm.MethodOther+1; m++ {
+		want := m == fsm.MethodGET || m == fsm.MethodHEAD || m == fsm.MethodOPTIONS || m == fsm.MethodTRACE
+		if m.Safe() != want {
+			t.Errorf("%v.Safe() = %v", m, m.Safe())
+		}
+	}
+}
+
 func covAfter(prefix []fsm.Event, more ...fsm.Event) []fsm.Event {
 	return append(append([]fsm.Event(nil), prefix...), more...)
 }
@@ -112,6 +158,18 @@ func TestCoverageRules(t *testing.T) {
 		{"idempotency key", fsm.Request{Method: fsm.MethodPOST, IdempotencyKey: true}, covAfter(covWritten, covEv(fsm.EventClosed, 3)), covResend(fsm.RuleAmbiguousIdempotentResend)},
 		{"one-shot body", fsm.Request{Method: fsm.MethodPUT, Body: fsm.BodyOneShotUntouched}, covAfter(covWritten, covEv(fsm.EventReset, 3)), covFail(fsm.RuleAmbiguousBodyNotReproducible)},
 		{"idempotent resend", fsm.Request{Method: fsm.MethodDELETE, Body: fsm.BodyBuffered}, covAfter(covWritten, covEv(fsm.EventReset, 3)), covResend(fsm.RuleAmbiguousIdempotentResend)},
+		{"early data accepted", covGET, covAfter(covEarly, covEv(fsm.EventEarlyAccepted, 3)), fsm.Decision{Action: fsm.ActionContinue, Rule: fsm.RuleProgress}},
+		{"early data accepted twice", covGET, covAfter(covEarly, covEv(fsm.EventEarlyAccepted, 3), covEv(fsm.EventEarlyAccepted, 4)), covFail(fsm.RuleInvalidOrder)},
+		{"early data accepted after a response byte", covGET, covAfter(covEarly, covEv(fsm.EventFirstResponseByte, 3), covEv(fsm.EventEarlyAccepted, 4)), fsm.Decision{Action: fsm.ActionContinue, Rule: fsm.RuleProgress}},
+		{"early data rejected after a response byte", covGET, covAfter(covEarly, covEv(fsm.EventFirstResponseByte, 3), covEv(fsm.EventEarlyRejected, 4)), covFail(fsm.RuleInvalidOrder)},
+		{"early data accepted without early data", covGET, covAfter(covWritten, covEv(fsm.EventEarlyAccepted, 3)), covFail(fsm.RuleInvalidOrder)},
+		{"early data rejected", covGET, covAfter(covEarly, covEv(fsm.EventEarlyRejected, 3)), covResend(fsm.RuleEarlyDataRejected)},
+		{"early data rejected after acceptance", covGET, covAfter(covEarly, covEv(fsm.EventEarlyAccepted, 3), covEv(fsm.EventEarlyRejected, 4)), covFail(fsm.RuleInvalidOrder)},
+		{"early data rejected without early data", covGET, covAfter(covWritten, covEv(fsm.EventEarlyRejected, 3)), covFail(fsm.RuleInvalidOrder)},
+		{"early data rejected before a byte", covGET, []fsm.Event{covEarlyConn, covEv(fsm.EventEarlyRejected, 1)}, covResend(fsm.RuleEvidenceNothingWritten)},
+		{"early data unsafe", covPOST, []fsm.Event{covEarlyConn}, covFail(fsm.RuleEarlyDataUnsafe)},
+		{"early data unsafe, then more", covPOST, []fsm.Event{covEarlyConn, covEv(fsm.EventFirstByteWritten, 1)}, covFail(fsm.RuleEarlyDataUnsafe)},
+		{"early data keyed with the option", fsm.Request{Method: fsm.MethodPOST, Body: fsm.BodyBuffered, IdempotencyKey: true, EarlyKeyed: true}, []fsm.Event{covEarlyConn}, fsm.Decision{Action: fsm.ActionContinue, Rule: fsm.RuleProgress}},
 		{"a final decision holds", covGET, covAfter(covWritten, covEv(fsm.EventReset, 3), covEv(fsm.EventFinalHeaders, 4)), covResend(fsm.RuleAmbiguousIdempotentResend)},
 	}
 	for _, c := range cases {
@@ -261,8 +319,9 @@ func TestCoverageFacts(t *testing.T) {
 		{0, "none"},
 		{fsm.FactAcquired, "acquired"},
 		{want, "acquired|wrote-any|wrote-all|body-read|response-byte|headers|complete"},
-		{fsm.FactWroteAll | 1<<7, "wrote-all|Facts(128)"},
-		{1 << 7, "Facts(128)"},
+		{fsm.FactEarly | fsm.FactEarlyAccepted, "early|early-accepted"},
+		{fsm.FactWroteAll | 1<<9, "wrote-all|Facts(512)"},
+		{1 << 9, "Facts(512)"},
 	} {
 		if got := c.f.String(); got != c.want {
 			t.Errorf("Facts(%d).String() = %q, want %q", c.f, got, c.want)
@@ -376,7 +435,7 @@ func TestCoverageEnums(t *testing.T) {
 		}
 	}
 	for k := fsm.EventKind(0); int(k) <= fsm.EventKinds; k++ {
-		if want := k >= fsm.EventClosed && int(k) < fsm.EventKinds; k.Failure() != want {
+		if want := k >= fsm.EventClosed && int(k) < fsm.EventKinds && k != fsm.EventEarlyAccepted; k.Failure() != want {
 			t.Errorf("%v.Failure() = %v", k, k.Failure())
 		}
 	}
@@ -394,12 +453,16 @@ func TestCoverageStrings(t *testing.T) {
 	if got, want := (fsm.Request{}).Resend().String(), "request body=none key=off retry-policy=off resend=on attempt=resend"; got != want {
 		t.Errorf("Request.String() = %q, want %q", got, want)
 	}
+	if got, want := (fsm.Request{EarlyKeyed: true}).String(), "request body=none key=off retry-policy=off resend=on attempt=original early-keyed=on"; got != want {
+		t.Errorf("Request.String() = %q, want %q", got, want)
+	}
 	if r := req.Resend(); r.Attempt != fsm.AttemptResend || r.Body != req.Body || r.Method != req.Method || !r.IdempotencyKey || !r.RetryPolicy || !r.ResendOff {
 		t.Errorf("Resend() = %+v", r)
 	}
 	events := map[string]fsm.Event{
 		"@1ms conn-acquired reused h2":      covConn(true, fsm.ProtoH2, covMs),
 		"@0s conn-acquired fresh h3":        covConn(false, fsm.ProtoH3, 0),
+		"@0s conn-acquired fresh h3 early":  {Kind: fsm.EventConnAcquired, Proto: fsm.ProtoH3, Early: true},
 		"@0s timeout phase=write":           {Kind: fsm.EventTimeout, Phase: fsm.PhaseWrite},
 		"@0s h2-goaway last=3 stream=5":     {Kind: fsm.EventH2GoAway, Boundary: 3, Stream: 5},
 		"@0s h3-goaway boundary=8 stream=4": {Kind: fsm.EventH3GoAway, Boundary: 8, BoundaryKnown: true, Stream: 4},

@@ -31,11 +31,13 @@ func _() {
 	_ = x[EventH3GoAway-20]
 	_ = x[EventAcquireFailed-21]
 	_ = x[EventLocalFailure-22]
+	_ = x[EventEarlyAccepted-23]
+	_ = x[EventEarlyRejected-24]
 }
 
-const _EventKind_name = "invalidconn-acquiredhanded-backfirst-byte-writtenbody-readrequest-writtenfirst-response-byteinformationalfinal-headersresponse-completetickclosedresettls-failuremalformedtimeoutcanceledrefused-streamh2-goawayrequest-rejectedh3-goawayacquire-failedlocal-failure"
+const _EventKind_name = "invalidconn-acquiredhanded-backfirst-byte-writtenbody-readrequest-writtenfirst-response-byteinformationalfinal-headersresponse-completetickclosedresettls-failuremalformedtimeoutcanceledrefused-streamh2-goawayrequest-rejectedh3-goawayacquire-failedlocal-failureearly-data-acceptedearly-data-rejected"
 
-var _EventKind_index = [...]uint16{0, 7, 20, 31, 49, 58, 73, 92, 105, 118, 135, 139, 145, 150, 161, 170, 177, 185, 199, 208, 224, 233, 247, 260}
+var _EventKind_index = [...]uint16{0, 7, 20, 31, 49, 58, 73, 92, 105, 118, 135, 139, 145, 150, 161, 170, 177, 185, 199, 208, 224, 233, 247, 260, 279, 298}
 
 func (i EventKind) String() string {
 	idx := int(i) - 0

@@ -71,10 +71,21 @@ const (
 	// network: the request body's Read returned an error, or GetBody could
 	// not produce the body again for a resend.
 	EventLocalFailure // local-failure
+
+	// EventEarlyAccepted: the handshake of a connection the request went
+	// on as early data completed, and the server accepted the early data
+	// (quic-go: ConnectionState().Used0RTT once HandshakeComplete). It is
+	// progress, not a failure, though it sits after them, and it may come
+	// after response bytes: the adapter may see the handshake's end late.
+	EventEarlyAccepted // early-data-accepted
+	// EventEarlyRejected: the server rejected the early data the request
+	// went in (quic-go: quic.Err0RTTRejected), so none of it was
+	// processed.
+	EventEarlyRejected // early-data-rejected
 )
 
 // eventKindCount is not an event; it is the size of the alphabet.
-const eventKindCount = EventLocalFailure + 1
+const eventKindCount = EventEarlyRejected + 1
 
 // EventKinds is the number of valid event kinds plus one (the invalid zero).
 const EventKinds = int(eventKindCount)
@@ -83,8 +94,12 @@ const EventKinds = int(eventKindCount)
 // parse.
 func ParseEventKind(s string) (EventKind, bool) { return ParseEnum(s, eventKindCount, false) }
 
-// Failure reports whether the event kind is a failure.
-func (k EventKind) Failure() bool { return k >= EventClosed && k < eventKindCount }
+// Failure reports whether the event kind is a failure. The early-data
+// events came last: EventEarlyAccepted is the one kind after
+// EventClosed that is not a failure.
+func (k EventKind) Failure() bool {
+	return k >= EventClosed && k < eventKindCount && k != EventEarlyAccepted
+}
 
 // Event is one observation. Only the fields its kind names are read; the
 // others should be zero.
@@ -104,6 +119,9 @@ type Event struct {
 
 	Reused bool  // EventConnAcquired: the connection served an earlier request
 	Proto  Proto // EventConnAcquired: the connection's protocol
+	// Early (EventConnAcquired): the connection's handshake is not
+	// complete, and the request goes as early data (0-RTT).
+	Early bool
 
 	Phase Phase // EventTimeout: the phase that ran out of time
 
@@ -124,6 +142,9 @@ func (e Event) String() string {
 		}
 		if e.Proto != ProtoUnknown {
 			s += " " + e.Proto.String()
+		}
+		if e.Early {
+			s += " early"
 		}
 	case EventTimeout:
 		if e.Phase != PhaseNone {

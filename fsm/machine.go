@@ -4,17 +4,19 @@ import "strconv"
 
 // Facts is the set of things an attempt has established. Facts only ever
 // get added.
-type Facts uint8
+type Facts uint16
 
 // Facts an attempt can establish.
 const (
-	FactAcquired     Facts = 1 << iota // a connection was acquired
-	FactWroteAny                       // a request byte reached the socket
-	FactWroteAll                       // the whole request was written
-	FactBodyRead                       // the request body was read from
-	FactResponseByte                   // a response byte arrived (any kind)
-	FactHeaders                        // the final header section arrived
-	FactComplete                       // the response completed cleanly
+	FactAcquired      Facts = 1 << iota // a connection was acquired
+	FactWroteAny                        // a request byte reached the socket
+	FactWroteAll                        // the whole request was written
+	FactBodyRead                        // the request body was read from
+	FactResponseByte                    // a response byte arrived (any kind)
+	FactHeaders                         // the final header section arrived
+	FactComplete                        // the response completed cleanly
+	FactEarly                           // the request went as early data (0-RTT)
+	FactEarlyAccepted                   // the server accepted that early data
 )
 
 const (
@@ -25,9 +27,11 @@ const (
 	responseByte = FactResponseByte
 	headers      = FactHeaders
 	complete     = FactComplete
+	early        = FactEarly
+	earlyDone    = FactEarlyAccepted
 )
 
-var factNames = []string{"acquired", "wrote-any", "wrote-all", "body-read", "response-byte", "headers", "complete"}
+var factNames = []string{"acquired", "wrote-any", "wrote-all", "body-read", "response-byte", "headers", "complete", "early", "early-accepted"}
 
 // String prints the facts joined by "|", or "none".
 func (f Facts) String() string {
@@ -72,8 +76,10 @@ type transition struct {
 }
 
 // transitions is the whole transition table. Decisions on top of it live in
-// Step (delivery, the connection verdict) and in decideFailure (the rules in
-// precedence order). There are no hand-written exceptions to the table.
+// Step (delivery, the connection verdict, early data for a request that may
+// not go in it) and in decideFailure (the rules in precedence order). The
+// one fact the table does not set is FactEarly: EventConnAcquired adds it
+// when its Early field says so.
 var transitions = [eventKindCount]transition{
 	EventInvalid:           {forbid: ^Facts(0)}, // never allowed
 	EventConnAcquired:      {forbid: acquired, set: acquired},
@@ -98,6 +104,12 @@ var transitions = [eventKindCount]transition{
 	EventH3GoAway:          {need: acquired, proto: ProtoH3},
 	EventAcquireFailed:     {forbid: acquired},
 	EventLocalFailure:      {},
+	// The handshake completes before the client can read a response byte,
+	// so a rejection comes before any; an acceptance an adapter observes
+	// beside the response (quic-go reports it on another goroutine) may be
+	// fed after one.
+	EventEarlyAccepted: {need: acquired | early, forbid: earlyDone, set: earlyDone},
+	EventEarlyRejected: {need: acquired | early, forbid: earlyDone | responseByte},
 }
 
 // Machine decides one wire attempt of one call. It is a small comparable
@@ -253,6 +265,12 @@ func (m *Machine) step(e *Event) Decision {
 	switch {
 	case added&acquired != 0:
 		m.acquired, m.reused, m.proto = e.At, e.Reused, e.Proto
+		if e.Early {
+			m.facts |= early
+			if !m.req.EarlySafe() {
+				return m.finish(ActionFail, RuleEarlyDataUnsafe)
+			}
+		}
 	case added&wroteAll != 0:
 		m.written = e.At
 	case added&headers != 0:
@@ -355,6 +373,9 @@ func (m *Machine) evidence(e *Event) Rule {
 		return RuleEvidenceRequestRejected
 	case m.facts&wroteAny == 0:
 		return RuleEvidenceNothingWritten
+	case e.Kind == EventEarlyRejected:
+		// RFC 8470 §2: a request in rejected early data is sent again.
+		return RuleEarlyDataRejected
 	}
 	return RuleNone
 }

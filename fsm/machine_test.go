@@ -306,3 +306,46 @@ func TestNeedAndForbidAreDisjoint(t *testing.T) {
 		}
 	}
 }
+
+// earlyExchange is a GET sent as early data that the server accepts.
+var earlyExchange = []fsm.Event{
+	{Kind: fsm.EventConnAcquired, Proto: fsm.ProtoH3, Early: true},
+	{Kind: fsm.EventFirstByteWritten},
+	{Kind: fsm.EventRequestWritten, At: 1},
+	{Kind: fsm.EventEarlyAccepted, At: 2},
+	{Kind: fsm.EventFirstResponseByte, At: 3},
+	{Kind: fsm.EventFinalHeaders, At: 3},
+	{Kind: fsm.EventResponseComplete, At: 4},
+}
+
+func TestEarlyExchangeDoesNotAllocate(t *testing.T) {
+	req := fsm.Request{Method: fsm.MethodGET}
+	var d fsm.Decision
+	allocs := testing.AllocsPerRun(100, func() {
+		m := fsm.New(req, fsm.Limits{Header: time.Second}, 0)
+		for _, e := range earlyExchange {
+			d = m.Step(e)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("an early-data exchange allocates %v times, want 0", allocs)
+	}
+	if d != (fsm.Decision{Action: fsm.ActionDeliver, Rule: fsm.RuleDeliverFinalResponse, Conn: fsm.ConnReuse}) {
+		t.Fatalf("an accepted early-data exchange ends %v", d)
+	}
+}
+
+// BenchmarkEarlyExchange is BenchmarkExchange for a GET sent as early
+// data and accepted: seven events, the RS32 check and the acceptance
+// included.
+func BenchmarkEarlyExchange(b *testing.B) {
+	req := fsm.Request{Method: fsm.MethodGET}
+	b.ReportAllocs()
+	for b.Loop() {
+		m := fsm.New(req, fsm.Limits{}, 0)
+		for _, e := range earlyExchange {
+			sink = m.Step(e)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(earlyExchange)), "ns/event")
+}

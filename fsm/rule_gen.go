@@ -54,7 +54,7 @@ const (
 	RuleAmbiguousIdempotentResend Rule = 20
 	// RuleLocalFailure (RS21, decides fail): The caller's side failed, not the server or the network: the request body's Read returned an error, or GetBody could not produce the body again for a resend. The request cannot be sent as the caller meant it, so it is never resent, whatever the wire showed; the error is the caller's and keeps its cause.
 	RuleLocalFailure Rule = 21
-	// RuleTooEarly (RS22, call rule, decides resend): The server answered 425 Too Early: it did not process a request it would not risk having replayed. Retry once, any method, if the body is reproducible, on a connection whose handshake is complete (replaysafe never sends early data); a second 425 is delivered. It counts as one of the call's attempts and needs no configured policy.
+	// RuleTooEarly (RS22, call rule, decides resend): The server answered 425 Too Early: it did not process a request it would not risk having replayed. Retry once, any method, if the body is reproducible, on a connection whose handshake is complete, never as early data; a second 425 is delivered. It counts as one of the call's attempts and needs no configured policy.
 	RuleTooEarly Rule = 22
 	// RuleRetryStatus (RS23, call rule, decides resend): A configured policy lists the delivered response's status, the request is idempotent by method or key, and its body is reproducible: retry after the jittered backoff, or after the response's Retry-After when a 429 or 503 asks for longer. The response is closed unread.
 	RuleRetryStatus Rule = 23
@@ -74,11 +74,15 @@ const (
 	RuleHedgeRefused Rule = 30
 	// RuleHedgeCopyFailed (RS31, call rule, decides continue): One copy of a hedged call ended without a response while another copy is in flight: its failure is not the call's and earns no resend; the call waits for the other copies. It counts as one of the call's attempts. When the last copy in flight fails, the call rules decide on it as on any later attempt. A copy canceled because another copy's response header came first is counted the same way, and never decided on.
 	RuleHedgeCopyFailed Rule = 31
+	// RuleEarlyDataUnsafe (RS32, decides fail): A request goes as early data (0-RTT, before the handshake completes) only when a copy an attacker replays can do no harm and a rejection can be resent: it is the call's original attempt, resending is on, no retry policy of the caller's own is set, and it has a safe method (GET, HEAD, OPTIONS, TRACE) and no body, or, when the caller's documented option allows keyed early data, an Idempotency-Key and a reproducible body. A connection acquired in its handshake for any other request fails the attempt before a byte is written, and is discarded.
+	RuleEarlyDataUnsafe Rule = 32
+	// RuleEarlyDataRejected (RS33, decides resend): The server rejected the early data the request went in (the stack's own signal, such as quic-go's Err0RTTRejected, never error text): none of it was processed, so the request is sent again at once, after the handshake completes and never as early data, and that copy is the call's automatic resend, which RS08 keeps from being resent. A rejection before a request byte was written is RS16's; a 425 after early data that was accepted is RS22's.
+	RuleEarlyDataRejected Rule = 33
 )
 
 // RuleCount is the number of rules; valid rules are below it.
-const RuleCount = 32
+const RuleCount = 34
 
-var ruleSlugs = [RuleCount]string{"none", "progress", "deliver-final-response", "invalid-order", "acquire-failed", "canceled", "timeout", "response-started", "no-second-resend", "resend-off", "retry-policy", "evidence-body-consumed", "evidence-handed-back", "evidence-refused-stream", "evidence-goaway-boundary", "evidence-request-rejected", "evidence-nothing-written", "ambiguous-fresh-conn", "ambiguous-not-idempotent", "ambiguous-body-not-reproducible", "ambiguous-idempotent-resend", "local-failure", "too-early", "retry-status", "retry-acquire", "retry-ambiguous", "retry-exhausted", "retry-budget", "retry-after-too-long", "hedge", "hedge-refused", "hedge-copy-failed"}
+var ruleSlugs = [RuleCount]string{"none", "progress", "deliver-final-response", "invalid-order", "acquire-failed", "canceled", "timeout", "response-started", "no-second-resend", "resend-off", "retry-policy", "evidence-body-consumed", "evidence-handed-back", "evidence-refused-stream", "evidence-goaway-boundary", "evidence-request-rejected", "evidence-nothing-written", "ambiguous-fresh-conn", "ambiguous-not-idempotent", "ambiguous-body-not-reproducible", "ambiguous-idempotent-resend", "local-failure", "too-early", "retry-status", "retry-acquire", "retry-ambiguous", "retry-exhausted", "retry-budget", "retry-after-too-long", "hedge", "hedge-refused", "hedge-copy-failed", "early-data-unsafe", "early-data-rejected"}
 
-var ruleIDs = [RuleCount]string{"RS00", "RS01", "RS02", "RS03", "RS04", "RS05", "RS06", "RS07", "RS08", "RS09", "RS10", "RS11", "RS12", "RS13", "RS14", "RS15", "RS16", "RS17", "RS18", "RS19", "RS20", "RS21", "RS22", "RS23", "RS24", "RS25", "RS26", "RS27", "RS28", "RS29", "RS30", "RS31"}
+var ruleIDs = [RuleCount]string{"RS00", "RS01", "RS02", "RS03", "RS04", "RS05", "RS06", "RS07", "RS08", "RS09", "RS10", "RS11", "RS12", "RS13", "RS14", "RS15", "RS16", "RS17", "RS18", "RS19", "RS20", "RS21", "RS22", "RS23", "RS24", "RS25", "RS26", "RS27", "RS28", "RS29", "RS30", "RS31", "RS32", "RS33"}

@@ -77,6 +77,16 @@ func ParseMethod(s string) Method {
 	return MethodOther
 }
 
+// Safe reports whether RFC 9110 §9.2.1 defines the method as safe (GET,
+// HEAD, OPTIONS, TRACE): a copy asks for nothing beyond the first.
+func (m Method) Safe() bool {
+	switch m {
+	case MethodGET, MethodHEAD, MethodOPTIONS, MethodTRACE:
+		return true
+	}
+	return false
+}
+
 // Idempotent reports whether RFC 9110 §9.2.2 defines the method as idempotent.
 func (m Method) Idempotent() bool {
 	switch m {
@@ -140,6 +150,25 @@ type Request struct {
 	Attempt     Attempt
 	// ResendOff is set when automatic resending is switched off.
 	ResendOff bool
+	// EarlyKeyed is set when the caller lets a request that carries an
+	// idempotency key go as early data (RS32); without it only a safe
+	// method without a body does.
+	EarlyKeyed bool
+}
+
+// EarlySafe reports whether the attempt may go as early data (0-RTT),
+// before the handshake completes (RS32, RFC 8470 §2 and §4): an attacker
+// who replays it can do no harm, and a rejection of it can be resent. It
+// is the call's original attempt, resending is on and no retry policy of
+// the caller's own is set; and it has a safe method and no body, or it
+// carries an idempotency key, its body is reproducible and EarlyKeyed is
+// set.
+func (r Request) EarlySafe() bool {
+	if r.Attempt != AttemptOriginal || r.ResendOff || r.RetryPolicy {
+		return false
+	}
+	return r.Method.Safe() && r.Body == BodyNone ||
+		r.EarlyKeyed && r.IdempotencyKey && r.Body.Reproducible()
 }
 
 // Resend returns the facts of the automatic resend of r: the same facts
@@ -169,6 +198,9 @@ func (r Request) String() string {
 	b.WriteString(onOff(!r.ResendOff))
 	b.WriteString(" attempt=")
 	b.WriteString(r.Attempt.String())
+	if r.EarlyKeyed { // printed only when set, so that older traces read the same
+		b.WriteString(" early-keyed=on")
+	}
 	return b.String()
 }
 

@@ -15,11 +15,11 @@ import (
 // short tail is ignored, and the number of events is bounded.
 //
 //	header: method (mod 11) | body (mod 4) | flags | acquire, write, header, body limit (ms, 0 = none)
-//	flags:  bit 0 Idempotency-Key, bit 1 retry policy, bit 2 resend off, bit 3 attempt=resend
+//	flags:  bit 0 Idempotency-Key, bit 1 retry policy, bit 2 resend off, bit 3 attempt=resend, bit 4 early-keyed
 //	event:  kind (mod EventKinds+1; EventKinds is one past the vocabulary) | a | b | ms the clock moves first
 //
-// What a and b mean depends on the kind: conn-acquired reused = a&1 and
-// proto = b&7 (values past h3 included); timeout phase = a&7; h2-goaway
+// What a and b mean depends on the kind: conn-acquired reused = a&1,
+// early = a&2 and proto = b&7 (values past h3 included); timeout phase = a&7; h2-goaway
 // stream = a, last = b; h3-goaway stream = a, boundary = b&0x7f, known
 // when b&0x80 is set. Other kinds ignore them.
 const (
@@ -39,6 +39,7 @@ func Decode(data []byte) modeltest.Trace {
 			IdempotencyKey: h[2]&1 != 0,
 			RetryPolicy:    h[2]&2 != 0,
 			ResendOff:      h[2]&4 != 0,
+			EarlyKeyed:     h[2]&16 != 0,
 		},
 		Limits: fsm.Limits{
 			Acquire: time.Duration(h[3]) * time.Millisecond,
@@ -57,7 +58,7 @@ func Decode(data []byte) modeltest.Trace {
 		e := fsm.Event{Kind: fsm.EventKind(kind % byte(fsm.EventKinds+1)), At: now}
 		switch e.Kind {
 		case fsm.EventConnAcquired:
-			e.Reused, e.Proto = a&1 != 0, fsm.Proto(b&7)
+			e.Reused, e.Early, e.Proto = a&1 != 0, a&2 != 0, fsm.Proto(b&7)
 		case fsm.EventTimeout:
 			e.Phase = fsm.Phase(a & 7)
 		case fsm.EventH2GoAway:
@@ -88,7 +89,7 @@ func Encode(tr modeltest.Trace) ([]byte, error) {
 		return nil, fmt.Errorf("%d events, the format holds %d", len(tr.Events), maxEvents)
 	}
 	r := tr.Request
-	flags := bit(r.IdempotencyKey, 1) | bit(r.RetryPolicy, 2) | bit(r.ResendOff, 4) | bit(r.Attempt == fsm.AttemptResend, 8)
+	flags := bit(r.IdempotencyKey, 1) | bit(r.RetryPolicy, 2) | bit(r.ResendOff, 4) | bit(r.Attempt == fsm.AttemptResend, 8) | bit(r.EarlyKeyed, 16)
 	out := []byte{byte(r.Method), byte(r.Body), flags}
 	for _, l := range []struct {
 		d    time.Duration
@@ -110,7 +111,7 @@ func Encode(tr modeltest.Trace) ([]byte, error) {
 		var a, b byte
 		switch e.Kind {
 		case fsm.EventConnAcquired:
-			a, b = bit(e.Reused, 1), byte(e.Proto)
+			a, b = bit(e.Reused, 1)|bit(e.Early, 2), byte(e.Proto)
 		case fsm.EventTimeout:
 			a = byte(e.Phase)
 		case fsm.EventH2GoAway:

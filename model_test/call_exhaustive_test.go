@@ -81,7 +81,7 @@ var callLetters = func() []fsm.Outcome {
 			base = append(base, o)
 		}
 	}
-	for r := fsm.RuleInvalidOrder; r <= fsm.RuleLocalFailure; r++ {
+	for _, r := range attemptEndRules {
 		a := fsm.ActionFail
 		if evidenceResendRule(r) || r == fsm.RuleAmbiguousIdempotentResend {
 			a = fsm.ActionResend

@@ -114,8 +114,28 @@ func CallInvariants(req fsm.Request, p fsm.Retry, steps []CallStep) error {
 func evidenceResendRule(r fsm.Rule) bool {
 	switch r {
 	case fsm.RuleEvidenceHandedBack, fsm.RuleEvidenceRefusedStream, fsm.RuleEvidenceGoAwayBoundary,
-		fsm.RuleEvidenceRequestRejected, fsm.RuleEvidenceNothingWritten:
+		fsm.RuleEvidenceRequestRejected, fsm.RuleEvidenceNothingWritten, fsm.RuleEarlyDataRejected:
 		return true
+	}
+	return false
+}
+
+// attemptEndRules are the rules that can end a wire attempt other than by
+// delivery: RS03 to RS21, and the early-data rules RS32 and RS33.
+var attemptEndRules = func() []fsm.Rule {
+	var out []fsm.Rule
+	for r := fsm.RuleInvalidOrder; r <= fsm.RuleLocalFailure; r++ {
+		out = append(out, r)
+	}
+	return append(out, fsm.RuleEarlyDataUnsafe, fsm.RuleEarlyDataRejected)
+}()
+
+// attemptEndRule reports whether r is one of attemptEndRules.
+func attemptEndRule(r fsm.Rule) bool {
+	for _, a := range attemptEndRules {
+		if a == r {
+			return true
+		}
 	}
 	return false
 }
@@ -151,8 +171,10 @@ func AttemptMayEnd(facts fsm.Request, o fsm.Outcome) bool {
 			return !keyed
 		case fsm.RuleAmbiguousBodyNotReproducible:
 			return keyed && oneShot
+		case fsm.RuleEarlyDataUnsafe:
+			return !earlySafe(facts)
 		}
-		return o.Decision.Rule >= fsm.RuleInvalidOrder && o.Decision.Rule <= fsm.RuleLocalFailure && !evidenceResendRule(o.Decision.Rule) &&
+		return attemptEndRule(o.Decision.Rule) && !evidenceResendRule(o.Decision.Rule) &&
 			o.Decision.Rule != fsm.RuleAmbiguousIdempotentResend
 	}
 	return false

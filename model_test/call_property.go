@@ -109,7 +109,7 @@ func (h *callHarness) drawByRule(t *rapid.T, a fsm.Action) (fsm.Outcome, bool) {
 	o := drawOutcome(t, fsm.Decision{Action: a, Conn: fsm.ConnDiscard})
 	facts := h.c.Next()
 	var rules []fsm.Rule
-	for r := fsm.RuleInvalidOrder; r <= fsm.RuleLocalFailure; r++ {
+	for _, r := range attemptEndRules {
 		o.Decision.Rule = r
 		if AttemptMayEnd(facts, o) {
 			rules = append(rules, r)

@@ -54,11 +54,17 @@ var fixedLetters = func() []fsm.Event {
 			out = append(out, fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: p})
 		}
 	}
+	// Early data: a fresh HTTP/3 connection in its handshake, and a reused
+	// one (a second request on a connection still in its handshake).
+	for _, reused := range []bool{false, true} {
+		out = append(out, fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3, Early: true})
+	}
 	for _, k := range []fsm.EventKind{
 		fsm.EventHandedBack, fsm.EventFirstByteWritten, fsm.EventBodyRead, fsm.EventRequestWritten,
 		fsm.EventFirstResponseByte, fsm.EventInformational, fsm.EventFinalHeaders, fsm.EventResponseComplete,
 		fsm.EventClosed, fsm.EventReset, fsm.EventTLSFailure, fsm.EventMalformed, fsm.EventCanceled,
 		fsm.EventRefusedStream, fsm.EventRequestRejected, fsm.EventAcquireFailed, fsm.EventLocalFailure,
+		fsm.EventEarlyAccepted, fsm.EventEarlyRejected,
 	} {
 		out = append(out, fsm.Event{Kind: k})
 	}
@@ -87,6 +93,7 @@ var closedLetters = []fsm.Event{
 	{Kind: fsm.EventRefusedStream},
 	{Kind: fsm.EventClosed},
 	{Kind: fsm.EventLocalFailure},
+	{Kind: fsm.EventEarlyRejected},
 	{Kind: fsm.EventTimeout, Phase: fsm.PhaseBody},
 	{Kind: fsm.EventTick, At: 1000 * ms},
 }
@@ -96,14 +103,15 @@ func requests() []fsm.Request {
 	var out []fsm.Request
 	for m := fsm.MethodUnknown; m <= fsm.MethodOther; m++ {
 		for b := fsm.BodyNone; b <= fsm.BodyOneShotConsumed; b++ {
-			for flags := range 16 {
+			for flags := range 32 {
 				out = append(out, fsm.Request{
 					Method:         m,
 					Body:           b,
 					IdempotencyKey: flags&1 != 0,
 					RetryPolicy:    flags&2 != 0,
 					ResendOff:      flags&4 != 0,
-					Attempt:        fsm.Attempt(flags >> 3),
+					Attempt:        fsm.Attempt(flags >> 3 & 1),
+					EarlyKeyed:     flags&16 != 0,
 				})
 			}
 		}

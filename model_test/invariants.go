@@ -20,6 +20,8 @@ import (
 //   - Never a resend when resending is off or a user retry policy is set.
 //   - A final action, and its rule, never change; the connection verdict
 //     moves once, away from in-use.
+//   - A connection acquired in its handshake (early data) for a request
+//     that may not go as early data ends the attempt at once.
 func Invariants(req fsm.Request, events []fsm.Event, decisions []fsm.Decision) error {
 	if len(events) != len(decisions) {
 		return fmt.Errorf("%d events but %d decisions", len(events), len(decisions))
@@ -38,6 +40,9 @@ func Invariants(req fsm.Request, events []fsm.Event, decisions []fsm.Decision) e
 		}
 		if !d.Action.Final() && d.Conn != fsm.ConnInUse {
 			return fmt.Errorf("event %d (%v): %v gives a connection verdict before the decision is final", i+1, events[i], d)
+		}
+		if e := events[i]; e.Kind == fsm.EventConnAcquired && e.Early && !earlySafe(req) && !d.Action.Final() {
+			return fmt.Errorf("event %d (%v): a request that may not go as early data went on: %v", i+1, e, d)
 		}
 	}
 	if final < 0 || decisions[final].Action != fsm.ActionResend {
@@ -76,7 +81,7 @@ func Invariants(req fsm.Request, events []fsm.Event, decisions []fsm.Decision) e
 // it, proves that the server did not process the request.
 func notProcessed(before []fsm.Event, at fsm.Event) bool {
 	switch at.Kind {
-	case fsm.EventHandedBack, fsm.EventRefusedStream, fsm.EventRequestRejected:
+	case fsm.EventHandedBack, fsm.EventRefusedStream, fsm.EventRequestRejected, fsm.EventEarlyRejected:
 		return true
 	case fsm.EventH2GoAway:
 		if at.Stream > at.Boundary {

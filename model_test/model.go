@@ -110,6 +110,10 @@ func decide(req fsm.Request, lim fsm.Limits, start fsm.Instant, events []fsm.Eve
 	}
 
 	switch {
+	case e.Kind == fsm.EventConnAcquired && e.Early && !earlySafe(req):
+		// RS32: a connection still in its handshake for a request that may
+		// not go as early data fails the attempt before a byte.
+		return fsm.Decision{Action: fsm.ActionFail, Rule: fsm.RuleEarlyDataUnsafe, Conn: fsm.ConnDiscard}
 	case e.Kind == fsm.EventFinalHeaders:
 		// RS02: the final header section delivers.
 		return fsm.Decision{Action: fsm.ActionDeliver, Rule: fsm.RuleDeliverFinalResponse, Conn: fsm.ConnInUse}
@@ -172,6 +176,8 @@ func evidenceRule(before []fsm.Event, e fsm.Event) fsm.Rule {
 		return fsm.RuleEvidenceRequestRejected
 	case !has(before, fsm.EventFirstByteWritten): // RS16
 		return fsm.RuleEvidenceNothingWritten
+	case e.Kind == fsm.EventEarlyRejected: // RS33: "none of it was processed"
+		return fsm.RuleEarlyDataRejected
 	}
 	return fsm.RuleNone
 }
@@ -217,6 +223,12 @@ func allowed(before []fsm.Event, e fsm.Event, rd Reading) bool {
 		return acquired && conn.Proto == fsm.ProtoH2
 	case fsm.EventRequestRejected, fsm.EventH3GoAway:
 		return acquired && conn.Proto == fsm.ProtoH3
+	case fsm.EventEarlyAccepted, fsm.EventEarlyRejected:
+		// The early-data events: only on a connection acquired in its
+		// handshake, once; a rejection before any response byte (the
+		// client reads none before the handshake completes), an acceptance
+		// whenever the adapter sees it.
+		return acquired && conn.Early && !has(before, fsm.EventEarlyAccepted) && (e.Kind == fsm.EventEarlyAccepted || !started)
 	}
 	return false // not an event kind at all
 }
@@ -276,6 +288,27 @@ func idempotentMethod(m fsm.Method) bool {
 	return false
 }
 
+// earlySafe: RS32, the requests that may go as early data: the call's
+// original attempt with resending on and no retry policy of the caller's
+// own, and "a safe method (GET, HEAD, OPTIONS, TRACE) and no body", or,
+// with the caller's option, "an Idempotency-Key and a reproducible body".
+func earlySafe(req fsm.Request) bool {
+	if req.Attempt != fsm.AttemptOriginal || req.ResendOff || req.RetryPolicy {
+		return false
+	}
+	switch {
+	case req.EarlyKeyed && req.IdempotencyKey && reproducibleBody(req.Body):
+		return true
+	case req.Body != fsm.BodyNone:
+		return false
+	}
+	switch req.Method {
+	case fsm.MethodGET, fsm.MethodHEAD, fsm.MethodOPTIONS, fsm.MethodTRACE:
+		return true
+	}
+	return false
+}
+
 // reproducibleBody: RS19, "a body that can be produced again (none or
 // buffered)".
 func reproducibleBody(b fsm.BodyKind) bool { return b == fsm.BodyNone || b == fsm.BodyBuffered }
@@ -285,7 +318,7 @@ func isFailure(k fsm.EventKind) bool {
 	switch k {
 	case fsm.EventClosed, fsm.EventReset, fsm.EventTLSFailure, fsm.EventMalformed, fsm.EventTimeout,
 		fsm.EventCanceled, fsm.EventRefusedStream, fsm.EventH2GoAway, fsm.EventRequestRejected,
-		fsm.EventH3GoAway, fsm.EventAcquireFailed, fsm.EventLocalFailure:
+		fsm.EventH3GoAway, fsm.EventAcquireFailed, fsm.EventLocalFailure, fsm.EventEarlyRejected:
 		return true
 	}
 	return false

@@ -40,9 +40,14 @@ func drawCall(t *rapid.T) (fsm.Request, fsm.Limits) {
 		Body:           fsm.BodyKind(rapid.IntRange(0, int(fsm.BodyOneShotConsumed)).Draw(t, "body")),
 		RetryPolicy:    rapid.IntRange(0, 5).Draw(t, "retryPolicy") == 0,
 		ResendOff:      rapid.IntRange(0, 5).Draw(t, "resendOff") == 0,
+		EarlyKeyed:     rapid.Bool().Draw(t, "earlyKeyed"),
 	}
 	if rapid.IntRange(0, 5).Draw(t, "startAsResend") == 0 {
 		req = req.Resend()
+	} else if rapid.IntRange(0, 3).Draw(t, "earlyCall") == 0 {
+		// A request that may go as early data (RS32), so that its
+		// rejection (RS33) is reached as often as the other evidence.
+		req = fsm.Request{Method: fsm.MethodGET, EarlyKeyed: req.EarlyKeyed}
 	}
 	limit := rapid.SampledFrom(limitChoices)
 	lim := fsm.Limits{
@@ -58,16 +63,18 @@ var (
 	progressKinds = []fsm.EventKind{
 		fsm.EventConnAcquired, fsm.EventFirstByteWritten, fsm.EventBodyRead, fsm.EventRequestWritten,
 		fsm.EventFirstResponseByte, fsm.EventInformational, fsm.EventFinalHeaders, fsm.EventResponseComplete,
+		fsm.EventEarlyAccepted,
 	}
 	connFailureKinds = []fsm.EventKind{
 		fsm.EventHandedBack, fsm.EventClosed, fsm.EventReset, fsm.EventTLSFailure, fsm.EventRefusedStream,
-		fsm.EventH2GoAway, fsm.EventRequestRejected, fsm.EventH3GoAway,
+		fsm.EventH2GoAway, fsm.EventRequestRejected, fsm.EventH3GoAway, fsm.EventEarlyRejected,
 	}
 	plainFailureKinds = []fsm.EventKind{fsm.EventClosed, fsm.EventReset, fsm.EventTLSFailure}
 	failureKinds      = []fsm.EventKind{
 		fsm.EventHandedBack, fsm.EventClosed, fsm.EventReset, fsm.EventTLSFailure, fsm.EventMalformed,
 		fsm.EventTimeout, fsm.EventCanceled, fsm.EventRefusedStream, fsm.EventH2GoAway,
 		fsm.EventRequestRejected, fsm.EventH3GoAway, fsm.EventAcquireFailed, fsm.EventLocalFailure,
+		fsm.EventEarlyRejected,
 	}
 )
 
@@ -201,6 +208,15 @@ func (c *call) drawEvent(t *rapid.T, label string, kinds []fsm.EventKind) fsm.Ev
 	case fsm.EventConnAcquired:
 		e.Reused = rapid.IntRange(0, 3).Draw(t, "reused") > 0
 		e.Proto = fsm.Proto(rapid.IntRange(0, int(fsm.ProtoH3)).Draw(t, "proto"))
+		if e.Proto == fsm.ProtoH3 { // early data where replaysafe uses it
+			// Always for a request that may go as early data, as a driver
+			// does; now and then for one that may not (RS32).
+			odds := 8
+			if earlySafe(c.current().trace.Request) {
+				odds = 1
+			}
+			e.Early = rapid.IntRange(1, odds).Draw(t, "early") == 1
+		}
 	case fsm.EventTimeout:
 		e.Phase = fsm.Phase(rapid.IntRange(0, int(fsm.PhaseBody)).Draw(t, "phase"))
 	case fsm.EventH2GoAway:
@@ -223,6 +239,7 @@ func drawGarbage(t *rapid.T) fsm.Event {
 		Stream:        rapid.Uint64Range(0, 9).Draw(t, "garbageStream"),
 		Boundary:      rapid.Uint64Range(0, 9).Draw(t, "garbageBoundary"),
 		BoundaryKnown: rapid.Bool().Draw(t, "garbageKnown"),
+		Early:         rapid.Bool().Draw(t, "garbageEarly"),
 	}
 	if rapid.Bool().Draw(t, "garbageInVocabulary") {
 		e.Kind %= fsm.EventKind(fsm.EventKinds) // a real kind with stray fields

@@ -64,7 +64,7 @@ var sources = []Source{
 		Name:    "RFC 8470",
 		Title:   "Using Early Data in HTTP",
 		Doc:     "sources/rfcs.md#rfc-8470",
-		Summary: "§5.2: 425 Too Early means the request was not processed; retry it once the handshake is complete, never in early data.",
+		Summary: "§2: requests in rejected early data are sent again; §4: only safe methods go in early data; §5.2: 425 Too Early means the request was not processed; retry it once the handshake is complete, never in early data.",
 	},
 	{
 		Name:    "RFC 6585",

@@ -229,6 +229,8 @@ func (t *Trace) parseRequest(f []string) error {
 			t.Request.IdempotencyKey, err = parseOnOff(v)
 		case "retry-policy":
 			t.Request.RetryPolicy, err = parseOnOff(v)
+		case "early-keyed":
+			t.Request.EarlyKeyed, err = parseOnOff(v)
 		case "resend":
 			var on bool
 			on, err = parseOnOff(v)
@@ -333,6 +335,12 @@ func setEventArg(e *fsm.Event, arg string) error {
 			break
 		}
 		e.Reused = arg == "reused"
+		return nil
+	case "early":
+		if e.Kind != fsm.EventConnAcquired {
+			break
+		}
+		e.Early = true
 		return nil
 	}
 	if p, ok := fsm.ParseProto(arg); ok && e.Kind == fsm.EventConnAcquired {

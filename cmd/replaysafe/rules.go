@@ -85,8 +85,19 @@ func writeRules(b *strings.Builder, rules []spec.Rule, verbose bool) {
 	}
 	row("ID", "RULE", "DECIDES", "SOURCE")
 	indent := strings.Repeat(" ", idW+len("  "))
-	for i, r := range rules {
-		if r.Call && (i == 0 || !rules[i-1].Call) {
+	// Each machine applies its own rules in list order, and the list
+	// interleaves them (a later attempt rule may follow call rules): the
+	// attempt rules print first, then the call rules, each in list order.
+	var grouped []spec.Rule
+	for _, call := range []bool{false, true} {
+		for _, r := range rules {
+			if r.Call == call {
+				grouped = append(grouped, r)
+			}
+		}
+	}
+	for i, r := range grouped {
+		if r.Call && (i == 0 || !grouped[i-1].Call) {
 			b.WriteString("-- call rules: fsm.Call, between wire attempts (docs/retries.md) --\n")
 		}
 		row(r.ID, r.Slug, r.Action, strings.Join(r.SourceNames(), ", "))

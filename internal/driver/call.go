@@ -412,6 +412,7 @@ func (t *Transport) factsOf(req *http.Request) fsm.Request {
 		Method:      fsm.ParseMethod(req.Method),
 		RetryPolicy: t.cfg.CallerRetries,
 		ResendOff:   t.cfg.DisableResend,
+		EarlyKeyed:  t.cfg.EarlyDataKeyed,
 	}
 	// Presence counts, as in net/http: a nil value marks the request
 	// idempotent without sending the field.

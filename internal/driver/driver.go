@@ -59,6 +59,18 @@ type Config struct {
 	MaxResponseHeaderBytes int64
 	QUICConfig             *quic.Config
 	HTTP3HeadStart         time.Duration
+	// EarlyData lets the first wire attempt of a call that fsm allows in
+	// early data (fsm.Request.EarlySafe, RS32) go as 0-RTT on a new
+	// HTTP/3 connection that resumes a session of its route; QUIC
+	// connections are then dialed with quic-go's DialEarly and a bounded
+	// session-ticket cache.
+	EarlyData bool
+	// EarlyDataKeyed lets a request with an idempotency key go as early
+	// data too (fsm.Request.EarlyKeyed).
+	EarlyDataKeyed bool
+	// SessionTickets bounds the session-ticket cache under EarlyData;
+	// zero or less means DefaultSessionTickets.
+	SessionTickets int
 	// H3RetryAfter is how long a route whose QUIC connection failed
 	// keeps to TCP under plan.PreferHTTP3 and plan.DiscoverHTTP3.
 	H3RetryAfter time.Duration
@@ -116,6 +128,7 @@ type Transport struct {
 	h3dials   map[pool.Key]*h3Dial // background QUIC dials (raceH3)
 	altSvc    *altsvc.Cache        // plan.DiscoverHTTP3: origin → HTTP/3 port
 	udp       udpSockets           // the QUIC connections' shared UDP sockets
+	sessions  *sessionCache        // Config.EarlyData: the routes' TLS session tickets
 
 	// closes counts CloseIdle calls: a background QUIC dial that ends
 	// after one closes its connection instead of keeping it.
@@ -151,6 +164,9 @@ func New(cfg Config) *Transport {
 		h3factory: newH3Factory(cfg),
 		altSvc:    altsvc.NewCache(),
 		h3pool:    pool.NewMux[*h3Conn](cfg.MaxIdleConnsPerHost, cfg.IdleConnTimeout, limit, idle),
+	}
+	if cfg.EarlyData {
+		t.sessions = newSessionCache(cfg.SessionTickets)
 	}
 	t.h2pool.SetRedial(cfg.Redial)
 	t.h3pool.SetRedial(cfg.Redial)

@@ -145,7 +145,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	case race:
 		hc, reused, err = tr.call.t.raceH3(a.acquireContext(), tr.key, after)
 	default:
-		hc, reused, err = tr.call.t.acquireH3(a.acquireContext(), tr.key, after, same, redialFor(start))
+		hc, reused, err = tr.call.t.acquireH3(a.acquireContext(), tr.key, after, same, redialFor(start), tr.offersEarly(n, facts))
 		if err != nil && fallback && !errors.Is(err, context.Canceled) {
 			tr.call.t.markH3Broken(tr.key)
 		}
@@ -164,18 +164,33 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	if reused {
 		hc.obs.reused()
 	}
-	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3})
+	// A request goes as early data only on a connection still in its
+	// handshake, only as the call's first attempt, only when fsm allows
+	// it (RS32), and only on a stream of its own: quic-go's ClientConn
+	// holds any other request until the handshake completes.
+	own := a.body == nil && h3.OwnStream(tr.call.req)
+	early := hc.early && !hc.handshook() && tr.offersEarly(n, facts)
+	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3, Early: early})
 
 	s := &ha.stream
+	s.early = early
 	ha.att.Init(hc.watch)
 	s.t, s.hc, s.att, s.a, s.resend = tr.call.t, hc, &ha.att, a, start.displaced
 	s.att.SetInformationalLimit(tr.call.t.informationalLimit())
 	a.wire = s
 	a.gotConn()
+	if early {
+		go ha.settled(hc)
+	} else if hc.early {
+		// Any other request waits for the handshake; nothing of it has
+		// been written if the connection ends first.
+		if err := hc.awaitHandshake(a.stackContext()); err != nil {
+			return a.roundTripped(nil, err)
+		}
+	}
 	// A request without a body goes on a stream the attempt opens itself
 	// (h3.Attempt.RoundTrip): its stream ID is known at once, and quic-go
 	// calls no hook per header field.
-	own := a.body == nil && h3.OwnStream(tr.call.req)
 	out := a.outgoing(body, func(ctx context.Context) context.Context {
 		if own {
 			return withTrace(ctx, s.att.StreamTrace(&ha.rec, s))
@@ -194,11 +209,24 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	}
 	var resp *http.Response
 	if own {
-		resp, err = s.att.RoundTrip(hc.cc, hc.tls, out)
+		resp, err = s.att.RoundTrip(hc.cc, hc.tls.Load(), out)
+		if resp != nil && early {
+			resp.TLS = hc.handshakeState() // the one from before the handshake's end is incomplete
+		}
 	} else {
 		resp, err = hc.cc.RoundTrip(out)
 	}
 	return a.roundTripped(resp, err)
+}
+
+// offersEarly reports whether wire attempt n with facts may go as early
+// data: EarlyData is on, it is the call's first attempt, fsm allows it
+// (RS32), and it goes on a stream of its own (quic-go's ClientConn holds
+// every other request until the handshake completes). Only such an
+// attempt dials with DialEarly.
+func (tr *try) offersEarly(n int, facts fsm.Request) bool {
+	return tr.call.t.cfg.EarlyData && n == 1 && facts.EarlySafe() &&
+		(tr.call.req.Body == nil || tr.call.req.Body == http.NoBody) && h3.OwnStream(tr.call.req)
 }
 
 // h3Attempt is an HTTP/3 attempt with its recorder and stream, in one
@@ -221,12 +249,34 @@ type h3Stream struct {
 	// says nothing sooner of every request.
 	resend bool
 
+	early bool // the request went as early data
+
 	mu         sync.Mutex
 	ended      bool // the attempt's response ended
 	uploadDone bool // quic-go finished with the request body
 }
 
+// settled feeds the end of an early attempt's handshake: the server
+// accepted the early data (RS33's counterpart). A rejection is fed by
+// fail, from the request's own error. It returns when the handshake or
+// the connection ends.
+func (ha *h3Attempt) settled(hc *h3Conn) {
+	select {
+	case <-hc.qc.HandshakeComplete():
+		if hc.qc.ConnectionState().Used0RTT {
+			ha.rec.Feed(fsm.Event{Kind: fsm.EventEarlyAccepted})
+		}
+	case <-hc.qc.Context().Done():
+	}
+}
+
 func (s *h3Stream) fail(a *attempt, err error) fsm.Decision {
+	if s.early && errors.Is(err, quic.Err0RTTRejected) {
+		// quic-go's own signal that the server discarded the early data
+		// (RS33): the connection takes no more requests.
+		s.hc.rejected.Store(true)
+		return a.rec.Feed(fsm.Event{Kind: fsm.EventEarlyRejected})
+	}
 	return a.rec.Feed(a.failureEvent(s.att.Failure(a.stackContext(), err), err))
 }
 
@@ -324,8 +374,8 @@ func (s *h3Stream) Uploaded(error) {
 // acquireH3 returns a connection with room for one more request: a
 // pooled one that is open, got no GOAWAY and joined the pool after mark
 // after (or is same), else a new one (muxPool.acquire).
-func (t *Transport) acquireH3(ctx context.Context, key pool.Key, after uint64, same *h3Conn, redial pool.Redialing) (*h3Conn, bool, error) {
-	dial := func() (*h3Conn, error) { return t.dialH3(ctx, key) }
+func (t *Transport) acquireH3(ctx context.Context, key pool.Key, after uint64, same *h3Conn, redial pool.Redialing, early bool) (*h3Conn, bool, error) {
+	dial := func() (*h3Conn, error) { return t.dialH3(ctx, key, early) }
 	return t.h3pool.Acquire(ctx, key, after, same, nil, dial, redial)
 }
 
@@ -407,7 +457,7 @@ func (t *Transport) startH3Dial(key pool.Key) *h3Dial {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), budget)
 		defer cancel()
-		hc, err := t.dialH3(ctx, key)
+		hc, err := t.dialH3(ctx, key, false)
 		switch {
 		case err != nil:
 			t.limit.Closed(key)
@@ -436,7 +486,7 @@ func (t *Transport) startH3Dial(key pool.Key) *h3Dial {
 // family, with TLS offering ALPN "h3" under the attempt's acquisition
 // deadline, observed by an adapters/h3 Watch; quic-go's ClientConn runs
 // over that.
-func (t *Transport) dialH3(ctx context.Context, key pool.Key) (*h3Conn, error) {
+func (t *Transport) dialH3(ctx context.Context, key pool.Key, early bool) (*h3Conn, error) {
 	addr, err := t.h3Addr(key)
 	if err != nil {
 		return nil, err
@@ -463,14 +513,31 @@ func (t *Transport) dialH3(ctx context.Context, key pool.Key) (*h3Conn, error) {
 		return nil, fmt.Errorf("replaysafe: UDP socket for %s: %w", addr, err)
 	}
 	w := h3.NewWatch()
-	qc, err := tr.Dial(ctx, raddr, t.dial.TLSConfig(key.Host, []string{http3.NextProtoH3}), t.quicConfig(w))
+	tlsConf := t.dial.TLSConfig(key.Host, []string{http3.NextProtoH3})
+	var qc *quic.Conn
+	if t.sessions != nil && tlsConf.ClientSessionCache == nil {
+		tlsConf.ClientSessionCache = t.sessions.route(key) // the route's own tickets
+	}
+	if early {
+		// For an attempt that may go as early data: quic-go returns the
+		// connection as soon as a resumed session lets it carry 0-RTT,
+		// before the handshake completes.
+		qc, err = tr.DialEarly(ctx, raddr, tlsConf, t.quicConfig(w))
+	} else {
+		qc, err = tr.Dial(ctx, raddr, tlsConf, t.quicConfig(w))
+	}
 	if err != nil {
 		release()
 		return nil, fmt.Errorf("replaysafe: QUIC handshake with %s: %w", addr, err)
 	}
 	context.AfterFunc(qc.Context(), release)
+	hc := &h3Conn{qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w, state: pool.MuxState{Key: key}}
 	state := qc.ConnectionState().TLS
-	hc := &h3Conn{qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w, tls: &state, state: pool.MuxState{Key: key}}
+	hc.tls.Store(&state)
+	if !hc.handshook() {
+		hc.early = true
+		go hc.settle()
+	}
 	t.opened(&hc.obs, key, fsm.ProtoH3)
 	return hc, nil
 }

@@ -1,7 +1,9 @@
 package driver
 
 import (
+	"context"
 	"crypto/tls"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -21,31 +23,105 @@ type h3Conn struct {
 	qc    *quic.Conn
 	cc    *http3.ClientConn
 	watch *h3.Watch
-	tls   *tls.ConnectionState // the handshake's, shared by the responses h3.Attempt.RoundTrip returns
-	state pool.MuxState        // guarded by the pool's lock
+	tls   atomic.Pointer[tls.ConnectionState] // the handshake's, shared by the responses h3.Attempt.RoundTrip returns
+	state pool.MuxState                       // guarded by the pool's lock
 	obs   connObs
+
+	// early is set when quic-go's DialEarly returned before the
+	// handshake completed: the connection resumes a session and may carry
+	// early data until then. rejected is set once the handshake completed
+	// without the server accepting that early data (Used0RTT false):
+	// quic-go then refuses every new stream (quic.Err0RTTRejected), so
+	// the connection takes no more requests.
+	early    bool
+	rejected atomic.Bool
+}
+
+// handshook reports whether the connection's handshake completed.
+func (c *h3Conn) handshook() bool {
+	select {
+	case <-c.qc.HandshakeComplete():
+		return true
+	default:
+		return false
+	}
+}
+
+// awaitHandshake waits for the connection's handshake to complete, for a
+// request that may not go as early data; it returns the connection's
+// error when it ends first, or ctx's.
+func (c *h3Conn) awaitHandshake(ctx context.Context) error {
+	select {
+	case <-c.qc.HandshakeComplete():
+		cs := c.qc.ConnectionState()
+		if c.early && !cs.Used0RTT {
+			c.rejected.Store(true) // settle may not have run yet
+			return quic.Err0RTTRejected
+		}
+		c.tls.Store(&cs.TLS) // as settle does, before the request's response can take it
+		return nil
+	case <-c.qc.Context().Done():
+		return context.Cause(c.qc.Context())
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// handshakeState returns the TLS state of the completed handshake, for a
+// response to early data: a response came, so the handshake completes
+// (quic-go may report it a moment after the response); nil if the
+// connection ends first.
+func (c *h3Conn) handshakeState() *tls.ConnectionState {
+	select {
+	case <-c.qc.HandshakeComplete():
+	case <-c.qc.Context().Done():
+		return c.tls.Load()
+	}
+	cs := c.qc.ConnectionState().TLS
+	return &cs
+}
+
+// settle runs, for a connection dialed in its handshake, until the
+// handshake ends or the connection does: it records the TLS state the
+// responses carry and whether the server rejected the early data.
+func (c *h3Conn) settle() {
+	select {
+	case <-c.qc.HandshakeComplete():
+		cs := c.qc.ConnectionState()
+		if !cs.Used0RTT {
+			c.rejected.Store(true)
+		}
+		c.tls.Store(&cs.TLS)
+	case <-c.qc.Context().Done():
+	}
 }
 
 func (c *h3Conn) Mux() *pool.MuxState { return &c.state }
 
 // Reserve reports whether c can take a new request: the connection is
-// alive and the server sent no GOAWAY (RFC 9114 §5.2: no new requests
-// after one). quic-go needs no reservation.
+// alive, the server sent no GOAWAY (RFC 9114 §5.2: no new requests
+// after one), and it is not a connection dialed for early data whose
+// handshake is still running (only the attempt that dialed it uses it
+// then, so that no other request waits on it and sees its early data
+// rejected) or ended in a rejection. quic-go needs no reservation.
 func (c *h3Conn) Reserve() bool {
-	if c.qc.Context().Err() != nil {
-		return false
-	}
-	_, goAway := c.watch.GoAway()
-	return !goAway
+	return !c.Gone() && (!c.early || c.handshook())
 }
 
 // Pending reports false: quic-go makes a request wait for stream credit
 // instead of the server refusing it.
 func (c *h3Conn) Pending() bool { return false }
 
-// Gone reports whether the connection ended or the server sent a
-// GOAWAY: what makes Reserve refuse, for good.
-func (c *h3Conn) Gone() bool { return !c.Reserve() }
+// Gone reports whether the connection ended, the server sent a GOAWAY,
+// or the server rejected its early data: what makes Reserve refuse, for
+// good.
+func (c *h3Conn) Gone() bool {
+	if c.qc.Context().Err() != nil || c.rejected.Load() {
+		return true
+	}
+	_, goAway := c.watch.GoAway()
+	return goAway
+}
 
 // ReadSince reports false: quic-go does not say when a connection last
 // received a packet, so a displaced request's resend never takes an

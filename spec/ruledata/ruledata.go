@@ -146,13 +146,23 @@ var Rules = []Rule{
 	},
 	{
 		Number: 22, ID: "RS22", Name: "TooEarly", Slug: "too-early", Action: "resend", Call: true,
-		Statement: "The server answered 425 Too Early: it did not process a request it would not risk having replayed. Retry once, any method, if the body is reproducible, on a connection whose handshake is complete (replaysafe never sends early data); a second 425 is delivered. It counts as one of the call's attempts and needs no configured policy.",
+		Statement: "The server answered 425 Too Early: it did not process a request it would not risk having replayed. Retry once, any method, if the body is reproducible, on a connection whose handshake is complete, never as early data; a second 425 is delivered. It counts as one of the call's attempts and needs no configured policy.",
 		Source:    "RFC 8470 §5.2",
 	},
 	{
 		Number: 28, ID: "RS28", Name: "RetryAfterTooLong", Slug: "retry-after-too-long", Action: "deliver", Call: true,
 		Statement: "A 429 or 503 asked, in Retry-After, for a longer wait than the policy's MaxRetryAfter: the response is delivered rather than holding the call.",
 		Source:    "RFC 9110 §10.2.3; replaysafe",
+	},
+	{
+		Number: 32, ID: "RS32", Name: "EarlyDataUnsafe", Slug: "early-data-unsafe", Action: "fail",
+		Statement: "A request goes as early data (0-RTT, before the handshake completes) only when a copy an attacker replays can do no harm and a rejection can be resent: it is the call's original attempt, resending is on, no retry policy of the caller's own is set, and it has a safe method (GET, HEAD, OPTIONS, TRACE) and no body, or, when the caller's documented option allows keyed early data, an Idempotency-Key and a reproducible body. A connection acquired in its handshake for any other request fails the attempt before a byte is written, and is discarded.",
+		Source:    "RFC 8470 §2 and §4; RFC 9110 §9.2.1",
+	},
+	{
+		Number: 33, ID: "RS33", Name: "EarlyDataRejected", Slug: "early-data-rejected", Action: "resend",
+		Statement: "The server rejected the early data the request went in (the stack's own signal, such as quic-go's Err0RTTRejected, never error text): none of it was processed, so the request is sent again at once, after the handshake completes and never as early data, and that copy is the call's automatic resend, which RS08 keeps from being resent. A rejection before a request byte was written is RS16's; a 425 after early data that was accepted is RS22's.",
+		Source:    "RFC 8470 §2; replaysafe",
 	},
 	{
 		Number: 26, ID: "RS26", Name: "RetryExhausted", Slug: "retry-exhausted", Action: "fail", Call: true,

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quic-go/quic-go/http3"
+
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/connectproxy"
 )
@@ -36,6 +38,10 @@ type Env struct {
 	Proxy *connectproxy.Server
 
 	h1         *replaysafetest.Server // Server, over HTTP/1.1
+	early      bool                   // the origin allows early data (server early...)
+	zeroRTT    bool                   // the client is quic-go's: the target goes with its 0-RTT method
+	closeIdle  func()                 // closes the client's idle connections
+	primed     func()                 // called once the prime step is done
 	ctx        context.Context
 	signalOnce sync.Once
 	mu         sync.Mutex    // guards elapsed
@@ -91,8 +97,33 @@ func finish(resp *http.Response) error {
 	return err
 }
 
+// Prime sends GET /prime on a first connection, whose session ticket a
+// later connection resumes, and closes that connection: the next request
+// dials anew and may go as early data.
+func (e *Env) Prime() error {
+	if !e.early {
+		return errors.New("conformance: prime needs an early-data origin (server early)")
+	}
+	if err := e.Warm("/prime"); err != nil {
+		return err
+	}
+	e.closeIdle()
+	if e.primed != nil {
+		e.primed()
+	}
+	return nil
+}
+
 // Target sends the counted request and reads its whole response.
 func (e *Env) Target(method string, body Body, header ...string) Result {
+	if e.zeroRTT {
+		switch method { // quic-go sends only these in 0-RTT, by the caller's choice
+		case http.MethodGet:
+			method = http3.MethodGet0RTT
+		case http.MethodHead:
+			method = http3.MethodHead0RTT
+		}
+	}
 	ctx, cancel := e.targetCtx()
 	defer cancel()
 	return e.TargetContext(ctx, TargetPath, method, body, header...)

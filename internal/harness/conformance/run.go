@@ -26,6 +26,7 @@ import (
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/connectproxy"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/replaysafetest/h3early"
 	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
 
@@ -151,6 +152,18 @@ func RunOnce(c Case, client string, set Settings) Run {
 			return Run{Setup: err}
 		}
 		env.Server, tlsCfg = srv, srv.ClientTLSConfig()
+	case spec.early != nil:
+		srv, err := h3early.New(h3early.Config{})
+		if err != nil {
+			return Run{Setup: err}
+		}
+		// The priming connection's ticket must allow early data: the
+		// server's behaviour applies from the next connection on.
+		env.primed = func() {
+			srv.Reject(spec.early.reject)
+			srv.TooEarly(spec.early.tooEarly)
+		}
+		env.Server, tlsCfg, env.early = srv, srv.ClientTLSConfig(), true
 	default:
 		srv, err := h3server.New(*spec.h3)
 		if err != nil {
@@ -175,6 +188,9 @@ func RunOnce(c Case, client string, set Settings) Run {
 	if err != nil {
 		env.Server.Close()
 		return Run{Setup: err}
+	}
+	if env.closeIdle == nil {
+		env.closeIdle = closeIdle
 	}
 	if client != Replaysafe {
 		env.deadline = c.PeerDeadline
@@ -245,6 +261,15 @@ func (e *Env) newClient(c Case, client string, tlsCfg *tls.Config, obs replaysaf
 	for _, name := range c.Options {
 		replaysafeOptions[name](&o)
 	}
+	if e.early {
+		// An early-data origin: replaysafe with EarlyData; quic-go's
+		// Transport with a session cache, the target sent with its 0-RTT
+		// method (Env.method).
+		o.EarlyData = true
+		tlsCfg = tlsCfg.Clone()
+		tlsCfg.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+		e.zeroRTT = client == QuicGoHTTP3
+	}
 	switch client {
 	case Replaysafe:
 		tr := replaysafe.New(o)
@@ -277,6 +302,9 @@ func (e *Env) newClient(c Case, client string, tlsCfg *tls.Config, obs replaysaf
 	case QuicGoHTTP3:
 		tr := &http3.Transport{TLSClientConfig: tlsCfg}
 		e.Client = tr
+		// The prime step closes only the connections (Close would end
+		// the Transport's UDP socket too); the run's end closes it all.
+		e.closeIdle = tr.CloseIdleConnections
 		return func() { tr.Close() }, nil
 	}
 	return nil, fmt.Errorf("conformance: unknown client %q", client)

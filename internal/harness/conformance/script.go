@@ -68,9 +68,17 @@ var (
 // serverSpec is the configuration of one run's origin: exactly one field
 // is set.
 type serverSpec struct {
-	h1 *replaysafetest.Config
-	h2 *h2server.Config
-	h3 *h3server.Config
+	h1    *replaysafetest.Config
+	h2    *h2server.Config
+	h3    *h3server.Config
+	early *earlySpec
+}
+
+// earlySpec is an HTTP/3 origin that allows early data (h3early): server
+// line "early", "early-reject" (new connections resume but refuse early
+// data) or "early-425" (a request in early data is answered 425).
+type earlySpec struct {
+	reject, tooEarly bool
 }
 
 // informational splits a "103:refuse" action name into its interim
@@ -139,6 +147,20 @@ func (s *Scenario) serverConfig(n Network, signal <-chan struct{}) (serverSpec, 
 		}
 		return serverSpec{h2: cfg}, nil
 	case ProtoH3:
+		if len(s.Server) == 1 && strings.HasPrefix(s.Server[0], "early") {
+			if len(s.Conns) > 0 || s.Default != "" {
+				return serverSpec{}, fmt.Errorf("an early-data origin takes no conn or default line")
+			}
+			switch s.Server[0] {
+			case "early":
+				return serverSpec{early: &earlySpec{}}, nil
+			case "early-reject":
+				return serverSpec{early: &earlySpec{reject: true}}, nil
+			case "early-425":
+				return serverSpec{early: &earlySpec{tooEarly: true}}, nil
+			}
+			return serverSpec{}, fmt.Errorf("unknown h3 server option %q", s.Server[0])
+		}
 		cfg := &h3server.Config{}
 		var err error
 		cfg.Conns, cfg.Default, err = streamScripts(s, h3Actions, h3server.Action.WithInformational,
@@ -147,7 +169,7 @@ func (s *Scenario) serverConfig(n Network, signal <-chan struct{}) (serverSpec, 
 			return serverSpec{}, err
 		}
 		if len(s.Server) > 0 {
-			return serverSpec{}, fmt.Errorf("h3 scenarios take no server line")
+			return serverSpec{}, fmt.Errorf("h3 scenarios take no server line but early, early-reject or early-425")
 		}
 		return serverSpec{h3: cfg}, nil
 	}

@@ -17,6 +17,7 @@ type step func(env *Env, args []string) (*Result, error)
 // steps are the step names a scenario's step lines may use:
 //
 //	warm                       GET /warm, read to the end: a kept-alive connection
+//	prime                      GET /prime, then close it: the next connection resumes its session (server early)
 //	hold-two-stale             two kept-alive connections, both scripted to close on their next request
 //	idle-close-seen            the server closes connection 0 (idle-close) and the client notices
 //	idle-close-in-flight       the server closes connection 0 while the close is still on its way
@@ -25,7 +26,8 @@ type step func(env *Env, args []string) (*Result, error)
 //	cancel METHOD              the target, canceled once the server has it (HTTP/1.1)
 //	burst N METHOD             N targets at once, each its own request (TargetPath?id=i)
 var steps = map[string]step{
-	"warm": func(env *Env, _ []string) (*Result, error) { return nil, env.Warm("/warm") },
+	"warm":  func(env *Env, _ []string) (*Result, error) { return nil, env.Warm("/warm") },
+	"prime": func(env *Env, _ []string) (*Result, error) { return nil, env.Prime() },
 	"hold-two-stale": func(env *Env, _ []string) (*Result, error) {
 		return nil, env.twoStale()
 	},

@@ -1,0 +1,116 @@
+package h3early
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+// client returns quic-go's Transport with a session cache, primed: one
+// request answered on a first connection, then closed, so that the next
+// connection resumes and may send 0-RTT.
+func client(t *testing.T, s *Server) *http3.Transport {
+	t.Helper()
+	cfg := s.ClientTLSConfig()
+	cfg.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+	tr := &http3.Transport{TLSClientConfig: cfg}
+	t.Cleanup(func() { tr.Close() })
+	if _, err := do(tr, http.MethodGet, s.URL()+"/prime"); err != nil {
+		t.Fatal(err)
+	}
+	tr.CloseIdleConnections()
+	return tr
+}
+
+func do(tr http.RoundTripper, method, url string) (int, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, method, url, nil)
+	resp, err := tr.RoundTrip(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+func start(t *testing.T) *Server {
+	t.Helper()
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestEarlyRecorded: a 0-RTT GET is recorded as early, a plain one is
+// not, each on its connection.
+func TestEarlyRecorded(t *testing.T) {
+	s := start(t)
+	tr := client(t, s)
+	if code, err := do(tr, http3.MethodGet0RTT, s.URL()+"/early"); err != nil || code != 200 {
+		t.Fatalf("0-RTT GET: %d %v", code, err)
+	}
+	if got := s.Copies("/early"); len(got) != 1 || !got[0].Early || got[0].Conn != 1 {
+		t.Fatalf("recorded %+v, want one early copy on connection 1", got)
+	}
+	if got := s.Copies("/prime"); len(got) != 1 || got[0].Early || got[0].Conn != 0 {
+		t.Fatalf("recorded %+v, want the priming request after the handshake", got)
+	}
+	if n := s.Accepted(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+// TestRejectAndTooEarly: with Reject the early data never reaches the
+// handler (quic-go's client reports Err0RTTRejected); with TooEarly the
+// handler answers it 425 and the receipt says unprocessed.
+func TestRejectAndTooEarly(t *testing.T) {
+	s := start(t)
+	tr := client(t, s)
+	s.Reject(true)
+	if _, err := do(tr, http3.MethodGet0RTT, s.URL()+"/rejected"); !errors.Is(err, quic.Err0RTTRejected) {
+		t.Fatalf("0-RTT GET under Reject: %v, want Err0RTTRejected", err)
+	}
+	if got := s.Copies("/rejected"); len(got) != 0 {
+		t.Fatalf("recorded %+v, want none", got)
+	}
+	s.Reject(false)
+	s.TooEarly(true)
+	tr2 := client(t, s)
+	if code, err := do(tr2, http3.MethodGet0RTT, s.URL()+"/425"); err != nil || code != http.StatusTooEarly {
+		t.Fatalf("0-RTT GET under TooEarly: %d %v", code, err)
+	}
+	var unprocessed int
+	for _, r := range s.Receipts() {
+		if r.Path == "/425" && r.Unprocessed {
+			unprocessed++
+		}
+	}
+	if unprocessed != 1 {
+		t.Fatalf("%d unprocessed receipts of /425, want 1", unprocessed)
+	}
+}
+
+// TestClosesItself: a server past its Lifetime is closed.
+func TestClosesItself(t *testing.T) {
+	s, err := New(Config{Lifetime: 50 * time.Millisecond, Delay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server outlived its lifetime")
+	}
+}
