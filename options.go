@@ -75,7 +75,7 @@ const (
 //
 // Resend and retry are two things. The automatic resend is on unless
 // DisableResend: at most once a call, at once, decided by the attempt
-// rules RS01–RS21, on evidence that the server did not process the
+// rules RS01–RS21 (RS32–RS33 for HTTP/3 early data), on evidence that the server did not process the
 // request (RS12–RS16) or, for an idempotent or keyed request, after an
 // ambiguous failure of a reused connection before any response byte
 // (RS20); a timeout (RS06) or a cancellation (RS05) is never resent.
