@@ -108,8 +108,6 @@ type attempt struct {
 	body      *reqBody    // nil without a body; allocated apart, so that a request without one does not pay for it
 	wire      attemptWire // nil until a connection (HTTP/1.1) or stream was had
 
-	respBody respBody // the delivered response's body wrapper
-
 	// The attempt's own context, made only when something may have to
 	// abort the exchange while the stack holds it (see context): a pool
 	// miss, a write or header limit, a watched request body. Without
@@ -159,7 +157,7 @@ func (a *attempt) context() context.Context {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ctx == nil {
-		a.ctx, a.cancelFn = context.WithCancelCause(a.tr.call.ctx)
+		a.ctx, a.cancelFn = context.WithCancelCause(a.tr.call.context())
 		if a.ended {
 			a.cancelFn(a.endCause)
 		}
@@ -183,7 +181,7 @@ func (a *attempt) stackContext() context.Context {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ctx == nil {
-		return a.tr.call.ctx
+		return a.tr.call.context()
 	}
 	return a.ctx
 }
@@ -264,7 +262,7 @@ func (a *attempt) acquireFailed(err error) (*http.Response, *resend, error) {
 		a.body.stackFinished() // the stack never saw it
 	}
 	ev := fsm.Event{Kind: fsm.EventAcquireFailed}
-	if e, ok := contextEvent(a.tr.call.ctx); ok {
+	if e, ok := contextEvent(a.tr.call.context()); ok {
 		ev = e
 	}
 	return a.failed(a.rec.Feed(ev), a.cause(err))
@@ -363,7 +361,16 @@ func (a *attempt) failureEvent(ev fsm.Event, err error) fsm.Event {
 // a with facts, unarmed (attempt.acquireContext arms it).
 func (tr *try) streamRecorder(r *streamRec, a *attempt, facts fsm.Request) *streamRec {
 	r.InitUnarmed(facts, tr.call.t.limits, tr.call.t.clock, a)
+	tr.call.t.traceOrSkip(&r.Core)
 	return r
+}
+
+// traceOrSkip makes c keep no trace unless an observer (OnAttempt) will
+// be given it: the trace is only ever read for the report.
+func (t *Transport) traceOrSkip(c *recorder.Core) {
+	if t.cfg.OnAttempt == nil {
+		c.SkipEvents()
+	}
 }
 
 // endWire stops the recorder and lets go of the attempt's connection or
@@ -472,8 +479,9 @@ func (a *attempt) deliver(resp *http.Response) *http.Response {
 		a.finishBody(io.EOF)
 		return resp
 	}
-	a.respBody.rc, a.respBody.a = resp.Body, a
-	resp.Body = &a.respBody
+	// The wrapper is allocated apart, once there is a body to wrap: an
+	// attempt waiting for its response does not hold it.
+	resp.Body = &respBody{rc: resp.Body, a: a}
 	return resp
 }
 

@@ -40,15 +40,29 @@ type Call struct {
 	budget Budget
 
 	tr    *try
-	in    plan.Input
-	plan  plan.Plan
-	first try // the first try, in the same allocation
+	in    plan.Input // the current try's plan is plan.Make(in), a table lookup
+	first try        // the first try, in the same allocation
 
-	// ctx is the caller's context; for a request with the deprecated
-	// Cancel channel, one that also ends when that closes (legacyCancel),
-	// released by done.
-	ctx        context.Context
-	stopLegacy context.CancelCauseFunc
+	// legacy is set for a request with the deprecated Cancel channel: a
+	// context that also ends when that closes (legacyCancel), released by
+	// done. Only such a call pays for it.
+	legacy *legacyCtx
+}
+
+// legacyCtx is a context made for a request's Cancel channel, with the
+// function that releases its watcher.
+type legacyCtx struct {
+	ctx  context.Context
+	stop context.CancelCauseFunc
+}
+
+// context is the call's context: the caller's (the request's), or the
+// one that also ends with the request's Cancel channel.
+func (c *Call) context() context.Context {
+	if c.legacy != nil {
+		return c.legacy.ctx
+	}
+	return c.req.Context()
 }
 
 // errRequestCanceled is the cause of a call whose request's deprecated
@@ -78,8 +92,8 @@ func legacyCancel(ctx context.Context, cancel <-chan struct{}) (context.Context,
 // its request's Cancel channel. The call's error, or the end of the
 // response body it delivered, calls it.
 func (c *Call) done() {
-	if c.stopLegacy != nil {
-		c.stopLegacy(nil)
+	if c.legacy != nil {
+		c.legacy.stop(nil)
 	}
 }
 
@@ -97,7 +111,7 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Cal
 		return nil, closeBody(req, err)
 	}
 	facts := t.factsOf(req)
-	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), budget: budget, ctx: req.Context()}
+	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), budget: budget}
 	if pol.On() {
 		t.budgets.call(key.Addr, budget, time.Now())
 	}
@@ -106,7 +120,8 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget) (*Cal
 	}
 	//lint:ignore SA1019 net/http still honours the deprecated Cancel channel, and a caller moving from it expects the same
 	if cancel := req.Cancel; cancel != nil {
-		c.ctx, c.stopLegacy = legacyCancel(c.ctx, cancel)
+		ctx, stop := legacyCancel(req.Context(), cancel)
+		c.legacy = &legacyCtx{ctx: ctx, stop: stop}
 	}
 	return c, nil
 }
@@ -126,7 +141,7 @@ func (c *Call) Run() (*http.Response, error) {
 
 func (c *Call) run() (*http.Response, error) {
 	for {
-		resp, err := c.tr.run(c.in, c.plan)
+		resp, err := c.tr.run(c.in, plan.Make(c.in))
 		rn, ok := err.(*retryNext)
 		if !ok {
 			if err == nil {
@@ -134,7 +149,7 @@ func (c *Call) run() (*http.Response, error) {
 			}
 			return resp, err
 		}
-		if err = sleep(c.ctx, rn.decision.Delay); err != nil {
+		if err = sleep(c.context(), rn.decision.Delay); err != nil {
 			if rn.start.body != nil {
 				rn.start.body.Close()
 			}
@@ -191,14 +206,14 @@ func (c *Call) resolve(tr *try, start resend) error {
 		return err
 	}
 	c.in = t.planInput(c.req, c.key, len(urls) > 0)
-	c.plan = plan.Make(c.in)
-	if c.plan.Err != nil {
+	p := plan.Make(c.in)
+	if p.Err != nil {
 		if c.in.Proxied {
-			return &proxy.ResolveError{Err: c.plan.Err}
+			return &proxy.ResolveError{Err: p.Err}
 		}
-		return fmt.Errorf("replaysafe: %w", c.plan.Err)
+		return fmt.Errorf("replaysafe: %w", p.Err)
 	}
-	key, snap, err := t.dial.Route(c.req, c.key, urls, c.plan.First().Route)
+	key, snap, err := t.dial.Route(c.req, c.key, urls, p.First().Route)
 	if err != nil {
 		return err
 	}

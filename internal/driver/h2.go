@@ -116,7 +116,7 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 		hc.obs.reused()
 	}
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH2})
-	trace := httptrace.ContextClientTrace(tr.call.ctx)
+	trace := httptrace.ContextClientTrace(tr.call.context())
 	if trace != nil && trace.GotConn != nil {
 		trace.GotConn(httptrace.GotConnInfo{Conn: hc.conn, Reused: reused})
 	}
