@@ -14,7 +14,6 @@ package h2
 // stream leaves the table.
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -99,7 +98,6 @@ type stream struct {
 
 	// The ClientConn's part.
 	cc       *ClientConn
-	ctx      context.Context
 	res      *http.Response
 	stopCtx  func() bool // stops watching ctx once the body is done
 	bodyDone bool        // the caller has seen the body's end or closed it
