@@ -22,14 +22,16 @@ type requestHead struct {
 	// is held per request in flight).
 	method, authority, path string
 
-	connect       bool   // CONNECT (plain or extended): full duplex, no content-length
-	extended      bool   // extended CONNECT (RFC 8441): needs SETTINGS_ENABLE_CONNECT_PROTOCOL
 	contentLength int64  // -1 unknown, 0 no body
-	sendLength    bool   // send content-length
-	gzip          bool   // we add accept-encoding: gzip and decode the response
-	userAgent     bool   // add the default user-agent
-	te            bool   // send te: trailers
 	size          uint64 // the header list size as the server counts it
+
+	// The flags sit together: a stream keeps its head in flight.
+	connect    bool // CONNECT (plain or extended): full duplex, no content-length
+	extended   bool // extended CONNECT (RFC 8441): needs SETTINGS_ENABLE_CONNECT_PROTOCOL
+	sendLength bool // send content-length
+	gzip       bool // we add accept-encoding: gzip and decode the response
+	userAgent  bool // add the default user-agent
+	te         bool // send te: trailers
 }
 
 // hasBody reports whether the request has a body to upload.

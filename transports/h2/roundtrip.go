@@ -168,7 +168,7 @@ type respState struct {
 // and releases it at once when the response has no body. The caller
 // holds the lock.
 func (cc *ClientConn) responseState(st *stream) respState {
-	rs := respState{status: st.status, header: st.header, contentLength: st.contentLength}
+	rs := respState{status: int(st.status), header: st.header, contentLength: st.contentLength}
 	ended := st.phase == respDone && st.buf.n == 0 && st.err == nil && st.trailer == nil
 	if ended && rs.contentLength < 0 && st.head.method != http.MethodHead {
 		rs.contentLength = 0
