@@ -98,15 +98,19 @@ type attemptWire interface {
 // attempt is one wire attempt of a call, on any protocol: the one
 // driver of the machine's decisions.
 type attempt struct {
-	tr        *try
-	number    int              // within the call, as the call machine counts
-	cd        fsm.CallDecision // how the call went on after this attempt
-	rec       attemptRecorder
-	displaced bool // a displaced request's resend (resend.displaced)
+	tr     *try
+	cd     fsm.CallDecision // how the call went on after this attempt
+	rec    attemptRecorder
+	body   *reqBody    // nil without a body; allocated apart, so that a request without one does not pay for it
+	wire   attemptWire // nil until a connection (HTTP/1.1) or stream was had
+	status int         // the final response's status, once its header section arrived
+
+	// The narrow fields share a word (an attempt is held per request in
+	// flight); ended belongs to the context below and is guarded by mu.
+	number    int32 // within the call, as the call machine counts (at most MaxAttempts)
+	displaced bool  // a displaced request's resend (resend.displaced)
 	reused    bool
-	status    int         // the final response's status, once its header section arrived
-	body      *reqBody    // nil without a body; allocated apart, so that a request without one does not pay for it
-	wire      attemptWire // nil until a connection (HTTP/1.1) or stream was had
+	ended     bool // cancel was called
 
 	// The attempt's own context, made only when something may have to
 	// abort the exchange while the stack holds it (see context): a pool
@@ -116,7 +120,6 @@ type attempt struct {
 	mu       sync.Mutex
 	ctx      context.Context // nil until made
 	cancelFn context.CancelCauseFunc
-	ended    bool  // cancel was called
 	endCause error // its cause, when ended without a context
 }
 
@@ -131,9 +134,9 @@ type bodyWatch struct{ mux, finish bool }
 // allocated by the protocol together with its recorder and wire) with the
 // given body and recorder rec, made unarmed with a as its Deadliner.
 func (tr *try) newAttempt(a *attempt, body io.ReadCloser, rec attemptRecorder, w bodyWatch) *attempt {
-	a.tr, a.number, a.rec = tr, tr.call.cm.Attempts()+1, rec
+	a.tr, a.number, a.rec = tr, int32(tr.call.cm.Attempts()+1), rec
 	if f := tr.call.t.cfg.OnAttemptStart; f != nil {
-		f(AttemptStart{Request: tr.call.req, Number: a.number, Facts: rec.Request()})
+		f(AttemptStart{Request: tr.call.req, Number: int(a.number), Facts: rec.Request()})
 	}
 	if body != nil && body != http.NoBody {
 		a.body = new(reqBody)
@@ -535,7 +538,7 @@ func (a *attempt) abandon() { a.cancel(nil) }
 
 // report tells the Observer how the attempt ended.
 func (a *attempt) report(err error) {
-	a.tr.report(a.number, a.reused, a.status, err, a.rec, a.cd)
+	a.tr.report(int(a.number), a.reused, a.status, err, a.rec, a.cd)
 }
 
 // boundError is a stack's error caused by a bound replaysafe set (the 1xx

@@ -34,13 +34,13 @@ type Call struct {
 	req    *http.Request
 	key    pool.Key
 	cm     fsm.Call
-	hist   [inlineHistory]fsm.CallDecision // the first decisions, one a wire attempt: no allocation for most calls
-	more   []fsm.CallDecision              // the decisions after them
-	n      int                             // decisions kept, in hist then more, at most maxHistory
+	hist   [inlineHistory]fsm.CallDecision               // the first decisions, one a wire attempt: no allocation for most calls
+	more   *[maxHistory - inlineHistory]fsm.CallDecision // the decisions after them, allocated with the first
 	budget Budget
 
 	tr    *try
 	in    plan.Input // the current try's plan is plan.Make(in), a table lookup
+	n     uint8      // decisions kept, in hist then more, at most maxHistory
 	first try        // the first try, in the same allocation
 
 	// legacy is set for a request with the deprecated Cancel channel: a
@@ -182,7 +182,10 @@ func (c *Call) resolveFailed(err error) error {
 // History returns a copy of the call machine's decisions so far.
 func (c *Call) History() []fsm.CallDecision {
 	h := append([]fsm.CallDecision(nil), c.hist[:min(c.n, inlineHistory)]...)
-	return append(h, c.more...)
+	if c.more != nil {
+		h = append(h, c.more[:c.n-inlineHistory]...)
+	}
+	return h
 }
 
 // inlineHistory is how many of a call's decisions its Call keeps without
@@ -456,7 +459,10 @@ func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
 		c.hist[c.n] = d
 		c.n++
 	case c.n < maxHistory:
-		c.more = append(c.more, d)
+		if c.more == nil {
+			c.more = new([maxHistory - inlineHistory]fsm.CallDecision)
+		}
+		c.more[c.n-inlineHistory] = d
 		c.n++
 	}
 	return d
@@ -494,13 +500,14 @@ func (tr *try) refuse(err error) (*http.Response, error) {
 // the failure), or same, the connection that refused only the stream.
 type resend struct {
 	facts fsm.Request
-	body  io.ReadCloser
-	after uint64
-	same  any // *h2Conn or *h3Conn, or nil
 	// displaced marks the automatic resend of a request whose
 	// connection failed under it: its acquisition waits out a route that
-	// refuses new connections (pool.Mux.Acquire's redial).
+	// refuses new connections (pool.Mux.Acquire's redial). (Beside facts,
+	// in the word they leave room in.)
 	displaced bool
+	body      io.ReadCloser
+	after     uint64
+	same      any // *h2Conn or *h3Conn, or nil
 }
 
 // abortCause returns the error to report for err: the acquisition's
