@@ -45,11 +45,12 @@ func (c systemClock) AfterFunc(d time.Duration, f func()) func() bool {
 // feeds about a dozen, every progress event once.
 const MaxEvents = 64
 
-// inlineEvents is how many events a Core keeps without a second
-// allocation: a whole exchange with a request body (seven events), with
-// room for one 1xx or a failure. A longer trace grows its slice once.
-// Each event kept inline is 32 bytes of every attempt, in flight.
-const inlineEvents = 8
+// firstEvents is the capacity of a trace's first allocation, made with
+// its first event: a whole exchange with a request body (seven events),
+// with room for one 1xx or a failure. A longer trace grows its slice
+// once. The trace lives apart from the Core so that a Core that keeps
+// none (SkipEvents) holds no room for one.
+const firstEvents = 8
 
 // Core feeds one wire attempt's events into its machine. Embed it by
 // value and call Init once; Mu guards it and whatever the embedding
@@ -61,13 +62,13 @@ type Core struct {
 	onDeadline Deadliner
 	start      fsm.Instant
 
-	m         fsm.Machine
-	events    []fsm.Event
-	inline    [inlineEvents]fsm.Event // events' first backing array
-	stopTimer func() bool
-	timerAt   fsm.Instant
-	stopped   bool
-	sealed    bool // the attempt was reported: nothing more is fed
+	m          fsm.Machine
+	events     []fsm.Event
+	stopTimer  func() bool
+	timerAt    fsm.Instant
+	stopped    bool
+	sealed     bool // the attempt was reported: nothing more is fed
+	skipEvents bool // no trace is kept (SkipEvents)
 }
 
 // Init starts the machine for req now and arms its first deadline.
@@ -109,7 +110,16 @@ func (c *Core) InitUnarmed(req fsm.Request, lim fsm.Limits, clock Clock, onDeadl
 	now := clock.Now()
 	c.clock, c.onDeadline, c.start = clock, onDeadline, now
 	c.m = fsm.New(req, lim, now)
-	c.events = c.inline[:0]
+}
+
+// SkipEvents makes the Core keep no trace: Events returns nothing and
+// Trace no event lines, while every event still drives the machine. A
+// driver whose attempts nobody observes calls it after Init, before the
+// first event, so that an attempt in flight holds no events.
+func (c *Core) SkipEvents() {
+	c.Mu.Lock()
+	c.skipEvents = true
+	c.Mu.Unlock()
 }
 
 // Arm arms the timer of the machine's next deadline, if it has one and
@@ -142,7 +152,12 @@ func (c *Core) FeedLocked(e fsm.Event) fsm.Decision {
 		e.Phase = c.TimeoutPhaseLocked()
 	}
 	d := c.m.Step(e)
-	if len(c.events) < MaxEvents {
+	switch {
+	case c.skipEvents:
+	case c.events == nil:
+		c.events = make([]fsm.Event, 1, firstEvents)
+		c.events[0] = e
+	case len(c.events) < MaxEvents:
 		c.events = append(c.events, e)
 	}
 	c.rearmLocked()

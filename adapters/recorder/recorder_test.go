@@ -100,3 +100,39 @@ func TestSealStopsFeeding(t *testing.T) {
 		t.Fatalf("trace:\n%s", trace)
 	}
 }
+
+// TestSkipEventsDecidesAlike: a Core that keeps no trace decides every
+// event exactly as one that keeps it; it returns no events and its trace
+// has no event or expect line. The trace it keeps is bounded by
+// MaxEvents, past its first allocation.
+func TestSkipEventsDecidesAlike(t *testing.T) {
+	clock := &manualClock{}
+	var kept, skipped recorder.Core
+	kept.Init(fsm.Request{Method: fsm.MethodGET}, fsm.Limits{}, clock, nil)
+	skipped.Init(fsm.Request{Method: fsm.MethodGET}, fsm.Limits{}, clock, nil)
+	skipped.SkipEvents()
+	kinds := []fsm.EventKind{fsm.EventConnAcquired, fsm.EventFirstByteWritten, fsm.EventRequestWritten,
+		fsm.EventFirstResponseByte, fsm.EventInformational, fsm.EventFinalHeaders}
+	for i := range recorder.MaxEvents + 4 {
+		k := kinds[min(i, len(kinds)-1)]
+		if i >= len(kinds) {
+			k = fsm.EventBodyRead
+		}
+		clock.Advance(time.Millisecond)
+		if a, b := kept.Feed(fsm.Event{Kind: k}), skipped.Feed(fsm.Event{Kind: k}); a != b {
+			t.Fatalf("event %d (%v): kept decided %v, skipped %v", i, k, a, b)
+		}
+	}
+	if n := len(kept.Events()); n != recorder.MaxEvents {
+		t.Fatalf("kept %d events, want the bound %d", n, recorder.MaxEvents)
+	}
+	if ev := skipped.Events(); len(ev) != 0 {
+		t.Fatalf("skipped kept %d events", len(ev))
+	}
+	if tr := skipped.Trace(); strings.Contains(tr, "acquired") || strings.Contains(tr, "expect") {
+		t.Fatalf("skipped trace:\n%s", tr)
+	}
+	if tr := kept.Trace(); !strings.Contains(tr, "conn-acquired") || !strings.Contains(tr, "expect "+kept.Decision().String()) {
+		t.Fatalf("kept trace:\n%s", tr)
+	}
+}

@@ -98,18 +98,20 @@ type attemptWire interface {
 // attempt is one wire attempt of a call, on any protocol: the one
 // driver of the machine's decisions.
 type attempt struct {
-	tr        *try
-	number    int              // within the call, as the call machine counts
-	cd        fsm.CallDecision // how the call went on after this attempt
-	rec       attemptRecorder
-	displaced bool // a displaced request's resend (resend.displaced)
-	reused    bool
-	hedge     bool        // a hedge: a copy sent beside another in flight (resend.hedge)
-	status    int         // the final response's status, once its header section arrived
-	body      *reqBody    // nil without a body; allocated apart, so that a request without one does not pay for it
-	wire      attemptWire // nil until a connection (HTTP/1.1) or stream was had
+	tr     *try
+	cd     fsm.CallDecision // how the call went on after this attempt
+	rec    attemptRecorder
+	body   *reqBody    // nil without a body; allocated apart, so that a request without one does not pay for it
+	wire   attemptWire // nil until a connection (HTTP/1.1) or stream was had
+	status int         // the final response's status, once its header section arrived
 
-	respBody respBody // the delivered response's body wrapper
+	// The narrow fields share a word (an attempt is held per request in
+	// flight); ended belongs to the context below and is guarded by mu.
+	number    int32 // within the call, as the call machine counts (at most MaxAttempts)
+	displaced bool  // a displaced request's resend (resend.displaced)
+	reused    bool
+	hedge     bool // a hedge: a copy sent beside another in flight (resend.hedge)
+	ended     bool // cancel was called
 
 	// The attempt's own context, made only when something may have to
 	// abort the exchange while the stack holds it (see context): a pool
@@ -119,7 +121,6 @@ type attempt struct {
 	mu       sync.Mutex
 	ctx      context.Context // nil until made
 	cancelFn context.CancelCauseFunc
-	ended    bool  // cancel was called
 	endCause error // its cause, when ended without a context
 }
 
@@ -135,12 +136,12 @@ type bodyWatch struct{ mux, finish bool }
 // given body and recorder rec, made unarmed with a as its Deadliner;
 // hedge marks a hedge.
 func (tr *try) newAttempt(a *attempt, body io.ReadCloser, rec attemptRecorder, w bodyWatch, hedge bool) *attempt {
-	a.tr, a.number, a.rec, a.hedge = tr, tr.call.attempts()+1, rec, hedge
+	a.tr, a.number, a.rec, a.hedge = tr, int32(tr.call.attempts()+1), rec, hedge
 	if h := tr.hedge; h != nil {
 		h.add(a)
 	}
 	if f := tr.call.t.cfg.OnAttemptStart; f != nil {
-		f(AttemptStart{Request: tr.call.req, Number: a.number, Facts: rec.Request(), Hedge: hedge})
+		f(AttemptStart{Request: tr.call.req, Number: int(a.number), Facts: rec.Request(), Hedge: hedge})
 	}
 	if body != nil && body != http.NoBody {
 		a.body = new(reqBody)
@@ -165,7 +166,7 @@ func (a *attempt) context() context.Context {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ctx == nil {
-		a.ctx, a.cancelFn = context.WithCancelCause(a.tr.call.ctx)
+		a.ctx, a.cancelFn = context.WithCancelCause(a.tr.call.context())
 		if a.ended {
 			a.cancelFn(a.endCause)
 		}
@@ -189,7 +190,7 @@ func (a *attempt) stackContext() context.Context {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.ctx == nil {
-		return a.tr.call.ctx
+		return a.tr.call.context()
 	}
 	return a.ctx
 }
@@ -270,7 +271,7 @@ func (a *attempt) acquireFailed(err error) (*http.Response, *resend, error) {
 		a.body.stackFinished() // the stack never saw it
 	}
 	ev := fsm.Event{Kind: fsm.EventAcquireFailed}
-	if e, ok := contextEvent(a.tr.call.ctx); ok {
+	if e, ok := contextEvent(a.tr.call.context()); ok {
 		ev = e
 	}
 	return a.failed(a.rec.Feed(ev), a.cause(err))
@@ -377,7 +378,16 @@ func (a *attempt) failureEvent(ev fsm.Event, err error) fsm.Event {
 // a with facts, unarmed (attempt.acquireContext arms it).
 func (tr *try) streamRecorder(r *streamRec, a *attempt, facts fsm.Request) *streamRec {
 	r.InitUnarmed(facts, tr.call.t.limits, tr.call.t.clock, a)
+	tr.call.t.traceOrSkip(&r.Core)
 	return r
+}
+
+// traceOrSkip makes c keep no trace unless an observer (OnAttempt) will
+// be given it: the trace is only ever read for the report.
+func (t *Transport) traceOrSkip(c *recorder.Core) {
+	if t.cfg.OnAttempt == nil {
+		c.SkipEvents()
+	}
 }
 
 // endWire stops the recorder and lets go of the attempt's connection or
@@ -493,8 +503,9 @@ func (a *attempt) deliver(resp *http.Response) *http.Response {
 		a.finishBody(io.EOF)
 		return resp
 	}
-	a.respBody.rc, a.respBody.a = resp.Body, a
-	resp.Body = &a.respBody
+	// The wrapper is allocated apart, once there is a body to wrap: an
+	// attempt waiting for its response does not hold it.
+	resp.Body = &respBody{rc: resp.Body, a: a}
 	return resp
 }
 
@@ -548,7 +559,7 @@ func (a *attempt) abandon() { a.cancel(nil) }
 
 // report tells the Observer how the attempt ended.
 func (a *attempt) report(err error) {
-	a.tr.report(a.number, a.reused, a.hedge, a.status, err, a.rec, a.cd)
+	a.tr.report(int(a.number), a.reused, a.hedge, a.status, err, a.rec, a.cd)
 }
 
 // boundError is a stack's error caused by a bound replaysafe set (the 1xx

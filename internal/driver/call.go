@@ -35,9 +35,8 @@ type Call struct {
 	req    *http.Request
 	key    pool.Key
 	cm     fsm.Call
-	hist   [inlineHistory]fsm.CallDecision // the first decisions, one a wire attempt: no allocation for most calls
-	more   []fsm.CallDecision              // the decisions after them
-	n      int                             // decisions kept, in hist then more, at most maxHistory
+	hist   [inlineHistory]fsm.CallDecision               // the first decisions, one a wire attempt: no allocation for most calls
+	more   *[maxHistory - inlineHistory]fsm.CallDecision // the decisions after them, allocated with the first
 	budget Budget
 	// mu guards cm and the decisions kept, which the copies of a hedged
 	// try step from their own goroutines.
@@ -45,15 +44,30 @@ type Call struct {
 	hedgeDelay time.Duration // Retry.Hedge; zero: no hedging
 
 	tr    *try
-	in    plan.Input
-	plan  plan.Plan
-	first try // the first try, in the same allocation
+	in    plan.Input // the current try's plan is plan.Make(in), a table lookup
+	n     uint8      // decisions kept, in hist then more, at most maxHistory
+	first try        // the first try, in the same allocation
 
-	// ctx is the caller's context; for a request with the deprecated
-	// Cancel channel, one that also ends when that closes (legacyCancel),
-	// released by done.
-	ctx        context.Context
-	stopLegacy context.CancelCauseFunc
+	// legacy is set for a request with the deprecated Cancel channel: a
+	// context that also ends when that closes (legacyCancel), released by
+	// done. Only such a call pays for it.
+	legacy *legacyCtx
+}
+
+// legacyCtx is a context made for a request's Cancel channel, with the
+// function that releases its watcher.
+type legacyCtx struct {
+	ctx  context.Context
+	stop context.CancelCauseFunc
+}
+
+// context is the call's context: the caller's (the request's), or the
+// one that also ends with the request's Cancel channel.
+func (c *Call) context() context.Context {
+	if c.legacy != nil {
+		return c.legacy.ctx
+	}
+	return c.req.Context()
 }
 
 // errRequestCanceled is the cause of a call whose request's deprecated
@@ -83,8 +97,8 @@ func legacyCancel(ctx context.Context, cancel <-chan struct{}) (context.Context,
 // its request's Cancel channel. The call's error, or the end of the
 // response body it delivered, calls it.
 func (c *Call) done() {
-	if c.stopLegacy != nil {
-		c.stopLegacy(nil)
+	if c.legacy != nil {
+		c.legacy.stop(nil)
 	}
 }
 
@@ -105,7 +119,7 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget, hedge
 		return nil, closeBody(req, err)
 	}
 	facts := t.factsOf(req)
-	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), budget: budget, hedgeDelay: hedgeDelay, ctx: req.Context()}
+	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), budget: budget, hedgeDelay: hedgeDelay}
 	if pol.On() {
 		t.budgets.call(key.Addr, budget, time.Now())
 	}
@@ -114,7 +128,8 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget, hedge
 	}
 	//lint:ignore SA1019 net/http still honours the deprecated Cancel channel, and a caller moving from it expects the same
 	if cancel := req.Cancel; cancel != nil {
-		c.ctx, c.stopLegacy = legacyCancel(c.ctx, cancel)
+		ctx, stop := legacyCancel(req.Context(), cancel)
+		c.legacy = &legacyCtx{ctx: ctx, stop: stop}
 	}
 	return c, nil
 }
@@ -134,7 +149,7 @@ func (c *Call) Run() (*http.Response, error) {
 
 func (c *Call) run() (*http.Response, error) {
 	for {
-		resp, err := c.tr.run(c.in, c.plan)
+		resp, err := c.tr.run(c.in, plan.Make(c.in))
 		rn, ok := err.(*retryNext)
 		if !ok {
 			if err == nil {
@@ -142,7 +157,7 @@ func (c *Call) run() (*http.Response, error) {
 			}
 			return resp, err
 		}
-		if err = sleep(c.ctx, rn.decision.Delay); err != nil {
+		if err = sleep(c.context(), rn.decision.Delay); err != nil {
 			if rn.start.body != nil {
 				rn.start.body.Close()
 			}
@@ -177,7 +192,10 @@ func (c *Call) History() []fsm.CallDecision {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	h := append([]fsm.CallDecision(nil), c.hist[:min(c.n, inlineHistory)]...)
-	return append(h, c.more...)
+	if c.more != nil {
+		h = append(h, c.more[:c.n-inlineHistory]...)
+	}
+	return h
 }
 
 // attempts is the call machine's count of wire attempts.
@@ -201,7 +219,10 @@ func (c *Call) record(d fsm.CallDecision) {
 		c.hist[c.n] = d
 		c.n++
 	case c.n < maxHistory:
-		c.more = append(c.more, d)
+		if c.more == nil {
+			c.more = new([maxHistory - inlineHistory]fsm.CallDecision)
+		}
+		c.more[c.n-inlineHistory] = d
 		c.n++
 	}
 }
@@ -228,14 +249,14 @@ func (c *Call) resolve(tr *try, start resend) error {
 		return err
 	}
 	c.in = t.planInput(c.req, c.key, len(urls) > 0)
-	c.plan = plan.Make(c.in)
-	if c.plan.Err != nil {
+	p := plan.Make(c.in)
+	if p.Err != nil {
 		if c.in.Proxied {
-			return &proxy.ResolveError{Err: c.plan.Err}
+			return &proxy.ResolveError{Err: p.Err}
 		}
-		return fmt.Errorf("replaysafe: %w", c.plan.Err)
+		return fmt.Errorf("replaysafe: %w", p.Err)
 	}
-	key, snap, err := t.dial.Route(c.req, c.key, urls, c.plan.First().Route)
+	key, snap, err := t.dial.Route(c.req, c.key, urls, p.First().Route)
 	if err != nil {
 		return err
 	}
@@ -518,15 +539,16 @@ func (tr *try) refuse(err error) (*http.Response, error) {
 // the failure), or same, the connection that refused only the stream.
 type resend struct {
 	facts fsm.Request
-	body  io.ReadCloser
-	after uint64
-	same  any // *h2Conn or *h3Conn, or nil
 	// displaced marks the automatic resend of a request whose
 	// connection failed under it: its acquisition waits out a route that
-	// refuses new connections (pool.Mux.Acquire's redial).
+	// refuses new connections (pool.Mux.Acquire's redial). (Beside facts,
+	// in the word they leave room in.)
 	displaced bool
 	// hedge marks a hedge: a copy sent while another is in flight.
 	hedge bool
+	body  io.ReadCloser
+	after uint64
+	same  any // *h2Conn or *h3Conn, or nil
 }
 
 // abortCause returns the error to report for err: the acquisition's

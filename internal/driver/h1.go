@@ -18,6 +18,7 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	ha := &h1Attempt{}
 	rec := &ha.rec
 	rec.InitUnarmed(start.facts, tr.call.t.limits, tr.call.t.clock, &ha.attempt) // armed by attempt.acquireContext
+	tr.call.t.traceOrSkip(&rec.Core)
 	rec.SetInformationalLimit(tr.call.t.informationalLimit())
 	a := tr.newAttempt(&ha.attempt, start.body, rec, bodyWatch{}, start.hedge)
 
@@ -56,7 +57,7 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 		}
 		return a.failed(d, a.cause(context.Cause(a.ctx)))
 	}
-	tr.call.t.gotConn(tr.call.ctx, pc, reused)
+	tr.call.t.gotConn(tr.call.context(), pc, reused)
 	out := a.outgoing(start.body, func(ctx context.Context) context.Context {
 		if httptrace.ContextClientTrace(ctx) == nil {
 			return httptrace.WithClientTrace(ctx, pc.conn.ClientTrace()) // made once per connection
@@ -101,7 +102,7 @@ type h1Wire struct {
 // fail feeds the failure the recorder reads from err, the connection's
 // own read or write error and the caller's context.
 func (w *h1Wire) fail(a *attempt, err error) fsm.Decision {
-	return w.rec.Fail(err, a.tr.call.ctx, a.localErr())
+	return w.rec.Fail(err, a.tr.call.context(), a.localErr())
 }
 
 func (w *h1Wire) complete(*attempt) fsm.Decision { return w.rec.Complete() }

@@ -117,7 +117,7 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 		hc.obs.reused()
 	}
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH2})
-	trace := httptrace.ContextClientTrace(tr.call.ctx)
+	trace := httptrace.ContextClientTrace(tr.call.context())
 	if trace != nil && trace.GotConn != nil {
 		trace.GotConn(httptrace.GotConnInfo{Conn: hc.conn, Reused: reused})
 	}
@@ -125,7 +125,7 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	s := &ha.stream
 	ha.att.Init(&ha.rec)
 	ha.att.SetInformationalLimit(tr.call.t.informationalLimit())
-	*s = h2Stream{t: tr.call.t, hc: hc, att: &ha.att, trace: trace}
+	*s = h2Stream{ha: ha, hc: hc, trace: trace}
 	s.unsent.Store(start.displaced) // the pool counted it as a resend
 	a.wire = s
 	a.gotConn()
@@ -149,9 +149,8 @@ type h2Attempt struct {
 // httptrace hooks, called as net/http's HTTP/2 client calls them. Both
 // run on the connection's goroutines, with its lock held.
 type h2Stream struct {
-	t     *Transport
+	ha    *h2Attempt // its attempt, whose adapter Attempt (att) it reports to
 	hc    *h2Conn
-	att   *adapterh2.Attempt
 	trace *httptrace.ClientTrace // the caller's, or nil
 	// unsent is set while the stream is a displaced request's resend
 	// whose HEADERS have not been written: the pool waits for the
@@ -164,29 +163,33 @@ type h2Stream struct {
 // will be.
 func (s *h2Stream) sent() {
 	if s.unsent.Swap(false) {
-		s.t.h2pool.Sent(s.hc)
+		s.t().h2pool.Sent(s.hc)
 	}
 }
 
+func (s *h2Stream) att() *adapterh2.Attempt { return &s.ha.att }
+
+func (s *h2Stream) t() *Transport { return s.ha.tr.call.t }
+
 func (s *h2Stream) HeadersWritten(id uint32) {
 	s.sent()
-	s.att.HeadersWritten(id)
+	s.att().HeadersWritten(id)
 	if s.trace != nil && s.trace.WroteHeaders != nil {
 		s.trace.WroteHeaders()
 	}
 }
 
-func (s *h2Stream) BodyWritten(n int64) { s.att.BodyWritten(n) }
+func (s *h2Stream) BodyWritten(n int64) { s.att().BodyWritten(n) }
 
 func (s *h2Stream) RequestWritten() {
-	s.att.RequestWritten()
+	s.att().RequestWritten()
 	if s.trace != nil && s.trace.WroteRequest != nil {
 		s.trace.WroteRequest(httptrace.WroteRequestInfo{})
 	}
 }
 
 func (s *h2Stream) ResponseStarted() {
-	s.att.ResponseStarted()
+	s.att().ResponseStarted()
 	if s.trace != nil && s.trace.GotFirstResponseByte != nil {
 		s.trace.GotFirstResponseByte()
 	}
@@ -195,7 +198,7 @@ func (s *h2Stream) ResponseStarted() {
 // Informational counts the 1xx against the attempt's bound first: over
 // it the caller's hook does not see the response (see withTrace).
 func (s *h2Stream) Informational(status int, header http.Header, size int) error {
-	if err := s.att.Informational(status, header, size); err != nil {
+	if err := s.att().Informational(status, header, size); err != nil {
 		return err
 	}
 	if s.trace != nil && s.trace.Got1xxResponse != nil {
@@ -204,10 +207,10 @@ func (s *h2Stream) Informational(status int, header http.Header, size int) error
 	return nil
 }
 
-func (s *h2Stream) ResponseHeaders(status int) { s.att.ResponseHeaders(status) }
+func (s *h2Stream) ResponseHeaders(status int) { s.att().ResponseHeaders(status) }
 
 func (s *h2Stream) fail(a *attempt, err error) fsm.Decision {
-	return a.rec.Feed(a.failureEvent(s.att.Failure(a.stackContext(), err), err))
+	return a.rec.Feed(a.failureEvent(s.att().Failure(a.stackContext(), err), err))
 }
 
 func (s *h2Stream) delivered(resp *http.Response) bool {
@@ -219,7 +222,7 @@ func (s *h2Stream) delivered(resp *http.Response) bool {
 // itself, once its upload let go of it.
 func (s *h2Stream) bodyDoneOnError() bool { return false }
 
-func (s *h2Stream) informational() error { return s.att.InformationalError() }
+func (s *h2Stream) informational() error { return s.att().InformationalError() }
 
 // complete feeds the response's end: the connection reported what was
 // written of the request before the body's end.
@@ -231,12 +234,12 @@ func (s *h2Stream) complete(a *attempt) fsm.Decision {
 // as reused for the next.
 func (s *h2Stream) end(_ fsm.Decision, clean bool) {
 	s.sent()
-	s.t.h2pool.Done(s.hc, clean)
+	s.t().h2pool.Done(s.hc, clean)
 }
 
 func (s *h2Stream) retire() {
 	s.hc.obs.retired.Store(true)
-	s.t.h2pool.Retire(s.hc)
+	s.t().h2pool.Retire(s.hc)
 }
 
 // learnGoAway reads the connection's GOAWAY, if one came: HTTP/2 client
@@ -244,17 +247,17 @@ func (s *h2Stream) retire() {
 // server processes (RFC 9113 §6.8).
 func (s *h2Stream) learnGoAway() {
 	if g, ok := s.hc.cc.GoAway(); ok && g.Code == http2.ErrCodeNo {
-		s.t.h2pool.Learn(s.hc, int(g.LastStreamID+1)/2, time.Now())
+		s.t().h2pool.Learn(s.hc, int(g.LastStreamID+1)/2, time.Now())
 	}
 }
 
-func (s *h2Stream) resendLost() { s.t.h2pool.ResendLost(s.hc, time.Now()) }
+func (s *h2Stream) resendLost() { s.t().h2pool.ResendLost(s.hc, time.Now()) }
 
 func (s *h2Stream) resendFrom(connFailed bool) (uint64, any) {
 	if connFailed {
-		return s.t.h2pool.FailMark(s.hc), s.hc
+		return s.t().h2pool.FailMark(s.hc), s.hc
 	}
-	return s.t.h2pool.Mark(), s.hc
+	return s.t().h2pool.Mark(), s.hc
 }
 
 // streamReset reports whether the server reset the stream (a remote
@@ -324,4 +327,4 @@ func (t *Transport) dialH2(ctx context.Context, key pool.Key, snap *dial.Route, 
 }
 
 // connLost records the loss in the HTTP/2 pool.
-func (s *h2Stream) connLost(key pool.Key) { s.t.h2pool.Lost(key) }
+func (s *h2Stream) connLost(key pool.Key) { s.t().h2pool.Lost(key) }

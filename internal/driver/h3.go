@@ -151,7 +151,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 		}
 	}
 	if err != nil {
-		if fallback && tr.call.ctx.Err() == nil {
+		if fallback && tr.call.context().Err() == nil {
 			// Nothing was sent over QUIC: the call starts afresh over TCP
 			// (call.run), as one more leg of its plan.
 			a.rec.Stop()

@@ -1,6 +1,7 @@
 package h2
 
 import (
+	"math"
 	"time"
 )
 
@@ -220,6 +221,7 @@ func (c Config) normalize() config {
 	if n.max1xx <= 0 {
 		n.max1xx = DefaultMaxInformational
 	}
+	n.max1xx = min(n.max1xx, math.MaxInt32) // a stream counts its interim responses in an int32
 	if n.maxControl <= 0 {
 		n.maxControl = DefaultMaxQueuedControlFrames
 	}

@@ -17,17 +17,21 @@ const fieldOverhead = 32
 // connection's lock; the HEADERS frame is encoded from it (and from the
 // request's Header) under the lock, in stream order.
 type requestHead struct {
-	method, scheme, authority, path, protocol string
+	// The pseudo-header fields a stream keeps; :scheme and :protocol are
+	// read from the request again when the HEADERS are encoded (a stream
+	// is held per request in flight).
+	method, authority, path string
 
-	connect       bool  // CONNECT (plain or extended): full duplex, no content-length
-	extended      bool  // extended CONNECT (RFC 8441): needs SETTINGS_ENABLE_CONNECT_PROTOCOL
-	contentLength int64 // -1 unknown, 0 no body
-	sendLength    bool  // send content-length
-	gzip          bool  // we add accept-encoding: gzip and decode the response
-	userAgent     bool  // add the default user-agent
-	te            bool  // send te: trailers
-	trailer       string
+	contentLength int64  // -1 unknown, 0 no body
 	size          uint64 // the header list size as the server counts it
+
+	// The flags sit together: a stream keeps its head in flight.
+	connect    bool // CONNECT (plain or extended): full duplex, no content-length
+	extended   bool // extended CONNECT (RFC 8441): needs SETTINGS_ENABLE_CONNECT_PROTOCOL
+	sendLength bool // send content-length
+	gzip       bool // we add accept-encoding: gzip and decode the response
+	userAgent  bool // add the default user-agent
+	te         bool // send te: trailers
 }
 
 // hasBody reports whether the request has a body to upload.
@@ -81,15 +85,12 @@ func prepareRequest(req *http.Request, compression bool) (requestHead, error) {
 		if len(protocol) != 1 || protocol[0] == "" || !httpguts.ValidHeaderFieldName(protocol[0]) {
 			return h, &RequestError{Reason: "invalid :protocol"}
 		}
-		h.extended, h.protocol = true, protocol[0]
+		h.extended = true
 	}
+	scheme := requestScheme(req)
 	if !h.connect || h.extended {
-		h.scheme = req.URL.Scheme
-		if h.scheme == "" {
-			h.scheme = "https"
-		}
-		if !httpguts.ValidHeaderFieldName(h.scheme) {
-			return h, &RequestError{Reason: "invalid scheme " + strconv.Quote(h.scheme)}
+		if !httpguts.ValidHeaderFieldName(scheme) {
+			return h, &RequestError{Reason: "invalid scheme " + strconv.Quote(scheme)}
 		}
 		h.path = req.URL.RequestURI()
 		if !validPath(h.path, h.method) {
@@ -98,10 +99,10 @@ func prepareRequest(req *http.Request, compression bool) (requestHead, error) {
 	}
 	h.size = fieldSize(":method", h.method) + fieldSize(":authority", h.authority)
 	if h.path != "" {
-		h.size += fieldSize(":path", h.path) + fieldSize(":scheme", h.scheme)
+		h.size += fieldSize(":path", h.path) + fieldSize(":scheme", scheme)
 	}
 	if h.extended {
-		h.size += fieldSize(":protocol", h.protocol)
+		h.size += fieldSize(":protocol", protocol[0])
 	}
 
 	_, hasUA := req.Header["User-Agent"]
@@ -170,16 +171,12 @@ func prepareRequest(req *http.Request, compression bool) (requestHead, error) {
 		}
 	}
 	if len(req.Trailer) > 0 {
-		keys := make([]string, 0, len(req.Trailer))
 		for k := range req.Trailer {
-			lk, ok := lowerHeader(k)
-			if !ok || !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidTrailerHeader(k) {
+			if _, ok := lowerHeader(k); !ok || !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidTrailerHeader(k) {
 				return h, &RequestError{Reason: "invalid trailer field name " + strconv.Quote(k)}
 			}
-			keys = append(keys, lk)
 		}
-		h.trailer = strings.Join(keys, ",")
-		h.size += fieldSize("trailer", h.trailer)
+		h.size += fieldSize("trailer", trailerKeys(req.Trailer))
 	}
 	if compression && h.method != http.MethodHead && !h.connect {
 		h.gzip = true
@@ -200,6 +197,26 @@ func prepareRequest(req *http.Request, compression bool) (requestHead, error) {
 		}
 	}
 	return h, nil
+}
+
+// requestScheme is req's :scheme: its URL's, https by default.
+func requestScheme(req *http.Request) string {
+	if req.URL.Scheme == "" {
+		return "https"
+	}
+	return req.URL.Scheme
+}
+
+// trailerKeys is the Trailer field announcing the trailer keys of t,
+// lower-cased (prepareRequest checked them). It is built again where it is
+// written, rather than kept per stream for the rare request with trailers.
+func trailerKeys(t http.Header) string {
+	keys := make([]string, 0, len(t))
+	for k := range t {
+		lk, _ := lowerHeader(k)
+		keys = append(keys, lk)
+	}
+	return strings.Join(keys, ",")
 }
 
 func fieldSize(name, value string) uint64 {
@@ -244,10 +261,10 @@ func encodeRequest(enc *hpack.Encoder, h *requestHead, req *http.Request) {
 	w(":method", h.method)
 	if h.path != "" {
 		w(":path", h.path)
-		w(":scheme", h.scheme)
+		w(":scheme", requestScheme(req))
 	}
 	if h.extended {
-		w(":protocol", h.protocol)
+		w(":protocol", req.Header[":protocol"][0]) // validated by prepareRequest
 	}
 	for k, vv := range req.Header {
 		if k == ":protocol" {
@@ -283,8 +300,8 @@ func encodeRequest(enc *hpack.Encoder, h *requestHead, req *http.Request) {
 	if h.te {
 		w("te", "trailers")
 	}
-	if h.trailer != "" {
-		w("trailer", h.trailer)
+	if len(req.Trailer) > 0 {
+		w("trailer", trailerKeys(req.Trailer))
 	}
 	if h.gzip {
 		w("accept-encoding", "gzip")

@@ -14,7 +14,6 @@ package h2
 // stream leaves the table.
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -52,10 +51,11 @@ var errUploadStopped = errors.New("h2: request body no longer wanted")
 // and what the ClientConn around it needs to deliver it. It is never
 // reused.
 type stream struct {
-	id   uint32
-	ev   StreamEvents
-	req  *http.Request
-	head requestHead
+	id     uint32
+	status int32 // the final response's (receive side; here beside id, where a word has room)
+	ev     StreamEvents
+	req    *http.Request
+	head   requestHead
 
 	// Send side. (Each side's flags sit together: a stream is held per
 	// request in flight, and a flag between wider fields costs a word.)
@@ -74,11 +74,10 @@ type stream struct {
 
 	// Receive side.
 	phase         respPhase
-	started       bool // the first response frame arrived
-	noContent     bool // HEAD, 204, 304: no body whatever content-length says
-	n1xx          int
+	started       bool   // the first response frame arrived
+	noContent     bool   // HEAD, 204, 304: no body whatever content-length says
+	n1xx          int32  // interim responses so far (config.max1xx is at most MaxInt32)
 	hdrBytes      uint64 // header list bytes of the interim responses so far
-	status        int
 	header        http.Header
 	trailer       http.Header
 	contentLength int64 // -1 unknown
@@ -94,15 +93,14 @@ type stream struct {
 	reset      bool  // RST_STREAM sent or received
 	quiet      bool  // ev is not called any more
 	bodyClosed bool  // the caller closed the response body (or it has none)
+	bodyDone   bool  // the ClientConn's: the caller has seen the body's end or closed it
 	err        error // terminal error
 	deferred   error // the connection failed while the opening HEADERS were being written
 
 	// The ClientConn's part.
-	cc       *ClientConn
-	ctx      context.Context
-	res      *http.Response
-	stopCtx  func() bool // stops watching ctx once the body is done
-	bodyDone bool        // the caller has seen the body's end or closed it
+	cc      *ClientConn
+	res     *http.Response
+	stopCtx func() bool // stops watching ctx once the body is done
 }
 
 // machine is the protocol state of one HTTP/2 client connection.
@@ -693,7 +691,7 @@ func parseStatus(fields []hpack.HeaderField) (int, bool) {
 
 func (m *machine) onInformational(now time.Time, st *stream, status int, fields []hpack.HeaderField, size uint64) {
 	st.n1xx++
-	if st.n1xx > m.cfg.max1xx {
+	if int(st.n1xx) > m.cfg.max1xx {
 		m.streamError(now, st, http2.ErrCodeEnhanceYourCalm, ErrTooManyInformational)
 		return
 	}
@@ -712,7 +710,7 @@ func (m *machine) onFinalHeaders(now time.Time, st *stream, status int, fields [
 		m.streamError(now, st, http2.ErrCodeProtocol, errors.New("invalid content-length")) // §8.1.1
 		return
 	}
-	st.status = status
+	st.status = int32(status) // three digits (parseStatus)
 	st.header = buildHeader(fields)
 	// §8.1.1: a response with no content may announce a length.
 	st.noContent = st.head.method == http.MethodHead || status == 204 || status == 304

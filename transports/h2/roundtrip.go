@@ -59,7 +59,7 @@ func (cc *ClientConn) RoundTrip(req *http.Request, ev StreamEvents) (*http.Respo
 		}
 	}
 	ctx := req.Context()
-	st := &stream{cc: cc, ev: ev, req: req, head: head, ctx: ctx, wakeResp: make(chan struct{}, 1)}
+	st := &stream{cc: cc, ev: ev, req: req, head: head, wakeResp: make(chan struct{}, 1)}
 	if (head.hasBody() || len(req.Trailer) > 0) && early == nil {
 		st.wakeSend = make(chan struct{}, 1)
 	}
@@ -168,7 +168,7 @@ type respState struct {
 // and releases it at once when the response has no body. The caller
 // holds the lock.
 func (cc *ClientConn) responseState(st *stream) respState {
-	rs := respState{status: st.status, header: st.header, contentLength: st.contentLength}
+	rs := respState{status: int(st.status), header: st.header, contentLength: st.contentLength}
 	ended := st.phase == respDone && st.buf.n == 0 && st.err == nil && st.trailer == nil
 	if ended && rs.contentLength < 0 && st.head.method != http.MethodHead {
 		rs.contentLength = 0
@@ -223,8 +223,8 @@ func (cc *ClientConn) response(st *stream, rs respState) *http.Response {
 		res.Uncompressed = true
 		res.Body = &gzipBody{body: st}
 	}
-	if st.ctx.Done() != nil {
-		stop := context.AfterFunc(st.ctx, func() { cc.cancelStream(st, st.ctx.Err()) })
+	if ctx := st.req.Context(); ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { cc.cancelStream(st, ctx.Err()) })
 		cc.mu.Lock()
 		st.stopCtx = stop
 		cc.mu.Unlock()
@@ -266,9 +266,9 @@ func (st *stream) Read(p []byte) (int, error) {
 		cc.mu.Unlock()
 		select {
 		case <-st.wakeResp:
-		case <-st.ctx.Done():
+		case <-st.req.Context().Done():
 			cc.mu.Lock()
-			cc.m.cancel(time.Now(), st, st.ctx.Err())
+			cc.m.cancel(time.Now(), st, st.req.Context().Err())
 			cc.unlock()
 		}
 		cc.mu.Lock()
@@ -470,9 +470,9 @@ func (cc *ClientConn) waitSend(st *stream) bool {
 	select {
 	case <-st.wakeSend:
 		return true
-	case <-st.ctx.Done():
+	case <-st.req.Context().Done():
 		cc.mu.Lock()
-		cc.m.cancel(time.Now(), st, st.ctx.Err())
+		cc.m.cancel(time.Now(), st, st.req.Context().Err())
 		cc.unlock()
 		return false
 	}

@@ -174,6 +174,7 @@ func (m *floorMachine) machine() *floorMachine { return m }
 // start initialises core for req and makes it m's machine.
 func (m *floorMachine) start(core *recorder.Core, req *http.Request, clock recorder.Clock) {
 	core.InitUnarmed(machineRequest(req), fsm.Limits{}, clock, nil)
+	core.SkipEvents() // as replaysafe without an observer
 	m.rec = core
 }
 

@@ -104,6 +104,7 @@ func (f *H1Floor) RoundTrip(req *http.Request) (*http.Response, error) {
 		a = &d.h1FloorAttempt
 		a.rec = &d.r
 		d.r.InitUnarmed(machineRequest(req), fsm.Limits{}, f.clock, nil)
+		d.r.SkipEvents() // as replaysafe without an observer
 		trace = d.r.ClientTrace()
 	}
 	a.f = f
