@@ -138,6 +138,8 @@ func TestCoverageCallHedgeSteps(t *testing.T) {
 		{"a hedge after a copy failed: the third copy, then none", hedgePolicy(2, false), []step{
 			h(hedgeOn, 1), s(ccFail(fsm.RuleTimeout), copyFailed, 1), h(hedgeOn, 2), h(hedgeRefused, 2),
 			s(ccFail(fsm.RuleTimeout), copyFailed, 2), s(ccFail(fsm.RuleNoSecondResend), ccFailed(fsm.RuleRetryExhausted), 3)}},
+		{"a copy fails, a second hedge delivers: the failed copy, the canceled one and the winner", hedgePolicy(2, false), []step{
+			h(hedgeOn, 1), s(ccFail(fsm.RuleTimeout), copyFailed, 1), h(hedgeOn, 2), s(ccStatus(200), ccDeliver(fsm.RuleDeliverFinalResponse), 3)}},
 		{"a hedge after delivery changes nothing", hedgePolicy(1, false), []step{
 			s(ccStatus(200), ccDeliver(fsm.RuleDeliverFinalResponse), 1), h(ccDeliver(fsm.RuleDeliverFinalResponse), 1)}},
 		{"a refused hedge leaves the copy's own decision", hedgePolicy(0, false), []step{
