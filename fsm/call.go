@@ -253,11 +253,12 @@ func (c *Call) Step(o Outcome) CallDecision {
 	if o.Facts&FactBodyRead != 0 {
 		c.bodyRead = true
 	}
-	c.decision = c.decide(next, &o)
-	if c.decision.Rule == RuleTooEarly {
+	d := c.decide(next, &o)
+	if d.Rule == RuleTooEarly {
 		c.tooEarly = true
 	}
-	return c.decision
+	c.decision = d
+	return d
 }
 
 // Hedge decides, when the hedge delay has passed and no copy of the call
@@ -274,20 +275,20 @@ func (c *Call) Hedge(budget bool) CallDecision {
 	if c.final() {
 		return c.decision
 	}
-	c.decision = CallDecision{Action: ActionContinue, Rule: RuleHedgeRefused}
-	r := c.req
-	switch {
-	case c.retry.Hedges == 0 || c.hedges >= c.retry.Hedges || !c.retry.On():
+	d := CallDecision{Action: ActionContinue, Rule: RuleHedgeRefused}
+	switch r := &c.req; {
+	case c.hedges >= c.retry.Hedges || c.retry.Attempts == 0: // no hedges, or none left
 	case r.ResendOff || r.RetryPolicy || !r.Body.Reproducible():
 	case !r.Method.Idempotent() && !(r.IdempotencyKey && c.retry.HedgeKeyed):
-	case int(c.made)+int(c.live)+2 > int(c.retry.max()): // the copy in flight and this one
+	case int(c.made)+int(c.live)+2 > int(c.retry.Attempts): // the copy in flight and this one
 	case !budget:
 	default:
 		c.live++
 		c.hedges++
-		c.decision = CallDecision{Action: ActionResend, Rule: RuleHedge}
+		d = CallDecision{Action: ActionResend, Rule: RuleHedge}
 	}
-	return c.decision
+	c.decision = d
+	return d
 }
 
 // decide applies the call rules, in the order of spec/ruledata, to the
