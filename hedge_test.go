@@ -14,6 +14,7 @@ import (
 	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/replaysafetest"
 	"github.com/replaysafe/replaysafe/replaysafetest/h2server"
+	"github.com/replaysafe/replaysafe/replaysafetest/h3server"
 )
 
 // Hedging (Retry.Hedge; fsm.Call.Hedge, rules hedge, hedge-refused and
@@ -423,5 +424,35 @@ func TestHedgeStopsAtMax(t *testing.T) {
 	sameCopies(t, s, "/m", 2)
 	if hs.hedges() != 1 {
 		t.Errorf("%d hedges, want 1", hs.hedges())
+	}
+}
+
+// TestHedgeH3AnotherConnection: over HTTP/3, as over HTTP/2, the hedge
+// goes on a new QUIC connection beside the stalled copy's, the server
+// receives two identical copies, and the loser is canceled by the
+// client: its report comes while the server still holds it (a GET's
+// stream has its FIN, so the server, which reads no more, cannot see the
+// client stop it).
+func TestHedgeH3AnotherConnection(t *testing.T) {
+	s := startH3(t, h3Script(
+		[]h3server.Action{h3server.OK("warm"), h3server.Hang(time.Minute)},
+		[]h3server.Action{h3server.OK("ok")},
+	))
+	tr, obs := h3Client(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 2, Hedge: hedgeDelay}})
+	code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/warm", ""))
+	if err != nil || code != 200 || body != "warm" {
+		t.Fatalf("warm-up: %d %q %v", code, body, err)
+	}
+	code, body, err = roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/h", ""))
+	if err != nil || code != 200 || body != "ok" {
+		t.Fatalf("hedged: %d %q %v", code, body, err)
+	}
+	wantH3Copies(t, s, "/h", 0, 1)
+	as := waitAttempts(t, obs, "/h", 2) // within 5 s: the hang lasts a minute
+	slices.SortFunc(as, func(x, y replaysafe.AttemptReport) int { return x.Number - y.Number })
+	if !as[0].Reused || as[0].Hedge || as[0].Decision.Rule != fsm.RuleCanceled || as[0].Call.Rule != fsm.RuleHedgeCopyFailed ||
+		as[1].Reused || !as[1].Hedge || as[1].Call.Rule != fsm.RuleDeliverFinalResponse {
+		t.Errorf("first copy reused %v hedge %v %v / %v, second reused %v hedge %v %v; want a pooled first copy canceled as the loser and a hedge on a new connection that delivered",
+			as[0].Reused, as[0].Hedge, as[0].Decision, as[0].Call, as[1].Reused, as[1].Hedge, as[1].Call)
 	}
 }
