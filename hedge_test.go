@@ -362,14 +362,7 @@ func TestHedgeH2AnotherConnection(t *testing.T) {
 		cfg.TLS = useTLS
 		s := startH2(t, cfg)
 		tr, obs := h2Client(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 2, Hedge: hedgeDelay}})
-		code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/warm", ""))
-		if err != nil || code != 200 || body != "warm" {
-			t.Fatalf("warm-up: %d %q %v", code, body, err)
-		}
-		code, body, err = roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/h", ""))
-		if err != nil || code != 200 || body != "ok" {
-			t.Fatalf("hedged: %d %q %v", code, body, err)
-		}
+		warmThenHedged(t, tr, s.URL())
 		wantH2Copies(t, s, "/h", 0, 1)
 		cs := h2Copies(s, "/h")
 		if !slices.Equal(cs[0].Fields, cs[1].Fields) || !bytes.Equal(cs[0].Body, cs[1].Body) {
@@ -391,6 +384,20 @@ func TestHedgeH2AnotherConnection(t *testing.T) {
 				as[0].Reused, as[0].Hedge, as[1].Reused, as[1].Hedge)
 		}
 	})
+}
+
+// warmThenHedged pools a connection with a GET of /warm, then makes the
+// hedged GET of /h, which must deliver "ok".
+func warmThenHedged(t *testing.T, tr *replaysafe.Transport, base string) {
+	t.Helper()
+	code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", base+"/warm", ""))
+	if err != nil || code != 200 || body != "warm" {
+		t.Fatalf("warm-up: %d %q %v", code, body, err)
+	}
+	code, body, err = roundTrip(tr, newRequest(t, t.Context(), "GET", base+"/h", ""))
+	if err != nil || code != 200 || body != "ok" {
+		t.Fatalf("hedged: %d %q %v", code, body, err)
+	}
 }
 
 // waitAttempts waits, a bounded while, until the Observer has the
@@ -439,14 +446,7 @@ func TestHedgeH3AnotherConnection(t *testing.T) {
 		[]h3server.Action{h3server.OK("ok")},
 	))
 	tr, obs := h3Client(t, s, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 2, Hedge: hedgeDelay}})
-	code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/warm", ""))
-	if err != nil || code != 200 || body != "warm" {
-		t.Fatalf("warm-up: %d %q %v", code, body, err)
-	}
-	code, body, err = roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+"/h", ""))
-	if err != nil || code != 200 || body != "ok" {
-		t.Fatalf("hedged: %d %q %v", code, body, err)
-	}
+	warmThenHedged(t, tr, s.URL())
 	wantH3Copies(t, s, "/h", 0, 1)
 	as := waitAttempts(t, obs, "/h", 2) // within 5 s: the hang lasts a minute
 	slices.SortFunc(as, func(x, y replaysafe.AttemptReport) int { return x.Number - y.Number })
