@@ -187,6 +187,31 @@ func TestH3RejectedResentOnNewConnection(t *testing.T) {
 	}
 }
 
+// TestH3RejectedConnectionStaysForOthers: H3_REQUEST_REJECTED rejects a
+// request, not its connection. The resend goes on a new connection (the
+// server may be draining, its GOAWAY behind the rejection), but with no
+// GOAWAY the rejecting connection stays pooled, and the next request
+// takes it: no dial per rejection.
+func TestH3RejectedConnectionStaysForOthers(t *testing.T) {
+	s := startH3(t, h3Script(
+		[]h3server.Action{h3server.OK("warm"), h3server.Reject(), h3server.OK("next")},
+		[]h3server.Action{h3server.OK("ok")},
+	))
+	tr, obs := h3Client(t, s, replaysafe.Options{})
+	for _, c := range []struct{ path, body string }{{"/warm", "warm"}, {"/p", "ok"}, {"/next", "next"}} {
+		code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+c.path, ""))
+		if err != nil || code != 200 || body != c.body {
+			t.Fatalf("%s: %d %q %v", c.path, code, body, err)
+		}
+	}
+	wantH3Copies(t, s, "/p", 0, 1)
+	wantH3Copies(t, s, "/next", 0)
+	wantDecisions(t, obs, "/p", fsm.RuleEvidenceRequestRejected, fsm.RuleDeliverFinalResponse)
+	if n := len(s.Conns()); n != 2 {
+		t.Errorf("the server accepted %d connections, want 2: the first and the resend's", n)
+	}
+}
+
 func TestH3RejectEverythingTwoCopies(t *testing.T) {
 	s := startH3(t, h3server.Config{Default: h3server.Every(h3server.Reject())})
 	tr, _ := h3Client(t, s, replaysafe.Options{})

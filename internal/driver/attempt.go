@@ -78,6 +78,12 @@ type attemptWire interface {
 	// server resetting the attempt's stream alone, its connection still
 	// open: no loss of the connection. HTTP/1.1: false.
 	streamReset(err error) bool
+	// rejectedAlone reports whether an attempt decided by rule was
+	// rejected by the server alone, on a connection that stays open
+	// with no GOAWAY: HTTP/3's H3_REQUEST_REJECTED (RS15). The connection
+	// stays pooled for other requests, but the resend never takes it
+	// (spec/choices.md, choice 22). HTTP/1.1 and HTTP/2: false.
+	rejectedAlone(rule fsm.Rule) bool
 	// connLost tells the pool of key that the attempt's connection died
 	// under it, so that refused dials to the route soon after are taken
 	// for a restart (pool.Down.Lost).
@@ -444,7 +450,8 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 		}
 	}
 	reset := a.wire != nil && a.wire.streamReset(err)
-	if a.wire != nil && connDeath(d.Rule) && !streamOnly(d.Rule) && !reset {
+	alone := a.wire != nil && a.wire.rejectedAlone(d.Rule)
+	if a.wire != nil && connDeath(d.Rule) && !streamOnly(d.Rule) && !reset && !alone {
 		a.wire.connLost(a.tr.key)
 	}
 	displaced := a.wire != nil && d.Action == fsm.ActionResend
@@ -461,12 +468,15 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 		// the pool from now on (or, after REFUSED_STREAM, the same one),
 		// and shares it with the other requests displaced with it
 		// (choice 23).
+		// After H3_REQUEST_REJECTED on a connection that stays open
+		// (alone), that connection is marked failed for the resend, which
+		// never takes it, but stays pooled for the others.
 		after, same = a.wire.resendFrom(!streamOnly(d.Rule))
 		if !streamOnly(d.Rule) {
 			same = nil
 		}
 	}
-	a.endWire(d, false, keep)
+	a.endWire(d, false, keep || alone)
 	a.cancel(nil)
 	var lost bool
 	a.cd, lost = a.stepCopy(fsm.Outcome{Decision: d, Facts: a.rec.Facts()})

@@ -156,6 +156,8 @@ func (w *h1Wire) resendFrom(bool) (uint64, any) { return 0, nil }
 // own to reset.
 func (w *h1Wire) streamReset(error) bool { return false }
 
+func (w *h1Wire) rejectedAlone(fsm.Rule) bool { return false }
+
 // resendLost does nothing: an HTTP/1.1 resend has its connection alone.
 func (w *h1Wire) resendLost() {}
 

@@ -262,6 +262,10 @@ func (s *h2Stream) resendFrom(connFailed bool) (uint64, any) {
 
 // streamReset reports whether the server reset the stream (a remote
 // *h2.StreamError) while the connection stays open.
+// rejectedAlone reports false: REFUSED_STREAM's connection stays pooled
+// by streamOnly, and the resend may take it.
+func (s *h2Stream) rejectedAlone(fsm.Rule) bool { return false }
+
 func (s *h2Stream) streamReset(err error) bool {
 	se, ok := errors.AsType[*h2.StreamError](err)
 	return ok && se.Remote && !s.hc.cc.Closed()

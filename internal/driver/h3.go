@@ -338,6 +338,19 @@ func (s *h3Stream) resendFrom(connFailed bool) (uint64, any) {
 	return s.t.h3pool.Mark(), s.hc
 }
 
+// rejectedAlone reports H3_REQUEST_REJECTED (RS15) on a QUIC connection
+// that is open and received no GOAWAY: the server rejected the request,
+// not the connection. The resend still avoids it, since a draining
+// server's GOAWAY may trail the rejection on the control stream; the
+// other requests keep it, and they meet any GOAWAY first (choice 22).
+func (s *h3Stream) rejectedAlone(rule fsm.Rule) bool {
+	if rule != fsm.RuleEvidenceRequestRejected || s.hc.qc.Context().Err() != nil {
+		return false
+	}
+	_, goAway := s.hc.watch.GoAway()
+	return !goAway
+}
+
 // streamReset reports whether the server reset the request stream (a
 // remote *quic.StreamError) while the QUIC connection stays open.
 func (s *h3Stream) streamReset(err error) bool {
