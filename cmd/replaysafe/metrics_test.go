@@ -72,8 +72,15 @@ func scrape(t *testing.T, url, name string, match ...string) (float64, string) {
 	if err != nil || resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
 		t.Fatalf("scrape: %d %q %v", resp.StatusCode, resp.Header.Get("Content-Type"), err)
 	}
+	return sumSamples(t, string(body), name, match...), string(body)
+}
+
+// sumSamples returns the sum of the samples of name in the exposition
+// body whose labels contain every one of match (`key="value"`).
+func sumSamples(t *testing.T, body, name string, match ...string) float64 {
+	t.Helper()
 	var sum float64
-	sc := bufio.NewScanner(strings.NewReader(string(body)))
+	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
 		line := sc.Text()
 		if strings.HasPrefix(line, "#") {
@@ -96,7 +103,7 @@ func scrape(t *testing.T, url, name string, match ...string) (float64, string) {
 			sum += v
 		}
 	}
-	return sum, string(body)
+	return sum
 }
 
 // TestForwardMetrics: `replaysafe forward -metrics` serves the egress
@@ -186,7 +193,7 @@ func TestEgressMetricsForget(t *testing.T) {
 		}
 		o.OnAttempt(replaysafe.AttemptReport{Request: req, Number: 2, Call: last, Err: err})
 	}
-	if len(m.starts) != 0 || len(m.prev) != 0 {
-		t.Errorf("%d starts and %d decisions kept after the calls ended", len(m.starts), len(m.prev))
+	if len(m.calls) != 0 {
+		t.Errorf("%d calls kept after they ended", len(m.calls))
 	}
 }
