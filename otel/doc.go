@@ -19,7 +19,11 @@
 // Attempt spans are recorded when the attempt is over (the Transport
 // reports it then), with the attempt's real start time when the
 // Observer's OnAttemptStart reported it; they are not propagated in the
-// request's headers.
+// request's headers. Each copy of a hedged call (replaysafe.Retry.Hedge)
+// is an attempt span of its own, the copies in flight at once; the call
+// span ends once the call delivered or failed and every copy that
+// started was reported, a copy that lost to another's response
+// included, so it ends after all of them.
 //
 // Attributes, on the call span and on every attempt span unless said:
 //
@@ -37,14 +41,16 @@
 //   - http.request.resend_count (attempt): on every attempt after the
 //     first, its ordinal: 1 for the second attempt, whatever its cause.
 //   - replaysafe.attempt (attempt): "original", "resend" (the automatic
-//     resend) or "retry" (a configured retry, or a retry after 425).
+//     resend), "retry" (a configured retry, or a retry after 425) or
+//     "hedge" (a copy sent while another copy of the call was in flight,
+//     made by RS29).
 //   - replaysafe.rule (attempt): the ID of the call rule that decided
 //     how the call went on after the attempt (RS02 delivered, RS20
 //     resent, RS23 retried, RS18 failed, RS27 the budget refused, ...).
 //     On the call span: the rule that ended the call.
 //   - replaysafe.resend_rule (attempt): on every attempt after the
-//     first, the ID of the rule that made it (the previous attempt's
-//     replaysafe.rule).
+//     first, the ID of the rule that made it: the replaysafe.rule of the
+//     attempt that was resent or retried, or RS29 for a hedge.
 //   - replaysafe.connection.reused (attempt): whether the attempt ran
 //     on a pooled connection.
 //   - replaysafe.attempts (call): the number of wire attempts.
@@ -66,13 +72,17 @@
 //     or error.type, and replaysafe.attempt.
 //   - replaysafe.client.attempts (counter, {attempt}): wire attempts,
 //     with replaysafe.attempt, replaysafe.rule, replaysafe.outcome
-//     ("deliver", "fail", "resend", "retry": how the call went on),
-//     http.request.method, server.address, network.protocol.version.
+//     ("deliver", "fail", "resend", "retry", or "continue" for a copy of
+//     a hedged call that failed beside another or lost to another's
+//     response, RS31: how the call went on), http.request.method,
+//     server.address, network.protocol.version.
 //   - replaysafe.client.resends (counter, {resend}): automatic resends,
 //     with replaysafe.rule, http.request.method, server.address,
 //     network.protocol.version (of the attempt resent).
 //   - replaysafe.client.retries (counter, {retry}): configured retries,
-//     with the same attributes.
+//     with the same attributes. Neither counts hedges.
+//   - replaysafe.client.hedges (counter, {hedge}): hedges sent, with
+//     http.request.method and server.address.
 //   - replaysafe.client.retry.delay (histogram, s): the wait before each
 //     configured retry, with replaysafe.rule and server.address.
 //   - replaysafe.client.failures (counter, {call}): calls that failed,

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -27,7 +28,9 @@ const ScopeName = "github.com/replaysafe/replaysafe/otel"
 // The attributes this package adds where the semantic conventions have
 // none (see the package doc).
 const (
-	// AttemptKey is the attempt's kind: "original", "resend" or "retry".
+	// AttemptKey is the attempt's kind: "original", "resend" (the
+	// automatic resend), "retry" (a configured retry) or "hedge" (a copy
+	// sent while another copy of the call was in flight, Retry.Hedge).
 	AttemptKey = attribute.Key("replaysafe.attempt")
 	// RuleKey is the ID of the rule that decided how the call went on
 	// after the attempt (on a call, the rule that ended it).
@@ -35,7 +38,9 @@ const (
 	// ResendRuleKey is the ID of the rule that made a repeated attempt.
 	ResendRuleKey = attribute.Key("replaysafe.resend_rule")
 	// OutcomeKey is how the call went on after an attempt: "deliver",
-	// "fail", "resend" or "retry".
+	// "fail", "resend", "retry", or "continue" (a copy of a hedged call
+	// that failed beside another, or lost to another's response: the
+	// call went on with the others).
 	OutcomeKey = attribute.Key("replaysafe.outcome")
 	// ReusedKey says whether the attempt ran on a pooled connection.
 	ReusedKey = attribute.Key("replaysafe.connection.reused")
@@ -87,6 +92,7 @@ type instruments struct {
 	attempts      metric.Int64Counter
 	resends       metric.Int64Counter
 	retries       metric.Int64Counter
+	hedges        metric.Int64Counter
 	retryDelay    metric.Float64Histogram
 	failures      metric.Int64Counter
 	budgetRefusal metric.Int64Counter
@@ -130,9 +136,10 @@ func New(o Options) (*Instrumentation, error) {
 	in.m = instruments{
 		duration: f64h("http.client.request.duration", "Duration of HTTP client requests: each wire attempt.",
 			metric.WithExplicitBucketBoundaries(durationBuckets...)),
-		attempts:      i64c("replaysafe.client.attempts", "Wire attempts, by kind and the rule that decided how the call went on.", "{attempt}"),
+		attempts:      i64c("replaysafe.client.attempts", "Wire attempts, by kind (original, resend, retry, hedge) and the rule that decided how the call went on.", "{attempt}"),
 		resends:       i64c("replaysafe.client.resends", "Automatic resends, by the rule that allowed them.", "{resend}"),
 		retries:       i64c("replaysafe.client.retries", "Configured retries, by the rule that allowed them.", "{retry}"),
+		hedges:        i64c("replaysafe.client.hedges", "Hedges sent: copies started while another copy of the call was in flight (RS29).", "{hedge}"),
 		retryDelay:    f64h("replaysafe.client.retry.delay", "The wait before each configured retry."),
 		failures:      i64c("replaysafe.client.failures", "Calls that failed, by the rule that decided.", "{call}"),
 		budgetRefusal: i64c("replaysafe.client.retry_budget.refusals", "Retries the route's retry budget refused (RS27).", "{retry}"),
@@ -233,7 +240,8 @@ func (in *Instrumentation) conn(e replaysafe.ConnEvent) {
 	}
 }
 
-// attemptStart notes when a call's next attempt started.
+// attemptStart notes when a copy of a call started, and its kind, and
+// counts a hedge.
 func (in *Instrumentation) attemptStart(s replaysafe.AttemptStart) {
 	c := in.lookup(s.Request)
 	if c == nil {
@@ -241,24 +249,79 @@ func (in *Instrumentation) attemptStart(s replaysafe.AttemptStart) {
 	}
 	now := time.Now()
 	c.mu.Lock()
-	c.nextStart = now
+	if c.ended {
+		c.mu.Unlock()
+		return // its call span ended as this copy started (see call)
+	}
+	kind, cause := attemptKind(s.Number, s.Hedge, c.resent)
+	c.started++
+	c.copies = append(c.copies, copyStart{number: s.Number, at: now, kind: kind, cause: cause})
 	c.mu.Unlock()
+	if s.Hedge {
+		in.m.hedges.Add(c.ctx, 1, metric.WithAttributes(c.short...))
+	}
 }
 
 // call is what is known of one call between its hooks.
+//
+// A hedged call has several copies in flight at once, and a copy that
+// lost to another's response may be reported after the winner's final
+// report, even after OnResponse. The call span ends, and the call is
+// forgotten, once the call is over (delivered: its final report and
+// OnResponse; failed: OnError) and every copy that started was reported,
+// so that each copy's span is a child of a call span that ends after it.
+// A copy the Transport starts after that (a hedge launched just as
+// another copy won) gets no span and is not counted.
 type call struct {
 	ctx   context.Context // the call span's
 	span  trace.Span
 	route []attribute.KeyValue // method, url.full, server.address, server.port
 	short []attribute.KeyValue // method, server.address: the metrics' route
 
-	mu        sync.Mutex
-	nextStart time.Time        // when the next attempt started, as far as known
-	prev      fsm.CallDecision // the decision after the previous attempt
-	attempts  int
-	status    int  // the delivered response's status (OnResponse)
-	final     bool // the attempt that ended the call was reported
-	responded bool // OnResponse ran
+	mu                sync.Mutex
+	copies            []copyStart      // the copies started and not yet reported
+	started, reported int              // copies, counted apart from copies: a report without its start still counts
+	nextStart         time.Time        // an attempt's start when OnAttemptStart was not seen: the previous one's end and wait
+	resent            fsm.CallDecision // the last decision that resent the call (ActionResend): the next copy's cause
+	attempts          int
+	status            int      // the delivered response's status (OnResponse)
+	final             bool     // the attempt that ended the call was reported (deliver or fail)
+	rule              fsm.Rule // the rule that ended the call
+	responded         bool     // OnResponse ran
+	failed            bool     // OnError ran
+	ended             bool     // the call span ended
+}
+
+// copyStart is when one copy of a call started, its replaysafe.attempt
+// kind and the rule that made it, decided then: the decision that made
+// a copy is the one before it started, not the one before it ended.
+type copyStart struct {
+	number int
+	at     time.Time
+	kind   string
+	cause  fsm.Rule
+}
+
+// take removes and returns the start of copy number; c.mu is held.
+func (c *call) take(number int) (copyStart, bool) {
+	for i, s := range c.copies {
+		if s.number == number {
+			c.copies = slices.Delete(c.copies, i, i+1)
+			return s, true
+		}
+	}
+	return copyStart{}, false
+}
+
+// overLocked reports whether the call span is to end now: the call is
+// over and no copy of it is still to be reported. It marks it ended, so
+// that only one hook ends it; c.mu is held.
+func (c *call) overLocked() bool {
+	if c.ended || c.reported < c.started || !(c.failed || c.final && c.responded) {
+		return false
+	}
+	c.ended = true
+	return true
 }
 
 // Observer returns next with the Instrumentation's hooks added: each of
@@ -332,17 +395,19 @@ func (in *Instrumentation) forget(req *http.Request, c *call) {
 	in.mu.Unlock()
 }
 
-// attemptKind names an attempt as replaysafe.attempt does: how the
-// decision before it went on.
-func attemptKind(number int, prev fsm.CallDecision) string {
+// attemptKind names a copy as replaysafe.attempt does, and returns the
+// rule that made it: a hedge (RS29), the original, or by the decision
+// that resent the call before the copy started.
+func attemptKind(number int, hedge bool, resent fsm.CallDecision) (string, fsm.Rule) {
 	switch {
+	case hedge:
+		return "hedge", fsm.RuleHedge
 	case number <= 1:
-		return "original"
-	case prev.Retry:
-		return "retry"
-	default:
-		return "resend"
+		return "original", fsm.RuleNone
+	case resent.Retry:
+		return "retry", resent.Rule
 	}
+	return "resend", resent.Rule
 }
 
 // outcome names how the call went on after an attempt.
@@ -354,9 +419,10 @@ func outcome(d fsm.CallDecision) string {
 		return "resend"
 	case d.Action == fsm.ActionDeliver:
 		return "deliver"
-	default:
-		return "fail"
+	case d.Action == fsm.ActionContinue:
+		return "continue" // a hedged copy that failed or lost beside another
 	}
+	return "fail"
 }
 
 // protoVersion is network.protocol.version of an attempt's protocol, or
@@ -390,25 +456,30 @@ func (in *Instrumentation) attempt(r replaysafe.AttemptReport) {
 	}
 	end := time.Now()
 	c.mu.Lock()
-	start, prev, status := c.nextStart, c.prev, r.Status
-	c.prev = r.Call
+	if c.ended {
+		c.mu.Unlock()
+		return // a copy that started as its call span ended (see call)
+	}
+	s, ok := c.take(r.Number)
+	if !ok {
+		s.at = c.nextStart
+		s.kind, s.cause = attemptKind(r.Number, r.Hedge, c.resent)
+	}
+	status := r.Status
 	c.attempts = max(c.attempts, r.Number)
 	c.nextStart = end.Add(max(r.Call.Delay, 0))
-	final := r.Call.Action != fsm.ActionResend
-	if final {
-		c.final = true
+	if r.Call.Action == fsm.ActionResend {
+		c.resent = r.Call
 	}
-	// A call that delivered ends with the later of OnResponse and its
-	// last attempt (reported when the body is done); one that failed,
-	// in OnError.
-	delivered := final && c.responded
-	if status == 0 && delivered {
+	if r.Call.Action == fsm.ActionDeliver || r.Call.Action == fsm.ActionFail {
+		c.final, c.rule = true, r.Call.Rule
+	}
+	if status == 0 && r.Call.Action == fsm.ActionDeliver && c.responded {
 		status = c.status
 	}
-	done := delivered
 	c.mu.Unlock()
 
-	kind := attemptKind(r.Number, prev)
+	start, kind := s.at, s.kind
 	proto := protoVersion(attemptProto(r.Events))
 	attrs := make([]attribute.KeyValue, 0, len(c.route)+10)
 	attrs = append(attrs, c.route...)
@@ -417,7 +488,7 @@ func (in *Instrumentation) attempt(r replaysafe.AttemptReport) {
 	}
 	attrs = append(attrs, AttemptKey.String(kind), RuleKey.String(r.Call.Rule.ID()), ReusedKey.Bool(r.Reused))
 	if r.Number > 1 {
-		attrs = append(attrs, semconv.HTTPRequestResendCount(r.Number-1), ResendRuleKey.String(prev.Rule.ID()))
+		attrs = append(attrs, semconv.HTTPRequestResendCount(r.Number-1), ResendRuleKey.String(s.cause.ID()))
 	}
 	errType := ""
 	switch {
@@ -439,7 +510,7 @@ func (in *Instrumentation) attempt(r replaysafe.AttemptReport) {
 	} else if errType != "" {
 		span.SetStatus(codes.Error, "")
 	}
-	if !delivered || r.Number > 1 {
+	if r.Call.Action != fsm.ActionDeliver || r.Number > 1 {
 		span.AddEvent("replaysafe.trace", trace.WithTimestamp(end), trace.WithAttributes(TraceKey.String(r.Trace)))
 	}
 	span.End(trace.WithTimestamp(end))
@@ -481,8 +552,14 @@ func (in *Instrumentation) attempt(r replaysafe.AttemptReport) {
 	case r.Call.Rule == fsm.RuleRetryBudget:
 		in.m.budgetRefusal.Add(ctx, 1, metric.WithAttributes(c.short[len(c.short)-1]))
 	}
+	// The copy counts as reported once its span ended: the hook that
+	// ends the call span, this one or another copy's, does so after it.
+	c.mu.Lock()
+	c.reported++
+	done := c.overLocked()
+	c.mu.Unlock()
 	if done {
-		in.endCall(r.Request, c, r.Call.Rule, end)
+		in.endCall(r.Request, c)
 	}
 }
 
@@ -494,8 +571,7 @@ func (in *Instrumentation) response(req *http.Request, resp *http.Response) {
 	c.mu.Lock()
 	c.status = resp.StatusCode
 	c.responded = true
-	done := c.final
-	rule := c.prev.Rule
+	done := c.overLocked()
 	c.mu.Unlock()
 	c.span.SetAttributes(semconv.HTTPResponseStatusCode(resp.StatusCode))
 	if resp.StatusCode >= 400 {
@@ -503,7 +579,7 @@ func (in *Instrumentation) response(req *http.Request, resp *http.Response) {
 		c.span.SetStatus(codes.Error, "")
 	}
 	if done {
-		in.endCall(req, c, rule, time.Now())
+		in.endCall(req, c)
 	}
 }
 
@@ -526,7 +602,15 @@ func (in *Instrumentation) fail(req *http.Request, err error) {
 	in.m.failures.Add(c.ctx, 1, metric.WithAttributes(attrs...))
 	c.span.SetAttributes(semconv.ErrorTypeKey.String(errType))
 	c.span.SetStatus(codes.Error, err.Error())
-	in.endCall(req, c, rule, time.Now())
+	// A copy of an earlier try (a hedge's loser) may still be in flight:
+	// the span then ends with its report.
+	c.mu.Lock()
+	c.failed, c.rule = true, rule
+	done := c.overLocked()
+	c.mu.Unlock()
+	if done {
+		in.endCall(req, c)
+	}
 }
 
 // ruleID is r's ID, or "none" for RuleNone and an invalid rule.
@@ -537,13 +621,15 @@ func ruleID(r fsm.Rule) string {
 	return "none"
 }
 
-func (in *Instrumentation) endCall(req *http.Request, c *call, rule fsm.Rule, end time.Time) {
+// endCall ends the call span of c, which overLocked said is over: now,
+// after every span of its copies.
+func (in *Instrumentation) endCall(req *http.Request, c *call) {
 	in.forget(req, c)
 	c.mu.Lock()
-	n := c.attempts
+	n, rule := c.attempts, c.rule
 	c.mu.Unlock()
 	c.span.SetAttributes(AttemptsKey.Int(n), RuleKey.String(ruleID(rule)))
-	c.span.End(trace.WithTimestamp(end))
+	c.span.End()
 }
 
 // routeAttrs returns http.request.method, url.full and, when the URL

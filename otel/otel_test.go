@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -220,6 +222,7 @@ var (
 	resend   = attribute.String("replaysafe.attempt", "resend")
 	retry    = attribute.String("replaysafe.attempt", "retry")
 	original = attribute.String("replaysafe.attempt", "original")
+	hedge    = attribute.String("replaysafe.attempt", "hedge")
 )
 
 func rule(r fsm.Rule) attribute.KeyValue { return attribute.String("replaysafe.rule", r.ID()) }
@@ -509,4 +512,225 @@ func TestCallSpanUnderCallerSpan(t *testing.T) {
 		}
 	}
 	wantSum(t, r, n, "replaysafe.client.attempts", original, rule(fsm.RuleDeliverFinalResponse), attribute.String("network.protocol.version", "2"))
+}
+
+// hook is one Observer call of a scripted hedged call: a copy's start,
+// its report with call, OnResponse or OnError.
+type hook struct {
+	what   byte // 's' start, 'r' report, 'R' OnResponse, 'E' OnError
+	number int
+	hedge  bool
+	call   fsm.CallDecision
+}
+
+var (
+	delivered   = fsm.CallDecision{Action: fsm.ActionDeliver, Rule: fsm.RuleDeliverFinalResponse}
+	besideOther = fsm.CallDecision{Action: fsm.ActionContinue, Rule: fsm.RuleHedgeCopyFailed} // failed beside, or lost to, another copy
+	retried503  = fsm.CallDecision{Action: fsm.ActionResend, Rule: fsm.RuleRetryStatus, Retry: true}
+	failed      = fsm.CallDecision{Action: fsm.ActionFail, Rule: fsm.RuleAmbiguousNotIdempotent}
+)
+
+func started(n int, hedge bool) hook { return hook{what: 's', number: n, hedge: hedge} }
+
+func reported(n int, hedge bool, cd fsm.CallDecision) hook {
+	return hook{what: 'r', number: n, hedge: hedge, call: cd}
+}
+
+// TestHedgedCallSpans: the hooks of a hedged call, in each order they
+// can come (internal/driver/hedge.go: a copy failing beside another is
+// reported before the call's end, a loser after the winner's final
+// report and after OnResponse, a loser of a try that a later try's
+// failure ended after OnError): the call span ends at the last hook and
+// not before, after a span of each copy under it; each copy's span has
+// its own kind (a hedge "hedge", made by RS29) and outcome ("continue"
+// for a copy beside another); each copy has one duration, the hedge is
+// counted, no resend is; and the call is forgotten at its end: a further
+// report of its request records nothing.
+func TestHedgedCallSpans(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		hooks    []hook
+		kinds    map[int]string // by attempt number
+		outcomes map[string]int64
+		rule     fsm.Rule // the call span's
+	}{
+		{"the hedge fails, the original delivers", []hook{
+			started(1, false), started(2, true), reported(2, true, besideOther), {what: 'R'}, reported(1, false, delivered),
+		}, map[int]string{1: "original", 2: "hedge"}, map[string]int64{"deliver": 1, "continue": 1}, fsm.RuleDeliverFinalResponse},
+		{"the hedge delivers, the original lost after", []hook{
+			started(1, false), started(2, true), {what: 'R'}, reported(2, true, delivered), reported(1, false, besideOther),
+		}, map[int]string{1: "original", 2: "hedge"}, map[string]int64{"deliver": 1, "continue": 1}, fsm.RuleDeliverFinalResponse},
+		{"the original delivers, the hedge lost after", []hook{
+			started(1, false), started(2, true), {what: 'R'}, reported(1, false, delivered), reported(2, true, besideOther),
+		}, map[int]string{1: "original", 2: "hedge"}, map[string]int64{"deliver": 1, "continue": 1}, fsm.RuleDeliverFinalResponse},
+		{"the original delivers without a body, the hedge lost after OnResponse", []hook{
+			started(1, false), started(2, true), reported(1, false, delivered), {what: 'R'}, reported(2, true, besideOther),
+		}, map[int]string{1: "original", 2: "hedge"}, map[string]int64{"deliver": 1, "continue": 1}, fsm.RuleDeliverFinalResponse},
+		{"the original delivers without a body, the hedge lost before OnResponse", []hook{
+			started(1, false), started(2, true), reported(1, false, delivered), reported(2, true, besideOther), {what: 'R'},
+		}, map[int]string{1: "original", 2: "hedge"}, map[string]int64{"deliver": 1, "continue": 1}, fsm.RuleDeliverFinalResponse},
+		{"the hedge's 503 is retried, the retry fails, the original lost after OnError", []hook{
+			started(1, false), started(2, true), reported(2, true, retried503),
+			started(3, false), reported(3, false, failed), {what: 'E'}, reported(1, false, besideOther),
+		}, map[int]string{1: "original", 2: "hedge", 3: "retry"}, map[string]int64{"retry": 1, "fail": 1, "continue": 1}, fsm.RuleAmbiguousNotIdempotent},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := record(t)
+			o := r.in.Observer(replaysafe.Observer{})
+			req, _ := http.NewRequest("GET", "http://example.test/h", nil)
+			o.OnRequest(req)
+			for i, h := range c.hooks {
+				switch h.what {
+				case 's':
+					o.OnAttemptStart(replaysafe.AttemptStart{Request: req, Number: h.number, Hedge: h.hedge})
+				case 'r':
+					o.OnAttempt(replaysafe.AttemptReport{Request: req, Number: h.number, Hedge: h.hedge, Call: h.call})
+				case 'R':
+					o.OnResponse(req, &http.Response{StatusCode: 200})
+				case 'E':
+					o.OnError(req, &replaysafe.Error{Rule: failed.Rule})
+				}
+				if calls, _ := r.ended("/h"); i < len(c.hooks)-1 && len(calls) != 0 {
+					t.Fatalf("the call span ended at hook %d of %d", i+1, len(c.hooks))
+				}
+			}
+			calls, attempts := r.ended("/h")
+			if len(calls) != 1 || len(attempts) != len(c.kinds) {
+				t.Fatalf("%d call spans and %d attempt spans, want 1 and %d", len(calls), len(attempts), len(c.kinds))
+			}
+			call := calls[0]
+			if last := r.spans.Ended()[len(r.spans.Ended())-1]; last.SpanContext().SpanID() != call.SpanContext().SpanID() {
+				t.Errorf("the call span ended before %q", last.Name())
+			}
+			wantAttrs(t, "call", call, map[string]any{"replaysafe.rule": c.rule.ID(), "replaysafe.attempts": int64(len(c.kinds))})
+			for _, a := range attempts {
+				n := int(attr(a.Attributes(), "http.request.resend_count").AsInt64()) + 1
+				kind := c.kinds[n]
+				if a.Parent().SpanID() != call.SpanContext().SpanID() || a.EndTime().After(call.EndTime()) {
+					t.Errorf("attempt %d: not a child of the call span, or ends after it", n)
+				}
+				want := map[string]any{"replaysafe.attempt": kind}
+				if kind == "hedge" {
+					want["replaysafe.resend_rule"] = fsm.RuleHedge.ID()
+				}
+				wantAttrs(t, fmt.Sprintf("attempt %d", n), a, want)
+			}
+			for _, kind := range c.kinds {
+				wantSum(t, r, 1, "http.client.request.duration", attribute.String("replaysafe.attempt", kind))
+			}
+			for oc, n := range c.outcomes {
+				wantSum(t, r, n, "replaysafe.client.attempts", attribute.String("replaysafe.outcome", oc))
+			}
+			wantSum(t, r, int64(len(c.kinds)), "replaysafe.client.attempts")
+			wantSum(t, r, 1, "replaysafe.client.attempts", hedge)
+			wantSum(t, r, 1, "replaysafe.client.hedges", attribute.String("server.address", "example.test"))
+			wantSum(t, r, 0, "replaysafe.client.resends")
+			// The call is forgotten: a report of its request is
+			// nobody's.
+			o.OnAttempt(replaysafe.AttemptReport{Request: req, Number: 9, Call: besideOther})
+			if _, after := r.ended("/h"); len(after) != len(attempts) {
+				t.Errorf("a report after the call's end made a span: the call was kept")
+			}
+		})
+	}
+}
+
+// stallFirst is an origin whose first copy of each path stalls until
+// its client goes (at most 10 s) and whose later copies answer at once,
+// so that each call is answered by a hedge of it whatever the machine's
+// speed. It counts the copies it received, by path.
+type stallFirst struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (s *stallFirst) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	n := s.seen[r.URL.Path]
+	s.seen[r.URL.Path]++
+	s.mu.Unlock()
+	if n == 0 {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-time.After(10 * time.Second):
+		}
+	}
+	io.WriteString(w, "ok")
+}
+
+func (s *stallFirst) received(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[path]
+}
+
+// TestHedgeNetwork: GETs through a hedging Transport to an origin on
+// 127.0.0.1 that stalls each request's first copy: each call span has
+// one child span per copy the origin received, each with its own start
+// (the hedge's after the original's) and the hedge's of kind hedge, and
+// ends after them; the attempts counted equal the copies received, those
+// of kind hedge and the hedges counter the copies beyond one per call,
+// and no resend is counted.
+func TestHedgeNetwork(t *testing.T) {
+	origin := &stallFirst{seen: map[string]int{}}
+	srv := httptest.NewServer(origin)
+	defer srv.Close()
+	r := record(t)
+	tr := r.transport(t, replaysafe.Options{Retry: replaysafe.Retry{MaxAttempts: 3, Hedge: 20 * time.Millisecond, MaxHedges: 1}})
+	defer tr.CloseIdleConnections()
+	const calls = 4
+	for i := range calls {
+		if code, err := roundTrip(t, tr, "GET", fmt.Sprintf("%s/h%d", srv.URL, i), ""); err != nil || code != 200 {
+			t.Fatalf("GET /h%d: %d %v", i, code, err)
+		}
+	}
+	received := 0
+	for i := range calls {
+		path := fmt.Sprintf("/h%d", i)
+		// The loser is reported once its connection is closed, maybe
+		// after the call returned; the call span ends then.
+		var spans, attempts []sdktrace.ReadOnlySpan
+		for range 500 {
+			if spans, attempts = r.ended(path); len(spans) > 0 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		n := origin.received(path)
+		received += n
+		if len(spans) != 1 || len(attempts) != n || n != 2 {
+			t.Fatalf("%s: %d call spans, %d attempt spans, %d copies received; want 1, one per copy, and 2", path, len(spans), len(attempts), n)
+		}
+		call := spans[0]
+		kinds := map[string]sdktrace.ReadOnlySpan{}
+		for _, a := range attempts {
+			kinds[attr(a.Attributes(), "replaysafe.attempt").AsString()] = a
+			if a.Parent().SpanID() != call.SpanContext().SpanID() {
+				t.Errorf("%s: an attempt span is not a child of the call span", path)
+			}
+			if a.StartTime().Before(call.StartTime()) || a.EndTime().After(call.EndTime()) {
+				t.Errorf("%s: attempt [%v, %v] outside the call [%v, %v]", path, a.StartTime(), a.EndTime(), call.StartTime(), call.EndTime())
+			}
+		}
+		orig, h := kinds["original"], kinds["hedge"]
+		if orig == nil || h == nil {
+			t.Fatalf("%s: attempt kinds %v, want an original and a hedge", path, kinds)
+		}
+		if !h.StartTime().After(orig.StartTime()) {
+			t.Errorf("%s: the hedge's span starts at %v, the original's at %v", path, h.StartTime(), orig.StartTime())
+		}
+		wantAttrs(t, path+" hedge", h, map[string]any{"replaysafe.resend_rule": "RS29", "http.request.resend_count": int64(1)})
+		wantAttrs(t, path+" call", call, map[string]any{"replaysafe.attempts": int64(2), "replaysafe.rule": "RS02", "http.response.status_code": int64(200)})
+	}
+	hedges := int64(received - calls)
+	wantSum(t, r, int64(received), "replaysafe.client.attempts")
+	wantSum(t, r, hedges, "replaysafe.client.attempts", hedge)
+	wantSum(t, r, calls, "replaysafe.client.attempts", attribute.String("replaysafe.outcome", "continue"), rule(fsm.RuleHedgeCopyFailed))
+	wantSum(t, r, hedges, "replaysafe.client.hedges")
+	wantSum(t, r, int64(received), "http.client.request.duration")
+	wantSum(t, r, hedges, "http.client.request.duration", hedge)
+	wantSum(t, r, 0, "replaysafe.client.resends")
+	wantSum(t, r, 0, "replaysafe.client.retries")
+	wantSum(t, r, 0, "replaysafe.client.failures")
 }

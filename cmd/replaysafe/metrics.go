@@ -17,7 +17,7 @@ import (
 )
 
 // This file serves `replaysafe forward -metrics`: the egress Transport's
-// attempts, resends, retries, failures and connections, kept from its
+// attempts, resends, retries, hedges, failures and connections, kept from its
 // Observer and written in the Prometheus text exposition format (version
 // 0.0.4) by hand, so the command, in the library's module, needs neither
 // OpenTelemetry nor a Prometheus library. The names are those of the otel
@@ -188,22 +188,58 @@ var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
 type egressMetrics struct {
 	reg promRegistry
 
-	duration, attempts, resends, retries, retryDelay, failures, budget *family
-	dials, reuses, closes, open, idle                                  *family
+	duration, attempts, resends, retries, hedges, retryDelay, failures, budget *family
+	dials, reuses, closes, open, idle                                          *family
 
-	mu     sync.Mutex
-	starts map[*http.Request]time.Time // the running attempt's start, per call
-	prev   map[*http.Request]fsm.CallDecision
-	conns  map[label]int64 // open connections per protocol
+	mu    sync.Mutex
+	calls map[*http.Request]*callState // the calls with a copy started, until each is over and reported
+	conns map[label]int64              // open connections per protocol
 }
 
+// callState is what the metrics keep of one call between its hooks. A
+// hedged call has several copies in flight at once, and a copy that lost
+// to another's response is reported after the call's final decision, so
+// the state goes only once the call is over (a final decision, or
+// OnError) and every copy that started was reported.
+type callState struct {
+	copies            []copyStart      // the copies started and not yet reported
+	started, reported int              // copies, counted apart from copies: a report without its start still counts
+	resent            fsm.CallDecision // the last decision that resent the call (ActionResend): the next copy's cause
+	over              bool             // the call delivered or failed
+}
+
+// copyStart is when one copy started, and its replaysafe_attempt kind,
+// decided then: the decision that made it is the one before it started,
+// not the one before it ended.
+type copyStart struct {
+	number int
+	at     time.Time
+	kind   string
+}
+
+// take removes and returns the start of copy number.
+func (st *callState) take(number int) (copyStart, bool) {
+	for i, c := range st.copies {
+		if c.number == number {
+			st.copies = slices.Delete(st.copies, i, i+1)
+			return c, true
+		}
+	}
+	return copyStart{}, false
+}
+
+// settled reports whether the call is over and no copy of it is still
+// to be reported: its state can go.
+func (st *callState) settled() bool { return st.over && st.reported >= st.started }
+
 func newEgressMetrics() *egressMetrics {
-	m := &egressMetrics{starts: map[*http.Request]time.Time{}, prev: map[*http.Request]fsm.CallDecision{}, conns: map[label]int64{}}
+	m := &egressMetrics{calls: map[*http.Request]*callState{}, conns: map[label]int64{}}
 	r := &m.reg
 	m.duration = r.family("http_client_request_duration_seconds", "Duration of HTTP client requests: each wire attempt.", "histogram", durationBuckets...)
-	m.attempts = r.family("replaysafe_client_attempts_total", "Wire attempts, by kind and the rule that decided how the call went on.", "counter")
+	m.attempts = r.family("replaysafe_client_attempts_total", "Wire attempts, by kind (original, resend, retry, hedge) and the rule that decided how the call went on.", "counter")
 	m.resends = r.family("replaysafe_client_resends_total", "Automatic resends, by the rule that allowed them.", "counter")
 	m.retries = r.family("replaysafe_client_retries_total", "Configured retries, by the rule that allowed them.", "counter")
+	m.hedges = r.family("replaysafe_client_hedges_total", "Hedges sent: copies started while another copy of the call was in flight (RS29).", "counter")
 	m.retryDelay = r.family("replaysafe_client_retry_delay_seconds", "The wait before each configured retry.", "histogram", durationBuckets...)
 	m.failures = r.family("replaysafe_client_failures_total", "Calls that failed, by the rule that decided.", "counter")
 	m.budget = r.family("replaysafe_client_retry_budget_refusals_total", "Retries the route's retry budget refused (RS27).", "counter")
@@ -245,9 +281,7 @@ func (m *egressMetrics) observer(next replaysafe.Observer) replaysafe.Observer {
 		if next.OnAttemptStart != nil {
 			next.OnAttemptStart(s)
 		}
-		m.mu.Lock()
-		m.starts[s.Request] = time.Now()
-		m.mu.Unlock()
+		m.attemptStart(s)
 	}
 	o.OnAttempt = func(r replaysafe.AttemptReport) {
 		if next.OnAttempt != nil {
@@ -265,7 +299,7 @@ func (m *egressMetrics) observer(next replaysafe.Observer) replaysafe.Observer {
 			rule = e.Rule
 		}
 		m.reg.add(m.failures, 1, label{"http_request_method", req.Method}, ruleLabel(rule))
-		m.forget(req)
+		m.over(req)
 	}
 	o.OnConn = func(e replaysafe.ConnEvent) {
 		if next.OnConn != nil {
@@ -276,30 +310,99 @@ func (m *egressMetrics) observer(next replaysafe.Observer) replaysafe.Observer {
 	return o
 }
 
-func (m *egressMetrics) forget(req *http.Request) {
+// attemptKind names a copy as replaysafe_attempt does: a hedge, the
+// original, or by the decision that resent the call before it started.
+func attemptKind(number int, hedge bool, resent fsm.CallDecision) string {
+	switch {
+	case hedge:
+		return "hedge"
+	case number <= 1:
+		return "original"
+	case resent.Retry:
+		return "retry"
+	}
+	return "resend"
+}
+
+// outcome names how the call went on after an attempt, as
+// replaysafe_outcome does.
+func outcome(d fsm.CallDecision) string {
+	switch {
+	case d.Action == fsm.ActionResend && d.Retry:
+		return "retry"
+	case d.Action == fsm.ActionResend:
+		return "resend"
+	case d.Action == fsm.ActionDeliver:
+		return "deliver"
+	case d.Action == fsm.ActionContinue:
+		return "continue" // a hedged copy that failed or lost beside another
+	}
+	return "fail"
+}
+
+// attemptStart notes a copy's start and its kind, and counts a hedge.
+func (m *egressMetrics) attemptStart(s replaysafe.AttemptStart) {
+	now := time.Now()
 	m.mu.Lock()
-	delete(m.starts, req)
-	delete(m.prev, req)
+	st := m.calls[s.Request]
+	switch {
+	case st == nil:
+		// A call's first copy (number 1) starts before any other. A
+		// later one with no state is of a call that is over and fully
+		// reported: a hedge the driver launched just as another copy
+		// won, which will be reported as lost.
+		st = &callState{over: s.Number > 1}
+		m.calls[s.Request] = st
+	case s.Number == 1 && !s.Hedge && st.over:
+		// The request reused for a new call (net/http allows it once the
+		// body is closed) while a loser of the old one is still to be
+		// reported: the new call is not over.
+		st.over, st.resent = false, fsm.CallDecision{}
+	}
+	st.started++
+	st.copies = append(st.copies, copyStart{number: s.Number, at: now, kind: attemptKind(s.Number, s.Hedge, st.resent)})
+	m.mu.Unlock()
+	if s.Hedge {
+		m.reg.add(m.hedges, 1, label{"http_request_method", s.Request.Method})
+	}
+}
+
+// over marks req's call over (OnError): its state goes now, or with the
+// report of the last copy still in flight (a hedged try's loser, when a
+// later try failed the call).
+func (m *egressMetrics) over(req *http.Request) {
+	m.mu.Lock()
+	if st := m.calls[req]; st != nil {
+		st.over = true
+		if st.settled() {
+			delete(m.calls, req)
+		}
+	}
 	m.mu.Unlock()
 }
 
 func (m *egressMetrics) attempt(r replaysafe.AttemptReport) {
 	now := time.Now()
 	m.mu.Lock()
-	start, ok := m.starts[r.Request]
-	prev := m.prev[r.Request]
-	m.prev[r.Request] = r.Call
+	start, ok := copyStart{}, false
+	kind := attemptKind(r.Number, r.Hedge, fsm.CallDecision{})
+	if st := m.calls[r.Request]; st != nil {
+		kind = attemptKind(r.Number, r.Hedge, st.resent)
+		if start, ok = st.take(r.Number); ok {
+			kind = start.kind
+		}
+		st.reported++
+		if r.Call.Action == fsm.ActionResend {
+			st.resent = r.Call
+		}
+		if r.Call.Action == fsm.ActionDeliver || r.Call.Action == fsm.ActionFail {
+			st.over = true
+		}
+		if st.settled() {
+			delete(m.calls, r.Request)
+		}
+	}
 	m.mu.Unlock()
-	if r.Call.Action != fsm.ActionResend {
-		m.forget(r.Request) // the call's last attempt
-	}
-	kind := "original"
-	switch {
-	case r.Number > 1 && prev.Retry:
-		kind = "retry"
-	case r.Number > 1:
-		kind = "resend"
-	}
 	var proto fsm.Proto
 	for _, e := range r.Events {
 		if e.Kind == fsm.EventConnAcquired {
@@ -314,24 +417,19 @@ func (m *egressMetrics) attempt(r replaysafe.AttemptReport) {
 		if r.Status > 0 {
 			labels = append(labels, label{"http_response_status_code", strconv.Itoa(r.Status)})
 		}
-		m.reg.observe(m.duration, now.Sub(start).Seconds(), labels...)
+		m.reg.observe(m.duration, now.Sub(start.at).Seconds(), labels...)
 	}
-	outcome := "fail"
 	switch {
 	case r.Call.Action == fsm.ActionResend && r.Call.Retry:
-		outcome = "retry"
 		m.reg.add(m.retries, 1, method, pl, rule)
 		m.reg.observe(m.retryDelay, r.Call.Delay.Seconds(), rule)
 	case r.Call.Action == fsm.ActionResend:
-		outcome = "resend"
 		m.reg.add(m.resends, 1, method, pl, rule)
-	case r.Call.Action == fsm.ActionDeliver:
-		outcome = "deliver"
 	}
 	if r.Call.Rule == fsm.RuleRetryBudget {
 		m.reg.add(m.budget, 1)
 	}
-	m.reg.add(m.attempts, 1, method, pl, label{"replaysafe_attempt", kind}, label{"replaysafe_outcome", outcome}, rule)
+	m.reg.add(m.attempts, 1, method, pl, label{"replaysafe_attempt", kind}, label{"replaysafe_outcome", outcome(r.Call)}, rule)
 }
 
 func (m *egressMetrics) conn(e replaysafe.ConnEvent) {
