@@ -44,10 +44,16 @@ type hedgeCopy struct {
 	stepped bool
 }
 
-// add registers a copy as it starts.
+// add registers a copy as it starts. A hedge decided just before another
+// copy won starts after the winner canceled the losers: it is canceled
+// here, as they were, and never goes out.
 func (h *hedging) add(a *attempt) {
 	h.mu.Lock()
 	h.copies = append(h.copies, hedgeCopy{a: a})
+	if h.won != nil {
+		a.rec.Feed(fsm.Event{Kind: fsm.EventCanceled})
+		a.cancel(errHedgeLost)
+	}
 	h.mu.Unlock()
 }
 
