@@ -86,8 +86,10 @@ type Server struct {
 	tooEarly atomic.Bool
 	conns    atomic.Int64
 
-	mu  sync.Mutex // guards got and timer
-	got []Received
+	mu      sync.Mutex // guards got, unkept and timer
+	got     []Received
+	unkept  int // requests answered past the record's bound
+	maxKept int // MaxRecorded; a test lowers it
 }
 
 type connKey struct{}
@@ -110,7 +112,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cert: cert, done: make(chan struct{})}
+	s := &Server{cert: cert, done: make(chan struct{}), maxKept: MaxRecorded}
 	s.udp, err = net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return nil, err
@@ -189,6 +191,14 @@ func (s *Server) Requests() []Received {
 	return append([]Received(nil), s.got...)
 }
 
+// Unkept returns how many requests were answered after the record
+// reached MaxRecorded, and so are in no Requests.
+func (s *Server) Unkept() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.unkept
+}
+
 // Copies returns what the handler got for path (with its query).
 func (s *Server) Copies(path string) []Received {
 	var out []Received
@@ -244,8 +254,10 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusTooEarly
 	}
 	s.mu.Lock()
-	if len(s.got) < MaxRecorded {
+	if len(s.got) < s.maxKept {
 		s.got = append(s.got, Received{Conn: conn, Method: r.Method, Path: r.URL.RequestURI(), Body: body, Raw: raw.String(), Early: early, Status: status})
+	} else {
+		s.unkept++
 	}
 	s.mu.Unlock()
 	if status != http.StatusOK {

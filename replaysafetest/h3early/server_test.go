@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"testing"
@@ -112,5 +113,34 @@ func TestClosesItself(t *testing.T) {
 	case <-s.done:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server outlived its lifetime")
+	}
+}
+
+// TestRecordBounded: past its bound (MaxRecorded, lowered here) the
+// server answers every request and keeps none of them, and says how
+// many it did not keep: a client that sends without end cannot grow it.
+func TestRecordBounded(t *testing.T) {
+	s, err := New(Config{Delay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	s.mu.Lock()
+	s.maxKept = 5
+	s.mu.Unlock()
+	tr := &http3.Transport{TLSClientConfig: s.ClientTLSConfig()}
+	t.Cleanup(func() { tr.Close() })
+	const sent = 40
+	for i := range sent {
+		if code, err := do(tr, http.MethodGet, fmt.Sprintf("%s/r%d", s.URL(), i)); err != nil || code != 200 {
+			t.Fatalf("request %d: %d %v", i, code, err)
+		}
+	}
+	got := s.Requests()
+	if len(got) != 5 || got[0].Path != "/r0" || got[4].Path != "/r4" {
+		t.Fatalf("kept %d requests (%+v), want the first 5", len(got), got)
+	}
+	if n := s.Unkept(); n != sent-5 {
+		t.Errorf("%d requests not kept, want %d", n, sent-5)
 	}
 }
