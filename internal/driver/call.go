@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +26,8 @@ import (
 
 // Call is one RoundTrip: the call machine (fsm.Call) that bounds its
 // wire attempts across tries, its decisions so far, the route's retry
-// budget, and the try that runs.
+// budget, and the try that runs. It keeps no key of its own: each try
+// derives the origin's from the request's URL (originKey).
 //
 // Its contract: Start makes it, validating the request and resolving
 // its first try; Run carries it out once. A request Start refuses has
@@ -33,7 +35,6 @@ import (
 type Call struct {
 	t      *Transport
 	req    *http.Request
-	key    pool.Key
 	cm     fsm.Call
 	hist   [inlineHistory]fsm.CallDecision               // the first decisions, one a wire attempt: no allocation for most calls
 	more   *[maxHistory - inlineHistory]fsm.CallDecision // the decisions after them, allocated with the first
@@ -119,11 +120,11 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget, hedge
 		return nil, closeBody(req, err)
 	}
 	facts := t.factsOf(req)
-	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), budget: budget, hedgeDelay: hedgeDelay}
+	c := &Call{t: t, req: req, cm: fsm.NewCall(facts, pol), budget: budget, hedgeDelay: hedgeDelay}
 	if pol.On() {
 		t.budgets.call(key.Addr, budget, time.Now())
 	}
-	if err := c.resolve(&c.first, resend{facts: c.cm.Next(), body: req.Body}); err != nil {
+	if err := c.resolve(&c.first, key, resend{facts: c.cm.Next(), body: req.Body}); err != nil {
 		return nil, closeBody(req, c.resolveFailed(err))
 	}
 	//lint:ignore SA1019 net/http still honours the deprecated Cancel channel, and a caller moving from it expects the same
@@ -164,7 +165,7 @@ func (c *Call) run() (*http.Response, error) {
 			return nil, &Failure{Rule: fsm.RuleCanceled, Attempts: c.attempts(), History: c.History(),
 				Err: fmt.Errorf("waiting %v to retry (%s): %w; attempt %d had ended: %w", rn.decision.Delay, rn.decision.Rule.ID(), err, c.attempts(), rn.err)}
 		}
-		if err := c.resolve(new(try), *rn.start); err != nil {
+		if err := c.resolve(new(try), originKey(c.req.URL), *rn.start); err != nil {
 			if rn.start.body != nil {
 				rn.start.body.Close() // the retry's route could not be resolved
 			}
@@ -237,18 +238,18 @@ const inlineHistory = 2
 // one more than a call makes.
 const maxHistory = 2*MaxAttempts + 1
 
-// resolve makes tr the call's next try, starting from start: its
-// proxies, dispatch plan and route snapshot, anew for every configured
-// retry ("a configured retry is a new wire attempt and resolves a new
-// snapshot"); the automatic resend and fallbacks run inside a try and
-// keep them.
-func (c *Call) resolve(tr *try, start resend) error {
+// resolve makes tr the call's next try to origin, the key of the
+// request's URL, starting from start: its proxies, dispatch plan and
+// route snapshot, anew for every configured retry ("a configured retry
+// is a new wire attempt and resolves a new snapshot"); the automatic
+// resend and fallbacks run inside a try and keep them.
+func (c *Call) resolve(tr *try, origin pool.Key, start resend) error {
 	t := c.t
 	urls, err := t.dial.Proxies(c.req)
 	if err != nil {
 		return err
 	}
-	c.in = t.planInput(c.req, c.key, len(urls) > 0)
+	c.in = t.planInput(c.req, origin, len(urls) > 0)
 	p := plan.Make(c.in)
 	if p.Err != nil {
 		if c.in.Proxied {
@@ -256,7 +257,7 @@ func (c *Call) resolve(tr *try, start resend) error {
 		}
 		return fmt.Errorf("replaysafe: %w", p.Err)
 	}
-	key, snap, err := t.dial.Route(c.req, c.key, urls, p.First().Route)
+	key, snap, err := t.dial.Route(c.req, origin, urls, p.First().Route)
 	if err != nil {
 		return err
 	}
@@ -386,25 +387,30 @@ func validate(req *http.Request) (pool.Key, error) {
 			}
 		}
 	}
-	scheme := req.URL.Scheme
-	var port string
-	switch scheme {
-	case "http":
-		port = "80"
-	case "https":
-		port = "443"
-	default:
+	switch scheme := req.URL.Scheme; {
+	case scheme != "http" && scheme != "https":
 		return pool.Key{}, fmt.Errorf("replaysafe: unsupported protocol scheme %q", scheme)
-	}
-	host := req.URL.Hostname()
-	if host == "" {
+	case req.URL.Hostname() == "":
 		return pool.Key{}, errors.New("replaysafe: no Host in request URL")
 	}
-	if req.URL.Port() != "" {
+	return originKey(req.URL), nil
+}
+
+// originKey is the key of the origin of u, which validate accepted: its
+// scheme, host:port with the scheme's default port made explicit, and
+// host. A configured retry derives it again, so that a Call in flight
+// does not keep a copy beside its try's.
+func originKey(u *url.URL) pool.Key {
+	host := u.Hostname()
+	if u.Port() != "" {
 		// URL.Host is already host:port, as JoinHostPort would write it.
-		return pool.Key{Scheme: scheme, Addr: req.URL.Host, Host: host}, nil
+		return pool.Key{Scheme: u.Scheme, Addr: u.Host, Host: host}
 	}
-	return pool.Key{Scheme: scheme, Addr: net.JoinHostPort(host, port), Host: host}, nil
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return pool.Key{Scheme: u.Scheme, Addr: net.JoinHostPort(host, port), Host: host}
 }
 
 // isExtendedConnect reports a CONNECT that names a protocol in the
