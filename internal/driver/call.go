@@ -26,8 +26,9 @@ import (
 
 // Call is one RoundTrip: the call machine (fsm.Call) that bounds its
 // wire attempts across tries, its decisions so far, the route's retry
-// budget, and the try that runs. It keeps no key of its own: each try
-// derives the origin's from the request's URL (originKey).
+// budget, and its first try. It keeps no key of its own (each try
+// derives the origin's from the request's URL, originKey), nor what a
+// try starts from: Run passes that on (resend).
 //
 // Its contract: Start makes it, validating the request and resolving
 // its first try; Run carries it out once. A request Start refuses has
@@ -44,7 +45,6 @@ type Call struct {
 	mu         sync.Mutex
 	hedgeDelay time.Duration // Retry.Hedge; zero: no hedging
 
-	tr    *try
 	in    plan.Input // the current try's plan is plan.Make(in), a table lookup
 	n     uint8      // decisions kept, in hist then more, at most maxHistory
 	first try        // the first try, in the same allocation
@@ -124,7 +124,7 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget, hedge
 	if pol.On() {
 		t.budgets.call(key.Addr, budget, time.Now())
 	}
-	if err := c.resolve(&c.first, key, resend{facts: c.cm.Next(), body: req.Body}); err != nil {
+	if err := c.resolve(&c.first, key); err != nil {
 		return nil, closeBody(req, c.resolveFailed(err))
 	}
 	//lint:ignore SA1019 net/http still honours the deprecated Cancel channel, and a caller moving from it expects the same
@@ -149,12 +149,15 @@ func (c *Call) Run() (*http.Response, error) {
 }
 
 func (c *Call) run() (*http.Response, error) {
+	// The first try starts from the request as Start found it: no
+	// attempt has stepped the call machine since.
+	tr, start := &c.first, resend{facts: c.next(), body: c.req.Body}
 	for {
-		resp, err := c.tr.run(c.in, plan.Make(c.in))
+		resp, err := tr.run(c.in, plan.Make(c.in), start)
 		rn, ok := err.(*retryNext)
 		if !ok {
 			if err == nil {
-				c.t.learnAltSvc(c.tr.key, resp)
+				c.t.learnAltSvc(tr.key, resp)
 			}
 			return resp, err
 		}
@@ -165,9 +168,10 @@ func (c *Call) run() (*http.Response, error) {
 			return nil, &Failure{Rule: fsm.RuleCanceled, Attempts: c.attempts(), History: c.History(),
 				Err: fmt.Errorf("waiting %v to retry (%s): %w; attempt %d had ended: %w", rn.decision.Delay, rn.decision.Rule.ID(), err, c.attempts(), rn.err)}
 		}
-		if err := c.resolve(new(try), originKey(c.req.URL), *rn.start); err != nil {
-			if rn.start.body != nil {
-				rn.start.body.Close() // the retry's route could not be resolved
+		tr, start = new(try), *rn.start
+		if err := c.resolve(tr, originKey(c.req.URL)); err != nil {
+			if start.body != nil {
+				start.body.Close() // the retry's route could not be resolved
 			}
 			return nil, c.resolveFailed(err)
 		}
@@ -239,11 +243,11 @@ const inlineHistory = 2
 const maxHistory = 2*MaxAttempts + 1
 
 // resolve makes tr the call's next try to origin, the key of the
-// request's URL, starting from start: its proxies, dispatch plan and
-// route snapshot, anew for every configured retry ("a configured retry
-// is a new wire attempt and resolves a new snapshot"); the automatic
-// resend and fallbacks run inside a try and keep them.
-func (c *Call) resolve(tr *try, origin pool.Key, start resend) error {
+// request's URL: its proxies, dispatch plan and route snapshot, anew for
+// every configured retry ("a configured retry is a new wire attempt and
+// resolves a new snapshot"); the automatic resend and fallbacks run
+// inside a try and keep them.
+func (c *Call) resolve(tr *try, origin pool.Key) error {
 	t := c.t
 	urls, err := t.dial.Proxies(c.req)
 	if err != nil {
@@ -261,8 +265,7 @@ func (c *Call) resolve(tr *try, origin pool.Key, start resend) error {
 	if err != nil {
 		return err
 	}
-	*tr = try{call: c, key: key, snap: snap, start: start}
-	c.tr = tr
+	*tr = try{call: c, key: key, snap: snap}
 	return nil
 }
 
@@ -289,8 +292,9 @@ func (t *Transport) planInput(req *http.Request, key pool.Key, proxied bool) pla
 // only when the leg hands over (plan.Fallback) before anything was sent,
 // re-planning with what the leg showed: no QUIC connection, or ALPN's
 // HTTP/1.1. Each hand-over sets one more fact, so it ends within
-// three legs.
-func (tr *try) run(in plan.Input, p plan.Plan) (*http.Response, error) {
+// three legs. Every leg's first attempt starts from start: a leg hands
+// over only before anything was sent.
+func (tr *try) run(in plan.Input, p plan.Plan, start resend) (*http.Response, error) {
 	for {
 		leg := p.First()
 		if leg.Route == route.PolicyNegotiate && !in.ALPNChoseH1 {
@@ -301,7 +305,7 @@ func (tr *try) run(in plan.Input, p plan.Plan) (*http.Response, error) {
 			}
 		}
 		tr.leg = leg
-		resp, err := tr.runLeg()
+		resp, err := tr.runLeg(start)
 		switch {
 		case leg.Next == plan.FallbackNoConn && errors.Is(err, errFallbackTCP):
 			in.H3Broken = true // for this call: no QUIC connection now
@@ -348,15 +352,16 @@ func (tr *try) reroute(p route.Policy) error {
 	return nil
 }
 
-// runLeg runs the call's wire attempts on its current leg.
-func (tr *try) runLeg() (*http.Response, error) {
+// runLeg runs the call's wire attempts on its current leg, the first
+// from start.
+func (tr *try) runLeg(start resend) (*http.Response, error) {
 	switch tr.leg.Proto {
 	case fsm.ProtoH3:
-		return tr.runH3()
+		return tr.runH3(start)
 	case fsm.ProtoH2:
-		return tr.runH2()
+		return tr.runH2(start)
 	}
-	return tr.attempts(tr.attemptH1)
+	return tr.attempts(tr.attemptH1, start)
 }
 
 // validate checks what net/http's ClientConn would reject only after a
@@ -462,11 +467,10 @@ func (t *Transport) factsOf(req *http.Request) fsm.Request {
 // only when nothing was sent on the one before. A configured retry is a
 // new try of the same Call.
 type try struct {
-	call  *Call // its Transport, request and context are the try's
-	key   pool.Key
-	snap  *dial.Route // the route of every attempt; nil for a direct one route.New could not build
-	leg   plan.Leg    // the leg running
-	start resend      // the try's first attempt
+	call *Call // its Transport, request and context are the try's
+	key  pool.Key
+	snap *dial.Route // the route of every attempt; nil for a direct one route.New could not build
+	leg  plan.Leg    // the leg running
 	// handoff is the TLS connection on which ALPN chose HTTP/1.1 for the
 	// leg before, nothing sent on it: the HTTP/1.1 leg's first attempt
 	// takes it as a fresh connection instead of dialing.
@@ -515,14 +519,13 @@ func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
 // decided the automatic resend.
 type attemptFunc func(n int, start resend) (*http.Response, *resend, error)
 
-// attempts runs a try's wire attempts: the first and, when fsm decides
-// so, the automatic resend, at once. The call machine bounds them: every
+// attempts runs a try's wire attempts: the first, from start, and, when
+// fsm decides so, the automatic resend, at once. The call machine bounds them: every
 // attempt is counted, and the last it allows is never resent.
-func (tr *try) attempts(attempt attemptFunc) (*http.Response, error) {
+func (tr *try) attempts(attempt attemptFunc, start resend) (*http.Response, error) {
 	if tr.call.hedgeApplies() {
-		return tr.hedged(attempt)
+		return tr.hedged(attempt, start)
 	}
-	start := tr.start
 	for n := 1; n <= MaxAttempts+1; n++ {
 		resp, next, err := attempt(n, start)
 		if next == nil {

@@ -52,11 +52,11 @@ func h2Config(cfg Config) h2.Config {
 
 // runH2 is call.run for HTTP/2: at most two wire attempts, the resend at
 // once on a new connection.
-func (tr *try) runH2() (*http.Response, error) {
+func (tr *try) runH2(start resend) (*http.Response, error) {
 	if err := checkStreamHeader("HTTP/2", tr.call.req.Header); err != nil {
 		return tr.refuse(err)
 	}
-	return tr.attempts(tr.attemptH2)
+	return tr.attempts(tr.attemptH2, start)
 }
 
 // checkStreamHeader rejects the connection-specific fields HTTP/2 and
