@@ -361,7 +361,7 @@ func (tr *try) runLeg(start resend) (*http.Response, error) {
 	case fsm.ProtoH2:
 		return tr.runH2(start)
 	}
-	return tr.attempts(tr.attemptH1, start)
+	return tr.attempts((*try).attemptH1, start)
 }
 
 // validate checks what net/http's ClientConn would reject only after a
@@ -514,10 +514,11 @@ func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
 	return d
 }
 
-// attemptFunc runs wire attempt n of a try from its start; it returns
+// attemptFunc runs wire attempt n of try tr from its start; it returns
 // the response, or the final error, or the next attempt's start when fsm
-// decided the automatic resend.
-type attemptFunc func(n int, start resend) (*http.Response, *resend, error)
+// decided the automatic resend. It is a method expression ((*try).attemptH2):
+// a method value bound to the try would be allocated per call.
+type attemptFunc func(tr *try, n int, start resend) (*http.Response, *resend, error)
 
 // attempts runs a try's wire attempts: the first, from start, and, when
 // fsm decides so, the automatic resend, at once. The call machine bounds them: every
@@ -527,7 +528,7 @@ func (tr *try) attempts(attempt attemptFunc, start resend) (*http.Response, erro
 		return tr.hedged(attempt, start)
 	}
 	for n := 1; n <= MaxAttempts+1; n++ {
-		resp, next, err := attempt(n, start)
+		resp, next, err := attempt(tr, n, start)
 		if next == nil {
 			return resp, err
 		}

@@ -56,7 +56,7 @@ func (tr *try) runH2(start resend) (*http.Response, error) {
 	if err := checkStreamHeader("HTTP/2", tr.call.req.Header); err != nil {
 		return tr.refuse(err)
 	}
-	return tr.attempts(tr.attemptH2, start)
+	return tr.attempts((*try).attemptH2, start)
 }
 
 // checkStreamHeader rejects the connection-specific fields HTTP/2 and

@@ -98,7 +98,7 @@ func (tr *try) runH3(start resend) (*http.Response, error) {
 	if err := checkStreamHeader("HTTP/3", tr.call.req.Header); err != nil {
 		return tr.refuse(err)
 	}
-	return tr.attempts(tr.attemptH3, start)
+	return tr.attempts((*try).attemptH3, start)
 }
 
 // markH3Broken records that key's QUIC connection could not be

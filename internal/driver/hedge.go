@@ -183,7 +183,7 @@ func (tr *try) hedged(attempt attemptFunc, start resend) (*http.Response, error)
 		n++
 		inFlight++
 		go func(n int) {
-			resp, next, err := attempt(n, start)
+			resp, next, err := attempt(tr, n, start)
 			results <- copyResult{resp, next, err}
 		}(n)
 	}
