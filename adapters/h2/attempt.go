@@ -5,7 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/textproto"
-	"sync"
+	"sync/atomic"
 
 	"github.com/replaysafe/replaysafe/adapters/informational"
 	"github.com/replaysafe/replaysafe/fsm"
@@ -44,13 +44,20 @@ func (f EmitFunc) Emit(e fsm.Event) { f(e) }
 //     Failure(ctx, err).
 type Attempt struct {
 	emit Emitter
-	info informational.Counter // the 1xx responses, against their bound
-
-	mu      sync.Mutex
-	stream  uint32 // ours, once HeadersWritten named it
-	written bool   // a byte of our HEADERS reached the socket
-	started bool   // a response frame arrived
+	lim  informational.Limit
+	// info counts the 1xx responses against lim; it is made by the
+	// first, since almost no response has one (an Attempt is held per
+	// request in flight).
+	info atomic.Pointer[informational.Counter]
+	// wrote is our stream's ID with wroteBit set, once HeadersWritten
+	// reported that a byte of our HEADERS reached the socket; zero
+	// before.
+	wrote atomic.Uint64
 }
+
+// wroteBit marks Attempt.wrote as set; the stream ID is in the low 32
+// bits.
+const wroteBit = 1 << 32
 
 // Init starts a, a zero Attempt held inside a larger value, feeding emit.
 func (a *Attempt) Init(emit Emitter) { a.emit = emit }
@@ -60,26 +67,28 @@ func (a *Attempt) Init(emit Emitter) { a.emit = emit }
 // Call it before RoundTrip. A response over the bound resets the stream
 // and fails the request with a *h2.StreamError whose cause is the
 // *informational.LimitError; Failure says EventMalformed.
-func (a *Attempt) SetInformationalLimit(l informational.Limit) { a.info.SetLimit(l) }
+func (a *Attempt) SetInformationalLimit(l informational.Limit) { a.lim = l }
 
 // InformationalError returns the *informational.LimitError the request
 // met, or nil.
-func (a *Attempt) InformationalError() error { return a.info.Err() }
+func (a *Attempt) InformationalError() error {
+	if c := a.info.Load(); c != nil {
+		return c.Err()
+	}
+	return nil
+}
 
 // Stream returns our stream's ID, and whether any of the request reached
 // the socket: zero and false until the connection reports HeadersWritten.
 func (a *Attempt) Stream() (uint32, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.stream, a.written
+	w := a.wrote.Load()
+	return uint32(w), w&wroteBit != 0
 }
 
 // HeadersWritten implements h2.StreamEvents: a byte of our HEADERS frame
 // reached the socket.
 func (a *Attempt) HeadersWritten(stream uint32) {
-	a.mu.Lock()
-	a.stream, a.written = stream, true
-	a.mu.Unlock()
+	a.wrote.Store(uint64(stream) | wroteBit)
 	a.send(fsm.EventFirstByteWritten)
 }
 
@@ -91,18 +100,21 @@ func (a *Attempt) BodyWritten(int64) {}
 func (a *Attempt) RequestWritten() { a.send(fsm.EventRequestWritten) }
 
 // ResponseStarted implements h2.StreamEvents: a response frame arrived.
-func (a *Attempt) ResponseStarted() {
-	a.mu.Lock()
-	a.started = true
-	a.mu.Unlock()
-	a.send(fsm.EventFirstResponseByte)
-}
+func (a *Attempt) ResponseStarted() { a.send(fsm.EventFirstResponseByte) }
 
 // Informational implements h2.StreamEvents: an interim response, counted
 // against the bound; past it the error resets the stream.
 func (a *Attempt) Informational(status int, header http.Header, _ int) error {
 	a.send(fsm.EventInformational)
-	return a.info.Add(status, textproto.MIMEHeader(header))
+	c := a.info.Load()
+	if c == nil {
+		c = new(informational.Counter)
+		c.SetLimit(a.lim)
+		if !a.info.CompareAndSwap(nil, c) {
+			c = a.info.Load()
+		}
+	}
+	return c.Add(status, textproto.MIMEHeader(header))
 }
 
 // ResponseHeaders implements h2.StreamEvents; the caller feeds the final
@@ -126,7 +138,7 @@ func (a *Attempt) Failure(ctx context.Context, err error) fsm.Event {
 		return fsm.Event{Kind: fsm.EventTimeout}
 	case cerr != nil:
 		return fsm.Event{Kind: fsm.EventCanceled}
-	case a.info.Err() != nil:
+	case a.InformationalError() != nil:
 		return fsm.Event{Kind: fsm.EventMalformed}
 	}
 	return Classify(err)

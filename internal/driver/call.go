@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +26,9 @@ import (
 
 // Call is one RoundTrip: the call machine (fsm.Call) that bounds its
 // wire attempts across tries, its decisions so far, the route's retry
-// budget, and the try that runs.
+// budget, and its first try. It keeps no key of its own (each try
+// derives the origin's from the request's URL, originKey), nor what a
+// try starts from: Run passes that on (resend).
 //
 // Its contract: Start makes it, validating the request and resolving
 // its first try; Run carries it out once. A request Start refuses has
@@ -33,7 +36,6 @@ import (
 type Call struct {
 	t      *Transport
 	req    *http.Request
-	key    pool.Key
 	cm     fsm.Call
 	hist   [inlineHistory]fsm.CallDecision               // the first decisions, one a wire attempt: no allocation for most calls
 	more   *[maxHistory - inlineHistory]fsm.CallDecision // the decisions after them, allocated with the first
@@ -43,7 +45,6 @@ type Call struct {
 	mu         sync.Mutex
 	hedgeDelay time.Duration // Retry.Hedge; zero: no hedging
 
-	tr    *try
 	in    plan.Input // the current try's plan is plan.Make(in), a table lookup
 	n     uint8      // decisions kept, in hist then more, at most maxHistory
 	first try        // the first try, in the same allocation
@@ -119,11 +120,11 @@ func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget, hedge
 		return nil, closeBody(req, err)
 	}
 	facts := t.factsOf(req)
-	c := &Call{t: t, req: req, key: key, cm: fsm.NewCall(facts, pol), budget: budget, hedgeDelay: hedgeDelay}
+	c := &Call{t: t, req: req, cm: fsm.NewCall(facts, pol), budget: budget, hedgeDelay: hedgeDelay}
 	if pol.On() {
 		t.budgets.call(key.Addr, budget, time.Now())
 	}
-	if err := c.resolve(&c.first, resend{facts: c.cm.Next(), body: req.Body}); err != nil {
+	if err := c.resolve(&c.first, key); err != nil {
 		return nil, closeBody(req, c.resolveFailed(err))
 	}
 	//lint:ignore SA1019 net/http still honours the deprecated Cancel channel, and a caller moving from it expects the same
@@ -148,12 +149,15 @@ func (c *Call) Run() (*http.Response, error) {
 }
 
 func (c *Call) run() (*http.Response, error) {
+	// The first try starts from the request as Start found it: no
+	// attempt has stepped the call machine since.
+	tr, start := &c.first, resend{facts: c.next(), body: c.req.Body}
 	for {
-		resp, err := c.tr.run(c.in, plan.Make(c.in))
+		resp, err := tr.run(c.in, plan.Make(c.in), start)
 		rn, ok := err.(*retryNext)
 		if !ok {
 			if err == nil {
-				c.t.learnAltSvc(c.tr.key, resp)
+				c.t.learnAltSvc(tr.key, resp)
 			}
 			return resp, err
 		}
@@ -164,9 +168,10 @@ func (c *Call) run() (*http.Response, error) {
 			return nil, &Failure{Rule: fsm.RuleCanceled, Attempts: c.attempts(), History: c.History(),
 				Err: fmt.Errorf("waiting %v to retry (%s): %w; attempt %d had ended: %w", rn.decision.Delay, rn.decision.Rule.ID(), err, c.attempts(), rn.err)}
 		}
-		if err := c.resolve(new(try), *rn.start); err != nil {
-			if rn.start.body != nil {
-				rn.start.body.Close() // the retry's route could not be resolved
+		tr, start = new(try), *rn.start
+		if err := c.resolve(tr, originKey(c.req.URL)); err != nil {
+			if start.body != nil {
+				start.body.Close() // the retry's route could not be resolved
 			}
 			return nil, c.resolveFailed(err)
 		}
@@ -237,18 +242,18 @@ const inlineHistory = 2
 // one more than a call makes.
 const maxHistory = 2*MaxAttempts + 1
 
-// resolve makes tr the call's next try, starting from start: its
-// proxies, dispatch plan and route snapshot, anew for every configured
-// retry ("a configured retry is a new wire attempt and resolves a new
-// snapshot"); the automatic resend and fallbacks run inside a try and
-// keep them.
-func (c *Call) resolve(tr *try, start resend) error {
+// resolve makes tr the call's next try to origin, the key of the
+// request's URL: its proxies, dispatch plan and route snapshot, anew for
+// every configured retry ("a configured retry is a new wire attempt and
+// resolves a new snapshot"); the automatic resend and fallbacks run
+// inside a try and keep them.
+func (c *Call) resolve(tr *try, origin pool.Key) error {
 	t := c.t
 	urls, err := t.dial.Proxies(c.req)
 	if err != nil {
 		return err
 	}
-	c.in = t.planInput(c.req, c.key, len(urls) > 0)
+	c.in = t.planInput(c.req, origin, len(urls) > 0)
 	p := plan.Make(c.in)
 	if p.Err != nil {
 		if c.in.Proxied {
@@ -256,12 +261,11 @@ func (c *Call) resolve(tr *try, start resend) error {
 		}
 		return fmt.Errorf("replaysafe: %w", p.Err)
 	}
-	key, snap, err := t.dial.Route(c.req, c.key, urls, p.First().Route)
+	key, snap, err := t.dial.Route(c.req, origin, urls, p.First().Route)
 	if err != nil {
 		return err
 	}
-	*tr = try{call: c, key: key, snap: snap, start: start}
-	c.tr = tr
+	*tr = try{call: c, key: key, snap: snap}
 	return nil
 }
 
@@ -288,8 +292,9 @@ func (t *Transport) planInput(req *http.Request, key pool.Key, proxied bool) pla
 // only when the leg hands over (plan.Fallback) before anything was sent,
 // re-planning with what the leg showed: no QUIC connection, or ALPN's
 // HTTP/1.1. Each hand-over sets one more fact, so it ends within
-// three legs.
-func (tr *try) run(in plan.Input, p plan.Plan) (*http.Response, error) {
+// three legs. Every leg's first attempt starts from start: a leg hands
+// over only before anything was sent.
+func (tr *try) run(in plan.Input, p plan.Plan, start resend) (*http.Response, error) {
 	for {
 		leg := p.First()
 		if leg.Route == route.PolicyNegotiate && !in.ALPNChoseH1 {
@@ -300,7 +305,7 @@ func (tr *try) run(in plan.Input, p plan.Plan) (*http.Response, error) {
 			}
 		}
 		tr.leg = leg
-		resp, err := tr.runLeg()
+		resp, err := tr.runLeg(start)
 		switch {
 		case leg.Next == plan.FallbackNoConn && errors.Is(err, errFallbackTCP):
 			in.H3Broken = true // for this call: no QUIC connection now
@@ -347,15 +352,16 @@ func (tr *try) reroute(p route.Policy) error {
 	return nil
 }
 
-// runLeg runs the call's wire attempts on its current leg.
-func (tr *try) runLeg() (*http.Response, error) {
+// runLeg runs the call's wire attempts on its current leg, the first
+// from start.
+func (tr *try) runLeg(start resend) (*http.Response, error) {
 	switch tr.leg.Proto {
 	case fsm.ProtoH3:
-		return tr.runH3()
+		return tr.runH3(start)
 	case fsm.ProtoH2:
-		return tr.runH2()
+		return tr.runH2(start)
 	}
-	return tr.attempts(tr.attemptH1)
+	return tr.attempts((*try).attemptH1, start)
 }
 
 // validate checks what net/http's ClientConn would reject only after a
@@ -386,25 +392,30 @@ func validate(req *http.Request) (pool.Key, error) {
 			}
 		}
 	}
-	scheme := req.URL.Scheme
-	var port string
-	switch scheme {
-	case "http":
-		port = "80"
-	case "https":
-		port = "443"
-	default:
+	switch scheme := req.URL.Scheme; {
+	case scheme != "http" && scheme != "https":
 		return pool.Key{}, fmt.Errorf("replaysafe: unsupported protocol scheme %q", scheme)
-	}
-	host := req.URL.Hostname()
-	if host == "" {
+	case req.URL.Hostname() == "":
 		return pool.Key{}, errors.New("replaysafe: no Host in request URL")
 	}
-	if req.URL.Port() != "" {
+	return originKey(req.URL), nil
+}
+
+// originKey is the key of the origin of u, which validate accepted: its
+// scheme, host:port with the scheme's default port made explicit, and
+// host. A configured retry derives it again, so that a Call in flight
+// does not keep a copy beside its try's.
+func originKey(u *url.URL) pool.Key {
+	host := u.Hostname()
+	if u.Port() != "" {
 		// URL.Host is already host:port, as JoinHostPort would write it.
-		return pool.Key{Scheme: scheme, Addr: req.URL.Host, Host: host}, nil
+		return pool.Key{Scheme: u.Scheme, Addr: u.Host, Host: host}
 	}
-	return pool.Key{Scheme: scheme, Addr: net.JoinHostPort(host, port), Host: host}, nil
+	port := "80"
+	if u.Scheme == "https" {
+		port = "443"
+	}
+	return pool.Key{Scheme: u.Scheme, Addr: net.JoinHostPort(host, port), Host: host}
 }
 
 // isExtendedConnect reports a CONNECT that names a protocol in the
@@ -456,11 +467,10 @@ func (t *Transport) factsOf(req *http.Request) fsm.Request {
 // only when nothing was sent on the one before. A configured retry is a
 // new try of the same Call.
 type try struct {
-	call  *Call // its Transport, request and context are the try's
-	key   pool.Key
-	snap  *dial.Route // the route of every attempt; nil for a direct one route.New could not build
-	leg   plan.Leg    // the leg running
-	start resend      // the try's first attempt
+	call *Call // its Transport, request and context are the try's
+	key  pool.Key
+	snap *dial.Route // the route of every attempt; nil for a direct one route.New could not build
+	leg  plan.Leg    // the leg running
 	// handoff is the TLS connection on which ALPN chose HTTP/1.1 for the
 	// leg before, nothing sent on it: the HTTP/1.1 leg's first attempt
 	// takes it as a fresh connection instead of dialing.
@@ -504,21 +514,21 @@ func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
 	return d
 }
 
-// attemptFunc runs wire attempt n of a try from its start; it returns
+// attemptFunc runs wire attempt n of try tr from its start; it returns
 // the response, or the final error, or the next attempt's start when fsm
-// decided the automatic resend.
-type attemptFunc func(n int, start resend) (*http.Response, *resend, error)
+// decided the automatic resend. It is a method expression ((*try).attemptH2):
+// a method value bound to the try would be allocated per call.
+type attemptFunc func(tr *try, n int, start resend) (*http.Response, *resend, error)
 
-// attempts runs a try's wire attempts: the first and, when fsm decides
-// so, the automatic resend, at once. The call machine bounds them: every
+// attempts runs a try's wire attempts: the first, from start, and, when
+// fsm decides so, the automatic resend, at once. The call machine bounds them: every
 // attempt is counted, and the last it allows is never resent.
-func (tr *try) attempts(attempt attemptFunc) (*http.Response, error) {
+func (tr *try) attempts(attempt attemptFunc, start resend) (*http.Response, error) {
 	if tr.call.hedgeApplies() {
-		return tr.hedged(attempt)
+		return tr.hedged(attempt, start)
 	}
-	start := tr.start
 	for n := 1; n <= MaxAttempts+1; n++ {
-		resp, next, err := attempt(n, start)
+		resp, next, err := attempt(tr, n, start)
 		if next == nil {
 			return resp, err
 		}

@@ -52,11 +52,11 @@ func h2Config(cfg Config) h2.Config {
 
 // runH2 is call.run for HTTP/2: at most two wire attempts, the resend at
 // once on a new connection.
-func (tr *try) runH2() (*http.Response, error) {
+func (tr *try) runH2(start resend) (*http.Response, error) {
 	if err := checkStreamHeader("HTTP/2", tr.call.req.Header); err != nil {
 		return tr.refuse(err)
 	}
-	return tr.attempts(tr.attemptH2)
+	return tr.attempts((*try).attemptH2, start)
 }
 
 // checkStreamHeader rejects the connection-specific fields HTTP/2 and
@@ -122,34 +122,27 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 		trace.GotConn(httptrace.GotConnInfo{Conn: hc.conn, Reused: reused})
 	}
 
-	s := &ha.stream
 	ha.att.Init(&ha.rec)
 	ha.att.SetInformationalLimit(tr.call.t.informationalLimit())
-	*s = h2Stream{ha: ha, hc: hc, trace: trace}
-	s.unsent.Store(start.displaced) // the pool counted it as a resend
-	a.wire = s
+	ha.hc, ha.trace = hc, trace
+	ha.unsent.Store(start.displaced) // the pool counted it as a resend
+	a.wire = ha
 	a.gotConn()
 	out := a.outgoing(body, nil)
-	resp, err := hc.cc.RoundTrip(out, s)
+	resp, err := hc.cc.RoundTrip(out, ha)
 	return a.roundTripped(resp, err)
 }
 
-// h2Attempt is an HTTP/2 attempt with its recorder and stream, in one
-// allocation.
+// h2Attempt is an HTTP/2 attempt with its recorder, in one allocation:
+// its attemptWire, and what the connection reports the stream's evidence
+// to (h2.StreamEvents): the adapter's Attempt, which feeds the machine,
+// then the caller's httptrace hooks, called as net/http's HTTP/2 client
+// calls them. Both run on the connection's goroutines, with its lock
+// held.
 type h2Attempt struct {
 	attempt
-	rec    streamRec
-	stream h2Stream
-	att    adapterh2.Attempt
-}
-
-// h2Stream is an HTTP/2 attempt's stream: its attemptWire, and what the
-// connection reports the stream's evidence to (h2.StreamEvents): the
-// adapter's Attempt, which feeds the machine, then the caller's
-// httptrace hooks, called as net/http's HTTP/2 client calls them. Both
-// run on the connection's goroutines, with its lock held.
-type h2Stream struct {
-	ha    *h2Attempt // its attempt, whose adapter Attempt (att) it reports to
+	rec   streamRec
+	att   adapterh2.Attempt
 	hc    *h2Conn
 	trace *httptrace.ClientTrace // the caller's, or nil
 	// unsent is set while the stream is a displaced request's resend
@@ -161,119 +154,117 @@ type h2Stream struct {
 
 // sent tells the pool, once, that the resend is on the wire or never
 // will be.
-func (s *h2Stream) sent() {
-	if s.unsent.Swap(false) {
-		s.t().h2pool.Sent(s.hc)
+func (ha *h2Attempt) sent() {
+	if ha.unsent.Swap(false) {
+		ha.t().h2pool.Sent(ha.hc)
 	}
 }
 
-func (s *h2Stream) att() *adapterh2.Attempt { return &s.ha.att }
+func (ha *h2Attempt) t() *Transport { return ha.tr.call.t }
 
-func (s *h2Stream) t() *Transport { return s.ha.tr.call.t }
-
-func (s *h2Stream) HeadersWritten(id uint32) {
-	s.sent()
-	s.att().HeadersWritten(id)
-	if s.trace != nil && s.trace.WroteHeaders != nil {
-		s.trace.WroteHeaders()
+func (ha *h2Attempt) HeadersWritten(id uint32) {
+	ha.sent()
+	ha.att.HeadersWritten(id)
+	if ha.trace != nil && ha.trace.WroteHeaders != nil {
+		ha.trace.WroteHeaders()
 	}
 }
 
-func (s *h2Stream) BodyWritten(n int64) { s.att().BodyWritten(n) }
+func (ha *h2Attempt) BodyWritten(n int64) { ha.att.BodyWritten(n) }
 
-func (s *h2Stream) RequestWritten() {
-	s.att().RequestWritten()
-	if s.trace != nil && s.trace.WroteRequest != nil {
-		s.trace.WroteRequest(httptrace.WroteRequestInfo{})
+func (ha *h2Attempt) RequestWritten() {
+	ha.att.RequestWritten()
+	if ha.trace != nil && ha.trace.WroteRequest != nil {
+		ha.trace.WroteRequest(httptrace.WroteRequestInfo{})
 	}
 }
 
-func (s *h2Stream) ResponseStarted() {
-	s.att().ResponseStarted()
-	if s.trace != nil && s.trace.GotFirstResponseByte != nil {
-		s.trace.GotFirstResponseByte()
+func (ha *h2Attempt) ResponseStarted() {
+	ha.att.ResponseStarted()
+	if ha.trace != nil && ha.trace.GotFirstResponseByte != nil {
+		ha.trace.GotFirstResponseByte()
 	}
 }
 
 // Informational counts the 1xx against the attempt's bound first: over
 // it the caller's hook does not see the response (see withTrace).
-func (s *h2Stream) Informational(status int, header http.Header, size int) error {
-	if err := s.att().Informational(status, header, size); err != nil {
+func (ha *h2Attempt) Informational(status int, header http.Header, size int) error {
+	if err := ha.att.Informational(status, header, size); err != nil {
 		return err
 	}
-	if s.trace != nil && s.trace.Got1xxResponse != nil {
-		return s.trace.Got1xxResponse(status, textproto.MIMEHeader(header))
+	if ha.trace != nil && ha.trace.Got1xxResponse != nil {
+		return ha.trace.Got1xxResponse(status, textproto.MIMEHeader(header))
 	}
 	return nil
 }
 
-func (s *h2Stream) ResponseHeaders(status int) { s.att().ResponseHeaders(status) }
+func (ha *h2Attempt) ResponseHeaders(status int) { ha.att.ResponseHeaders(status) }
 
-func (s *h2Stream) fail(a *attempt, err error) fsm.Decision {
-	return a.rec.Feed(a.failureEvent(s.att().Failure(a.stackContext(), err), err))
+func (ha *h2Attempt) fail(a *attempt, err error) fsm.Decision {
+	return a.rec.Feed(a.failureEvent(ha.att.Failure(a.stackContext(), err), err))
 }
 
-func (s *h2Stream) delivered(resp *http.Response) bool {
-	resp.TLS = s.hc.tls
+func (ha *h2Attempt) delivered(resp *http.Response) bool {
+	resp.TLS = ha.hc.tls
 	return false
 }
 
 // bodyDoneOnError reports false: the connection closes the request body
 // itself, once its upload let go of it.
-func (s *h2Stream) bodyDoneOnError() bool { return false }
+func (ha *h2Attempt) bodyDoneOnError() bool { return false }
 
-func (s *h2Stream) informational() error { return s.att().InformationalError() }
+func (ha *h2Attempt) informational() error { return ha.att.InformationalError() }
 
 // complete feeds the response's end: the connection reported what was
 // written of the request before the body's end.
-func (s *h2Stream) complete(a *attempt) fsm.Decision {
+func (ha *h2Attempt) complete(a *attempt) fsm.Decision {
 	return a.rec.Feed(fsm.Event{Kind: fsm.EventResponseComplete})
 }
 
 // end lets go of the stream; a clean exchange makes the connection count
 // as reused for the next.
-func (s *h2Stream) end(_ fsm.Decision, clean bool) {
-	s.sent()
-	s.t().h2pool.Done(s.hc, clean)
+func (ha *h2Attempt) end(_ fsm.Decision, clean bool) {
+	ha.sent()
+	ha.t().h2pool.Done(ha.hc, clean)
 }
 
-func (s *h2Stream) retire() {
-	s.hc.obs.retired.Store(true)
-	s.t().h2pool.Retire(s.hc)
+func (ha *h2Attempt) retire() {
+	ha.hc.obs.retired.Store(true)
+	ha.t().h2pool.Retire(ha.hc)
 }
 
 // learnGoAway reads the connection's GOAWAY, if one came: HTTP/2 client
 // streams are 1, 3, 5, ... and its last stream ID is the last one the
 // server processes (RFC 9113 §6.8).
-func (s *h2Stream) learnGoAway() {
-	if g, ok := s.hc.cc.GoAway(); ok && g.Code == http2.ErrCodeNo {
-		s.t().h2pool.Learn(s.hc, int(g.LastStreamID+1)/2, time.Now())
+func (ha *h2Attempt) learnGoAway() {
+	if g, ok := ha.hc.cc.GoAway(); ok && g.Code == http2.ErrCodeNo {
+		ha.t().h2pool.Learn(ha.hc, int(g.LastStreamID+1)/2, time.Now())
 	}
 }
 
-func (s *h2Stream) resendLost() { s.t().h2pool.ResendLost(s.hc, time.Now()) }
+func (ha *h2Attempt) resendLost() { ha.t().h2pool.ResendLost(ha.hc, time.Now()) }
 
-func (s *h2Stream) resendFrom(connFailed bool) (uint64, any) {
+func (ha *h2Attempt) resendFrom(connFailed bool) (uint64, any) {
 	if connFailed {
-		return s.t().h2pool.FailMark(s.hc), s.hc
+		return ha.t().h2pool.FailMark(ha.hc), ha.hc
 	}
-	return s.t().h2pool.Mark(), s.hc
+	return ha.t().h2pool.Mark(), ha.hc
 }
+
+// rejectedAlone reports false: REFUSED_STREAM's connection stays pooled
+// by streamOnly, and the resend may take it.
+func (ha *h2Attempt) rejectedAlone(fsm.Rule) bool { return false }
 
 // streamReset reports whether the server reset the stream (a remote
 // *h2.StreamError) while the connection stays open.
-// rejectedAlone reports false: REFUSED_STREAM's connection stays pooled
-// by streamOnly, and the resend may take it.
-func (s *h2Stream) rejectedAlone(fsm.Rule) bool { return false }
-
-func (s *h2Stream) streamReset(err error) bool {
+func (ha *h2Attempt) streamReset(err error) bool {
 	se, ok := errors.AsType[*h2.StreamError](err)
-	return ok && se.Remote && !s.hc.cc.Closed()
+	return ok && se.Remote && !ha.hc.cc.Closed()
 }
 
 // uploading reports false: the connection ends a stream's upload with
 // its response (a CONNECT's with its response body).
-func (s *h2Stream) uploading() bool { return false }
+func (ha *h2Attempt) uploading() bool { return false }
 
 // acquireH2 returns a connection with a stream reserved for one
 // attempt: a pooled one that can take a stream and joined the pool after
@@ -331,4 +322,4 @@ func (t *Transport) dialH2(ctx context.Context, key pool.Key, snap *dial.Route, 
 }
 
 // connLost records the loss in the HTTP/2 pool.
-func (s *h2Stream) connLost(key pool.Key) { s.t().h2pool.Lost(key) }
+func (ha *h2Attempt) connLost(key pool.Key) { ha.t().h2pool.Lost(key) }

@@ -94,11 +94,11 @@ func (t *Transport) learnAltSvc(key pool.Key, resp *http.Response) {
 
 // runH3 is call.run for HTTP/3: at most two wire attempts, the resend at
 // once on a new connection.
-func (tr *try) runH3() (*http.Response, error) {
+func (tr *try) runH3(start resend) (*http.Response, error) {
 	if err := checkStreamHeader("HTTP/3", tr.call.req.Header); err != nil {
 		return tr.refuse(err)
 	}
-	return tr.attempts(tr.attemptH3)
+	return tr.attempts((*try).attemptH3, start)
 }
 
 // markH3Broken records that key's QUIC connection could not be

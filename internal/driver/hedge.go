@@ -167,7 +167,7 @@ func (c *Call) hedgeApplies() bool {
 }
 
 // hedged runs a try's wire attempts under a hedging policy: the first
-// copy, and, each time the hedge delay passes with no copy's response
+// copy, from start, and, each time the hedge delay passes with no copy's response
 // header, one more if the call machine decides so (RuleHedge), each on
 // a goroutine of its own and on a connection no other copy uses. The
 // first copy whose response header arrives wins (stepCopy); the others
@@ -176,7 +176,7 @@ func (c *Call) hedgeApplies() bool {
 // last copy's failure is decided as a sequential attempt's would be: the
 // automatic resend starts here as the next copy, anything else ends the
 // try.
-func (tr *try) hedged(attempt attemptFunc) (*http.Response, error) {
+func (tr *try) hedged(attempt attemptFunc, start resend) (*http.Response, error) {
 	h := &hedging{fire: make(chan struct{}, 1)}
 	tr.hedge = h
 	c := tr.call
@@ -189,11 +189,11 @@ func (tr *try) hedged(attempt attemptFunc) (*http.Response, error) {
 		n++
 		inFlight++
 		go func(n int) {
-			resp, next, err := attempt(n, start)
+			resp, next, err := attempt(tr, n, start)
 			results <- copyResult{resp, next, err}
 		}(n)
 	}
-	launch(tr.start)
+	launch(start)
 	arm := func() func() bool { return c.t.clock.AfterFunc(c.hedgeDelay, h.signal) }
 	stop := arm()
 	defer func() { stop() }()

@@ -109,7 +109,7 @@ func (m *machine) open(now time.Time, st *stream) {
 		m.busySince, m.idleSince = now, time.Time{}
 	}
 	st.sendWindow = m.peerInitWindow
-	st.recvWindow = m.cfg.streamWindow
+	st.recvWindow = int32(m.cfg.streamWindow)
 	st.contentLength = -1
 	upload := st.head.hasBody() || len(st.req.Trailer) > 0
 	m.hbuf.b = m.hbuf.b[:0]
@@ -321,8 +321,8 @@ func (m *machine) creditStream(st *stream, n int64) {
 	if !st.open || st.phase == respDone || m.closed {
 		return
 	}
-	st.unacked += n
-	if st.unacked < m.cfg.streamWindow/4 {
+	st.unacked += int32(n)
+	if int64(st.unacked) < m.cfg.streamWindow/4 {
 		return
 	}
 	m.out.windowUpdate(st.id, uint32(st.unacked))
@@ -386,13 +386,12 @@ func (m *machine) written(now time.Time, b *outBuf, n int, err error) {
 		if r.endSt && !st.open && st.err == nil {
 			st.quiet = true // the stream ended before this report
 		}
-		if r.kind == recHeaders && st.deferred != nil {
-			cause := st.deferred
-			st.deferred = nil
+		if r.kind == recHeaders && st.deferred {
+			st.deferred = false
 			if st.headersLeft {
 				m.failStream(st, m.streamConnErr(st))
 			} else {
-				m.failStream(st, &UnsentError{Cause: cause})
+				m.failStream(st, &UnsentError{Cause: m.err})
 			}
 		}
 	}

@@ -220,7 +220,7 @@ func checkFlowControl(rt *rapid.T) {
 				if st.open && st.phase != respDone {
 					// What the server may still send, plus what we hold
 					// unread or not yet credited, is the window.
-					if got := st.recvWindow + int64(st.buf.n) + st.unacked; got != sw {
+					if got := int64(st.recvWindow) + int64(st.buf.n) + int64(st.unacked); got != sw {
 						rt.Fatalf("stream %d: window %d + buffered %d + unacked %d = %d, want %d",
 							st.id, st.recvWindow, st.buf.n, st.unacked, got, sw)
 					}

@@ -94,7 +94,7 @@ func fuzzMachine(t *testing.T, data []byte) {
 		if st.err == nil && st.phase != respDone {
 			t.Fatalf("stream %d did not end", st.id)
 		}
-		if st.open || st.deferred != nil {
+		if st.open || st.deferred {
 			t.Fatalf("stream %d: open %v, deferred %v", st.id, st.open, st.deferred)
 		}
 	}

@@ -51,11 +51,15 @@ var errUploadStopped = errors.New("h2: request body no longer wanted")
 // and what the ClientConn around it needs to deliver it. It is never
 // reused.
 type stream struct {
-	id     uint32
-	status int32 // the final response's (receive side; here beside id, where a word has room)
-	ev     StreamEvents
-	req    *http.Request
-	head   requestHead
+	id uint32
+	// The receive side's narrow fields, here beside id, where a word has
+	// room (a stream is held per request in flight).
+	status  int16 // the final response's: three digits (parseStatus)
+	phase   respPhase
+	started bool // the first response frame arrived
+	ev      StreamEvents
+	req     *http.Request
+	head    requestHead
 
 	// Send side. (Each side's flags sit together: a stream is held per
 	// request in flight, and a flag between wider fields costs a word.)
@@ -72,30 +76,38 @@ type stream struct {
 	stopUpload  error
 	wakeSend    chan struct{}
 
-	// Receive side.
-	phase         respPhase
-	started       bool   // the first response frame arrived
-	noContent     bool   // HEAD, 204, 304: no body whatever content-length says
-	n1xx          int32  // interim responses so far (config.max1xx is at most MaxInt32)
-	hdrBytes      uint64 // header list bytes of the interim responses so far
+	// Receive side (and status, phase and started, above).
+	n1xx int32 // interim responses so far (config.max1xx is at most MaxInt32)
+	// hdrBytes is the header list bytes of the interim responses so
+	// far, up to config.maxHeaderList: all the final header section's
+	// budget needs.
+	hdrBytes      uint32
 	header        http.Header
 	trailer       http.Header
 	contentLength int64 // -1 unknown
 	received      int64 // DATA payload bytes received
-	recvWindow    int64 // what the server may still send on the stream
-	unacked       int64 // consumed, not yet returned with WINDOW_UPDATE
-	buf           recvBuf
-	wakeResp      chan struct{}
+	// The windows are at most Config.StreamWindow, an int32 (what the
+	// server may still send on the stream, and what was consumed and
+	// not yet returned with WINDOW_UPDATE), as is their sum with the
+	// bytes buffered.
+	recvWindow int32
+	unacked    int32
+	buf        recvBuf
+	wakeResp   chan struct{}
 
-	// End.
-	open       bool  // in machine.streams
-	waiting    bool  // in machine.waiting (not yet opened)
-	reset      bool  // RST_STREAM sent or received
-	quiet      bool  // ev is not called any more
-	bodyClosed bool  // the caller closed the response body (or it has none)
-	bodyDone   bool  // the ClientConn's: the caller has seen the body's end or closed it
-	err        error // terminal error
-	deferred   error // the connection failed while the opening HEADERS were being written
+	// End (and the receive side's noContent, where the word has room).
+	open       bool // in machine.streams
+	waiting    bool // in machine.waiting (not yet opened)
+	reset      bool // RST_STREAM sent or received
+	quiet      bool // ev is not called any more
+	bodyClosed bool // the caller closed the response body (or it has none)
+	bodyDone   bool // the ClientConn's: the caller has seen the body's end or closed it
+	// deferred is set when the connection failed (machine.err, fixed
+	// from then on) while the opening HEADERS were being written: the
+	// writer's report decides the stream's error.
+	deferred  bool
+	noContent bool  // HEAD, 204, 304: no body whatever content-length says
+	err       error // terminal error
 
 	// The ClientConn's part.
 	cc      *ClientConn
@@ -428,12 +440,12 @@ func (m *machine) onData(now time.Time, f *http2.DataFrame) {
 		m.connError(http2.ErrCodeStreamClosed, "DATA on stream "+itoa(id)+" after END_STREAM")
 		return
 	}
-	if length > st.recvWindow {
+	if length > int64(st.recvWindow) {
 		m.creditConn(length)
 		m.streamError(now, st, http2.ErrCodeFlowControl, errors.New("DATA exceeds the stream flow-control window"))
 		return
 	}
-	st.recvWindow -= length
+	st.recvWindow -= int32(length)
 	data := f.Data()
 	switch {
 	case st.phase == respAwaitHeaders:
@@ -486,7 +498,7 @@ func (m *machine) startBlock(id uint32, endStream bool) bool {
 		m.responseStarted(st)
 		m.blk.budget = uint64(m.cfg.maxHeaderList)
 		if st.phase == respAwaitHeaders {
-			m.blk.budget -= min(st.hdrBytes, m.blk.budget)
+			m.blk.budget -= min(uint64(st.hdrBytes), m.blk.budget)
 		}
 	}
 	m.fields = m.fields[:0]
@@ -695,7 +707,7 @@ func (m *machine) onInformational(now time.Time, st *stream, status int, fields 
 		m.streamError(now, st, http2.ErrCodeEnhanceYourCalm, ErrTooManyInformational)
 		return
 	}
-	st.hdrBytes += size
+	st.hdrBytes = uint32(min(uint64(st.hdrBytes)+size, uint64(m.cfg.maxHeaderList)))
 	if !st.live() {
 		return
 	}
@@ -710,7 +722,7 @@ func (m *machine) onFinalHeaders(now time.Time, st *stream, status int, fields [
 		m.streamError(now, st, http2.ErrCodeProtocol, errors.New("invalid content-length")) // §8.1.1
 		return
 	}
-	st.status = int32(status) // three digits (parseStatus)
+	st.status = int16(status) // three digits (parseStatus)
 	st.header = buildHeader(fields)
 	// §8.1.1: a response with no content may announce a length.
 	st.noContent = st.head.method == http.MethodHead || status == 204 || status == 304
@@ -1095,7 +1107,7 @@ func (m *machine) fail(now time.Time, err error, mode endMode) {
 		case st.hdrBatch == m.outSeq || !m.flight || st.hdrBatch != m.flightSeq:
 			m.failStream(st, &UnsentError{Cause: err})
 		default:
-			st.deferred = err
+			st.deferred = true
 		}
 		m.stopUploading(st, errUploadStopped)
 		st.open = false

@@ -117,7 +117,7 @@ func (cc *ClientConn) RoundTrip(req *http.Request, ev StreamEvents) (*http.Respo
 			cc.unlock()
 			return cc.response(st, rs), nil
 		}
-		if st.err != nil && st.deferred == nil {
+		if st.err != nil && !st.deferred {
 			err := st.err
 			cc.unlock()
 			return nil, err
