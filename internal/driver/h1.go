@@ -21,6 +21,9 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 	tr.call.t.traceOrSkip(&rec.Core)
 	rec.SetInformationalLimit(tr.call.t.informationalLimit())
 	a := tr.newAttempt(&ha.attempt, start.body, rec, bodyWatch{}, start.hedge)
+	if a.lostAtStart() {
+		return a.failed(a.rec.Decision(), errHedgeLost)
+	}
 
 	// An original attempt takes a pooled connection at once when there is
 	// one; only when it may wait or dial does it need its own context

@@ -89,6 +89,9 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	body := start.body
 	ha := &h2Attempt{}
 	a := tr.newAttempt(&ha.attempt, body, tr.streamRecorder(&ha.rec, &ha.attempt, start.facts), bodyWatch{mux: true}, start.hedge)
+	if a.lostAtStart() {
+		return a.failed(a.rec.Decision(), errHedgeLost)
+	}
 	a.displaced = start.displaced
 	same, _ := start.same.(*h2Conn)
 	// A pooled connection with room is taken at once (the pool's own

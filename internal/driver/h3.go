@@ -122,6 +122,9 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	facts, body := start.facts, start.body
 	ha := &h3Attempt{}
 	a := tr.newAttempt(&ha.attempt, body, tr.streamRecorder(&ha.rec, &ha.attempt, facts), bodyWatch{mux: true, finish: true}, start.hedge)
+	if a.lostAtStart() {
+		return a.failed(a.rec.Decision(), errHedgeLost)
+	}
 	a.displaced = start.displaced
 	after := start.after
 	if n == 1 && facts.Body == fsm.BodyOneShotUntouched {
@@ -145,7 +148,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	case race:
 		hc, reused, err = tr.call.t.raceH3(a.acquireContext(), tr.key, after)
 	default:
-		hc, reused, err = tr.call.t.acquireH3(a.acquireContext(), tr.key, after, same, redialFor(start), tr.offersEarly(n, facts))
+		hc, reused, err = tr.call.t.acquireH3(a.acquireContext(), tr.key, after, same, redialFor(start), tr.offersEarly(a, facts))
 		if err != nil && fallback && !errors.Is(err, context.Canceled) {
 			tr.call.t.markH3Broken(tr.key)
 		}
@@ -169,7 +172,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	// it (RS32), and only on a stream of its own: quic-go's ClientConn
 	// holds any other request until the handshake completes.
 	own := a.body == nil && h3.OwnStream(tr.call.req)
-	early := hc.early && !hc.handshook() && tr.offersEarly(n, facts)
+	early := hc.early && !hc.handshook() && tr.offersEarly(a, facts)
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH3, Early: early})
 
 	s := &ha.stream
@@ -219,13 +222,15 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	return a.roundTripped(resp, err)
 }
 
-// offersEarly reports whether wire attempt n with facts may go as early
-// data: EarlyData is on, it is the call's first attempt, fsm allows it
-// (RS32), and it goes on a stream of its own (quic-go's ClientConn holds
-// every other request until the handshake completes). Only such an
-// attempt dials with DialEarly.
-func (tr *try) offersEarly(n int, facts fsm.Request) bool {
-	return tr.call.t.cfg.EarlyData && n == 1 && facts.EarlySafe() &&
+// offersEarly reports whether attempt a with facts may go as early data:
+// EarlyData is on, it is the call's first wire attempt (its number, not
+// its place in the try: a configured retry, RS22's 425 retry included,
+// starts a try of its own and never goes early, RFC 8470 §5.2), fsm
+// allows it (RS32), and it goes on a stream of its own (quic-go's
+// ClientConn holds every other request until the handshake completes).
+// Only such an attempt dials with DialEarly.
+func (tr *try) offersEarly(a *attempt, facts fsm.Request) bool {
+	return tr.call.t.cfg.EarlyData && a.number == 1 && facts.EarlySafe() &&
 		(tr.call.req.Body == nil || tr.call.req.Body == http.NoBody) && h3.OwnStream(tr.call.req)
 }
 

@@ -34,6 +34,8 @@ type hedging struct {
 	won       *attempt
 	connected bool          // the first copy got its connection or stream
 	pending   bool          // the delay passed before it did: its connection fires the hedge
+	resending bool          // a copy's failure decided a resend or a retry, not yet under way: no hedge
+	over      bool          // the try returned: a copy that registers now never goes out
 	fire      chan struct{} // the hedge delay passed (capacity one)
 }
 
@@ -45,16 +47,35 @@ type hedgeCopy struct {
 }
 
 // add registers a copy as it starts. A hedge decided just before another
-// copy won starts after the winner canceled the losers: it is canceled
-// here, as they were, and never goes out.
+// copy won, or before the try returned, starts after the losers were
+// canceled: it is canceled here, as they were, and never goes out (the
+// attempt sees it at once, lostAtStart).
 func (h *hedging) add(a *attempt) {
 	h.mu.Lock()
 	h.copies = append(h.copies, hedgeCopy{a: a})
-	if h.won != nil {
+	if h.won != nil || h.over {
 		a.rec.Feed(fsm.Event{Kind: fsm.EventCanceled})
 		a.cancel(errHedgeLost)
 	}
 	h.mu.Unlock()
+}
+
+// end marks the try over as it returns, and cancels any copy still
+// running but the winner: none should be (a call fails or retries only
+// once its copies in flight ended, and refuses hedges meanwhile), and a
+// copy left behind would hold its connection and body with no one to
+// read its result.
+func (h *hedging) end() {
+	h.mu.Lock()
+	h.over = true
+	h.cancelLosersLocked()
+	h.mu.Unlock()
+}
+
+// lostAtStart reports a copy of a hedged try canceled as it registered
+// (hedging.add): it must acquire and send nothing.
+func (a *attempt) lostAtStart() bool {
+	return a.tr.hedge != nil && a.rec.Decision().Action == fsm.ActionFail
 }
 
 // gotConn records that copy a holds its connection: a hedge waits until
@@ -134,6 +155,12 @@ func (a *attempt) stepCopy(o fsm.Outcome) (cd fsm.CallDecision, lost bool) {
 		h.won = a
 		h.cancelLosersLocked()
 	}
+	if cd.Action == fsm.ActionResend {
+		// The call goes on with this copy's resend (the try launches it)
+		// or a configured retry (a new try): until then a hedge would
+		// be a copy beside one the call has not started yet.
+		h.resending = true
+	}
 	return cd, false
 }
 
@@ -194,9 +221,23 @@ func (tr *try) hedged(attempt attemptFunc, start resend) (*http.Response, error)
 		}(n)
 	}
 	launch(start)
-	arm := func() func() bool { return c.t.clock.AfterFunc(c.hedgeDelay, h.signal) }
-	stop := arm()
-	defer func() { stop() }()
+	stop := func() bool { return false }
+	// arm sets the delay afresh: the timer before it stopped, and a
+	// firing it left behind dropped, so that a hedge waits a whole
+	// delay after the copy before it.
+	arm := func() {
+		stop()
+		select {
+		case <-h.fire:
+		default:
+		}
+		stop = c.t.clock.AfterFunc(c.hedgeDelay, h.signal)
+	}
+	arm()
+	defer func() {
+		stop()
+		h.end()
+	}()
 	// Every turn ends a copy (at most MaxAttempts, with the automatic
 	// resend) or takes one firing of the delay, armed once at the start
 	// and once a copy launched, or fired by the first copy's connection.
@@ -206,9 +247,11 @@ func (tr *try) hedged(attempt attemptFunc, start resend) (*http.Response, error)
 			inFlight--
 			switch {
 			case r.next != nil:
+				h.mu.Lock()
+				h.resending = false
+				h.mu.Unlock()
 				launch(*r.next) // the automatic resend of the only copy
-				stop()
-				stop = arm()
+				arm()
 			case errors.Is(r.err, errCopyFailed), errors.Is(r.err, errHedgeLost):
 				if inFlight == 0 {
 					panic("replaysafe: a hedged try's last copy ended as one beside another")
@@ -219,7 +262,7 @@ func (tr *try) hedged(attempt attemptFunc, start resend) (*http.Response, error)
 		case <-h.fire:
 			if start, ok := tr.hedgeNow(h); ok {
 				launch(start)
-				stop = arm() // the next hedge's delay
+				arm() // the next hedge's delay
 			}
 		}
 	}
@@ -233,8 +276,10 @@ func (tr *try) hedged(attempt attemptFunc, start resend) (*http.Response, error)
 // route's budget and given back unless it goes. It returns the copy's
 // start: the next facts, the body again, and a mark that lets it take
 // only a connection that joins the pool from now on, so never one
-// another copy uses. A refused hedge ends the try's hedging: its copies
-// in flight go on alone.
+// another copy uses. None either while a copy's failure decided a
+// resend or a retry that has not started (hedging.resending). A refused
+// hedge sends nothing; the delay is armed again only when another copy
+// starts.
 func (tr *try) hedgeNow(h *hedging) (resend, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -242,7 +287,7 @@ func (tr *try) hedgeNow(h *hedging) (resend, bool) {
 		h.pending = true
 		return resend{}, false
 	}
-	if h.won != nil {
+	if h.won != nil || h.resending {
 		return resend{}, false
 	}
 	c := tr.call
@@ -266,6 +311,9 @@ func (tr *try) hedgeNow(h *hedging) (resend, bool) {
 	if next.Body == fsm.BodyBuffered {
 		b, err := c.req.GetBody()
 		if err != nil {
+			if c.budget.Window > 0 {
+				c.t.budgets.unreserve(tr.key.Addr, c.budget, now) // the copy never went
+			}
 			// The copy cannot be made as the caller meant it: its
 			// machine decides the local failure (RS21) before any
 			// connection, a copy failing beside the others, which go on.
