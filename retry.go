@@ -52,7 +52,8 @@ type Retry struct {
 	Budget RetryBudget
 	// Hedge, when positive, sends extra copies of a slow request (off
 	// by default): when a call has no response header Hedge after its
-	// copy went out, another copy goes out on another connection, and
+	// copy started (or, if it was still getting its connection then, as
+	// soon as it has one), another copy goes out on another connection, and
 	// again after each further Hedge, up to MaxHedges copies beside the
 	// first; the first response header wins and the other copies are
 	// canceled, their bodies closed (fsm.Call.Hedge, rules RS29 to RS31;

@@ -119,13 +119,15 @@ func ParseBodyKind(s string) (BodyKind, bool) { return ParseEnum(s, bodyKindCoun
 // Reproducible reports whether the body can be sent again after it was read.
 func (b BodyKind) Reproducible() bool { return b == BodyNone || b == BodyBuffered }
 
-// Attempt says whether this wire attempt is the call's first or its one
+// Attempt says whether this wire attempt is an original or its try's one
 // automatic resend.
 type Attempt uint8
 
 // Attempts.
 const (
-	// AttemptOriginal is the zero value: the first wire attempt of a call.
+	// AttemptOriginal is the zero value: a try's first wire attempt, the
+	// call's first or a configured retry (Call.Next marks the last one a
+	// policy allows AttemptResend instead).
 	AttemptOriginal Attempt = iota // original
 	// AttemptResend is the automatic resend; it is never resent.
 	AttemptResend // resend
@@ -159,10 +161,12 @@ type Request struct {
 // EarlySafe reports whether the attempt may go as early data (0-RTT),
 // before the handshake completes (RS32, RFC 8470 §2 and §4): an attacker
 // who replays it can do no harm, and a rejection of it can be resent. It
-// is the call's original attempt, resending is on and no retry policy of
-// the caller's own is set; and it has a safe method and no body, or it
+// is an original attempt, resending is on and no retry policy of the
+// caller's own is set; and it has a safe method and no body, or it
 // carries an idempotency key, its body is reproducible and EarlyKeyed is
-// set.
+// set. A configured retry's attempt is an original too, and RFC 8470
+// §5.2 forbids sending it early: the caller asks EarlySafe of the call's
+// first wire attempt only.
 func (r Request) EarlySafe() bool {
 	if r.Attempt != AttemptOriginal || r.ResendOff || r.RetryPolicy {
 		return false

@@ -521,8 +521,10 @@ func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
 type attemptFunc func(tr *try, n int, start resend) (*http.Response, *resend, error)
 
 // attempts runs a try's wire attempts: the first, from start, and, when
-// fsm decides so, the automatic resend, at once. The call machine bounds them: every
-// attempt is counted, and the last it allows is never resent.
+// fsm decides so, the automatic resend, at once; under a hedging policy
+// that applies to the request, the copies run side by side instead
+// (hedged). The call machine bounds them: every attempt is counted, and
+// the last it allows is never resent.
 func (tr *try) attempts(attempt attemptFunc, start resend) (*http.Response, error) {
 	if tr.call.hedgeApplies() {
 		return tr.hedged(attempt, start)

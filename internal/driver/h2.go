@@ -50,8 +50,9 @@ func h2Config(cfg Config) h2.Config {
 	return c
 }
 
-// runH2 is call.run for HTTP/2: at most two wire attempts, the resend at
-// once on a new connection.
+// runH2 is call.run for HTTP/2: a try's wire attempts (attempts), a
+// resend at once on a connection opened after the failure, or after
+// REFUSED_STREAM on the same one.
 func (tr *try) runH2(start resend) (*http.Response, error) {
 	if err := checkStreamHeader("HTTP/2", tr.call.req.Header); err != nil {
 		return tr.refuse(err)

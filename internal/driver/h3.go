@@ -92,8 +92,8 @@ func (t *Transport) learnAltSvc(key pool.Key, resp *http.Response) {
 	}
 }
 
-// runH3 is call.run for HTTP/3: at most two wire attempts, the resend at
-// once on a new connection.
+// runH3 is call.run for HTTP/3: a try's wire attempts (attempts), a
+// resend at once on a connection opened after the failure.
 func (tr *try) runH3(start resend) (*http.Response, error) {
 	if err := checkStreamHeader("HTTP/3", tr.call.req.Header); err != nil {
 		return tr.refuse(err)

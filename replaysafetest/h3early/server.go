@@ -38,9 +38,11 @@ const (
 	DefaultDelay = 5 * time.Millisecond
 	// DefaultLifetime is how long a server runs before it closes itself.
 	DefaultLifetime = 2 * time.Minute
-	// MaxRecorded is the most requests a server records; later ones are
-	// answered but not kept.
-	MaxRecorded = 10000
+	// MaxRecorded is the most requests a server records, and
+	// MaxRecordedBytes the most bytes their bodies and raw forms take
+	// together; later ones are answered but not kept (Unkept).
+	MaxRecorded      = 10000
+	MaxRecordedBytes = 64 << 20
 	// maxBody is the most of a request body the handler reads.
 	maxBody = 1 << 20
 )
@@ -88,8 +90,9 @@ type Server struct {
 
 	mu      sync.Mutex // guards got, unkept and timer
 	got     []Received
-	unkept  int // requests answered past the record's bound
+	unkept  int // requests answered past the record's bounds
 	maxKept int // MaxRecorded; a test lowers it
+	bytes   int // the kept records' bodies and raw forms
 }
 
 type connKey struct{}
@@ -254,7 +257,8 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusTooEarly
 	}
 	s.mu.Lock()
-	if len(s.got) < s.maxKept {
+	if size := len(body) + raw.Len(); len(s.got) < s.maxKept && s.bytes+size <= MaxRecordedBytes {
+		s.bytes += size
 		s.got = append(s.got, Received{Conn: conn, Method: r.Method, Path: r.URL.RequestURI(), Body: body, Raw: raw.String(), Early: early, Status: status})
 	} else {
 		s.unkept++

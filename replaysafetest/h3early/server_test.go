@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +143,41 @@ func TestRecordBounded(t *testing.T) {
 	}
 	if n := s.Unkept(); n != sent-5 {
 		t.Errorf("%d requests not kept, want %d", n, sent-5)
+	}
+}
+
+// TestRecordBoundedInBytes: bodies fill the record's byte bound before
+// its count; past it a request is answered and not kept.
+func TestRecordBoundedInBytes(t *testing.T) {
+	s, err := New(Config{Delay: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	tr := &http3.Transport{TLSClientConfig: s.ClientTLSConfig()}
+	t.Cleanup(func() { tr.Close() })
+	body := strings.Repeat("x", maxBody) // kept twice: the body and the raw form
+	const sent = 40
+	for i := range sent {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, fmt.Sprintf("%s/b%d", s.URL(), i), strings.NewReader(body))
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			cancel()
+			t.Fatalf("request %d: %v", i, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		cancel()
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d", i, resp.StatusCode)
+		}
+	}
+	kept := len(s.Requests())
+	if want := MaxRecordedBytes / (2*maxBody + 256); kept > want+1 || kept < want-1 {
+		t.Errorf("kept %d requests of %d MiB each, want about %d within %d MiB", kept, 2*maxBody>>20, want, MaxRecordedBytes>>20)
+	}
+	if s.Unkept() != sent-kept {
+		t.Errorf("%d not kept, want %d", s.Unkept(), sent-kept)
 	}
 }
