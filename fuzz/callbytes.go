@@ -104,9 +104,9 @@ func CheckCallBytes(data []byte) error {
 var (
 	hedgedFailRules = []fsm.Rule{fsm.RuleInvalidOrder, fsm.RuleAcquireFailed, fsm.RuleCanceled, fsm.RuleTimeout, fsm.RuleResponseStarted,
 		fsm.RuleNoSecondResend, fsm.RuleResendOff, fsm.RuleRetryPolicy, fsm.RuleEvidenceBodyConsumed, fsm.RuleAmbiguousFreshConn,
-		fsm.RuleAmbiguousNotIdempotent, fsm.RuleAmbiguousBodyNotReproducible, fsm.RuleLocalFailure}
+		fsm.RuleAmbiguousNotIdempotent, fsm.RuleAmbiguousBodyNotReproducible, fsm.RuleLocalFailure, fsm.RuleEarlyDataUnsafe}
 	hedgedResendRules = []fsm.Rule{fsm.RuleEvidenceHandedBack, fsm.RuleEvidenceRefusedStream, fsm.RuleEvidenceGoAwayBoundary,
-		fsm.RuleEvidenceRequestRejected, fsm.RuleEvidenceNothingWritten, fsm.RuleAmbiguousIdempotentResend}
+		fsm.RuleEvidenceRequestRejected, fsm.RuleEvidenceNothingWritten, fsm.RuleAmbiguousIdempotentResend, fsm.RuleEarlyDataRejected}
 )
 
 // DecodeHedged reads a hedged call from fuzz bytes: the request byte of

@@ -62,7 +62,8 @@ func splitmix64(state *uint64) uint64 {
 // hedgedSeeds are hedged calls in DecodeHedged's bytes, one for each way
 // the hedging rules decide: a GET hedged whose hedge wins, a copy failing
 // beside the other, both failing into a configured retry, a keyed POST
-// with keyed hedges, a POST without a key refused, the budget spent.
+// with keyed hedges, a POST without a key refused, the budget spent, the
+// first copy's early data rejected beside a hedge.
 var hedgedSeeds = map[string]string{
 	"hedge-wins":           "\x00\x0b\x07\x00\x03\x00",
 	"hedge-copy-failed":    "\x00\x0b\x07\x00\x18\x10\x03\x00",
@@ -71,6 +72,7 @@ var hedgedSeeds = map[string]string{
 	"hedge-post-refused":   "\x09\x2b\x07\x00\x03\x00",
 	"hedge-budget-spent":   "\x00\x13\x07\x00\x0f\x00\x03\x00",
 	"hedge-status-retried": "\x00\x4b\x07\x00\x03\x06",
+	"hedge-early-rejected": "\x00\x0b\x07\x00\x32\x10\x03\x00",
 }
 
 // callModelSeeds are the call target's seeds: the random inputs of
