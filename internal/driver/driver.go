@@ -239,3 +239,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return context.Cause(ctx)
 	}
 }
+
+// poolMark is the clock of the pool of protocol p now (pool.Mux.Mark): a
+// copy started from it takes only a connection that joins the pool
+// later, so never one another copy uses. HTTP/1.1 has no clock: its
+// copies never share a connection anyway.
+func (t *Transport) poolMark(p fsm.Proto) uint64 {
+	switch p {
+	case fsm.ProtoH2:
+		return t.h2pool.Mark()
+	case fsm.ProtoH3:
+		return t.h3pool.Mark()
+	}
+	return 0
+}

@@ -323,11 +323,6 @@ func (tr *try) hedgeNow(h *hedging) (resend, bool) {
 		}
 		start.body = b
 	}
-	switch tr.leg.Proto {
-	case fsm.ProtoH2:
-		start.after = c.t.h2pool.Mark()
-	case fsm.ProtoH3:
-		start.after = c.t.h3pool.Mark()
-	}
+	start.after = c.t.poolMark(tr.leg.Proto)
 	return start, true
 }
