@@ -591,9 +591,23 @@ func (p *Mux[C]) shut(c C) {
 	p.cap.remove(&m.entry)
 	p.mu.Unlock()
 	if first {
+		if ac, ok := any(c).(AsyncCloser); ok {
+			key := m.Key
+			ac.CloseThen(func() { p.limit.Closed(key) })
+			return
+		}
 		c.Close()
 		p.limit.Closed(m.Key)
 	}
+}
+
+// AsyncCloser is a MuxConn whose Close returns before its socket is
+// closed (HTTP/2's graceful close: a GOAWAY, then the socket): CloseThen
+// closes it so, and calls done once the socket is closed. The pool gives
+// the connection's room in the limit (MaxConnsPerHost) back only then,
+// so that the limit counts the sockets really open.
+type AsyncCloser interface {
+	CloseThen(done func())
 }
 
 // armIdleLocked sets c's idle timer to fire after d, unless it is set

@@ -691,3 +691,39 @@ func TestBurstCapLiftsOnceResendsThrough(t *testing.T) {
 		t.Fatalf("an original took %p once every resend was written and served as many, want %p", got, burst)
 	}
 }
+
+// asyncConn is a fakeMuxConn whose socket closes after Close returns
+// (pool.AsyncCloser): closeDone closes it.
+type asyncConn struct {
+	fakeMuxConn
+	done chan func()
+}
+
+func (c *asyncConn) CloseThen(done func()) {
+	c.closed.Store(true)
+	c.done <- done
+}
+
+// TestLimitCountsSocketsUntilClosed: a connection whose close finishes
+// after Close returns (HTTP/2's graceful close) keeps its room in
+// MaxConnsPerHost until its socket is closed, so that the limit never
+// lets a new dial open a socket beside it.
+func TestLimitCountsSocketsUntilClosed(t *testing.T) {
+	key := Key{Addr: "a:1"}
+	limit := NewLimit(1)
+	if !limit.TryOpen(key) {
+		t.Fatal("no room in an empty limit")
+	}
+	p := NewMux[*asyncConn](2, 0, limit, nil)
+	c := &asyncConn{fakeMuxConn: fakeMuxConn{state: MuxState{Key: key}}, done: make(chan func(), 1)}
+	p.add(c, p.Tick())
+	p.shut(c)
+	done := <-c.done
+	if limit.TryOpen(key) {
+		t.Fatal("the limit gave the room back before the socket closed")
+	}
+	done()
+	if !limit.TryOpen(key) {
+		t.Fatal("the limit kept the room after the socket closed")
+	}
+}
