@@ -141,7 +141,8 @@ type Options struct {
 
 	// MaxConnsPerHost bounds the connections of one scheme, host:port and
 	// route, in any state: dialing, in use, idle, and (over HTTP/2 and
-	// HTTP/3) closing with streams still running. An attempt that finds
+	// HTTP/3) closing, with streams still running, until the socket is
+	// closed. An attempt that finds
 	// the route at its limit waits, under AcquireTimeout, for a connection
 	// to close, come back idle or (multiplexed) have room for a stream.
 	// Zero or negative means no limit, as in net/http.
