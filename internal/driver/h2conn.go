@@ -69,13 +69,9 @@ func (c *h2Conn) ReadSince(t time.Time) bool { return c.cc.LastRead().After(t) }
 // pool's count of attempts can reach zero while a stream still ends (a
 // canceled or abandoned one being reset, a CONNECT tunnel's upload), and
 // an abrupt close would fail it.
-func (c *h2Conn) Close() { c.CloseThen(nil) }
-
-// CloseThen is Close, calling done, when not nil, once the socket is
-// closed and the connection's goroutines returned, or h2DrainTimeout
-// passed (pool.AsyncCloser): the pool's limit counts the connection
-// until then.
-func (c *h2Conn) CloseThen(done func()) {
+// closed, when not nil, runs once the socket is closed and the
+// connection's goroutines returned, or h2DrainTimeout passed.
+func (c *h2Conn) Close(closed func()) {
 	_, goAway := c.cc.GoAway()
 	c.obs.shut(muxCloseReason(goAway, c.cc.Closed(), c.obs.retired.Load()))
 	go func() {
@@ -83,7 +79,7 @@ func (c *h2Conn) CloseThen(done func()) {
 		defer cancel()
 		c.cc.Shutdown(ctx)
 		c.cc.Close()
-		if done == nil {
+		if closed == nil {
 			return
 		}
 		// The reader returns once the socket is closed: the connection
@@ -92,7 +88,7 @@ func (c *h2Conn) CloseThen(done func()) {
 		case <-c.cc.Done():
 		case <-ctx.Done():
 		}
-		done()
+		closed()
 	}()
 }
 

@@ -484,8 +484,7 @@ func (t *Transport) startH3Dial(key pool.Key) *h3Dial {
 			// CloseIdleConnections ran meanwhile: the caller is done
 			// with what the Transport started, as net/http closes a
 			// connection that becomes idle after that call.
-			hc.Close()
-			t.limit.Closed(key)
+			hc.Close(func() { t.limit.Closed(key) })
 		default:
 			t.h3pool.AddIdle(hc, tick)
 		}

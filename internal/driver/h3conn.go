@@ -128,9 +128,13 @@ func (c *h3Conn) Gone() bool {
 // HTTP/3 connection older than the failure (choice 23).
 func (c *h3Conn) ReadSince(time.Time) bool { return false }
 
-// Close closes the QUIC connection with H3_NO_ERROR.
-func (c *h3Conn) Close() {
+// Close closes the QUIC connection with H3_NO_ERROR, then calls closed,
+// when not nil.
+func (c *h3Conn) Close(closed func()) {
 	_, goAway := c.watch.GoAway()
 	c.obs.shut(muxCloseReason(goAway, c.qc.Context().Err() != nil, c.obs.retired.Load()))
 	c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "")
+	if closed != nil {
+		closed()
+	}
 }

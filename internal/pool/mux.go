@@ -64,8 +64,12 @@ type MuxConn interface {
 	// Reserve.
 	Gone() bool
 	// Close closes the connection; streams still running on it at the
-	// stack's level end first (a graceful close).
-	Close()
+	// stack's level end first (a graceful close). It calls closed, when
+	// not nil, once the socket is closed, which may be after Close
+	// returns (HTTP/2: a GOAWAY, then the socket): the pool gives the
+	// connection's room in the limit (MaxConnsPerHost) back only then,
+	// so that the limit counts the sockets really open.
+	Close(closed func())
 	// ReadSince reports whether the connection read a frame from its
 	// peer after t: it was alive then. A stack that cannot tell reports
 	// false.
@@ -591,23 +595,9 @@ func (p *Mux[C]) shut(c C) {
 	p.cap.remove(&m.entry)
 	p.mu.Unlock()
 	if first {
-		if ac, ok := any(c).(AsyncCloser); ok {
-			key := m.Key
-			ac.CloseThen(func() { p.limit.Closed(key) })
-			return
-		}
-		c.Close()
-		p.limit.Closed(m.Key)
+		key := m.Key
+		c.Close(func() { p.limit.Closed(key) })
 	}
-}
-
-// AsyncCloser is a MuxConn whose Close returns before its socket is
-// closed (HTTP/2's graceful close: a GOAWAY, then the socket): CloseThen
-// closes it so, and calls done once the socket is closed. The pool gives
-// the connection's room in the limit (MaxConnsPerHost) back only then,
-// so that the limit counts the sockets really open.
-type AsyncCloser interface {
-	CloseThen(done func())
 }
 
 // armIdleLocked sets c's idle timer to fire after d, unless it is set

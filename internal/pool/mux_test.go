@@ -43,7 +43,12 @@ func (c *fakeMuxConn) Mux() *MuxState { return &c.state }
 func (c *fakeMuxConn) Reserve() bool  { return !c.closed.Load() }
 func (c *fakeMuxConn) Pending() bool  { return false }
 func (c *fakeMuxConn) Gone() bool     { return c.closed.Load() }
-func (c *fakeMuxConn) Close()         { c.closed.Store(true) }
+func (c *fakeMuxConn) Close(closed func()) {
+	c.closed.Store(true)
+	if closed != nil {
+		closed()
+	}
+}
 
 // ReadSince reports whether the connection's test set readAt after t.
 func (c *fakeMuxConn) ReadSince(t time.Time) bool { return c.readAt.After(t) }

@@ -258,7 +258,7 @@ func TestResendLostTeachesSpread(t *testing.T) {
 	key := Key{Addr: "a:1"}
 	lone := &fakeMuxConn{state: MuxState{Key: key}}
 	p.addWith(lone, p.Tick(), true)
-	lone.Close()
+	lone.Close(nil)
 	p.ResendLost(lone, time.Now())
 	if n := p.spreadLocked(key); n != 0 {
 		t.Fatalf("a connection lost with one resend taught a spread of %d", n)
@@ -276,7 +276,7 @@ func TestResendLostTeachesSpread(t *testing.T) {
 		}
 		c.state.served = served
 		p.ResendLost(c, time.Now()) // still up: no loss
-		c.Close()
+		c.Close(nil)
 		p.ResendLost(c, time.Now())
 		p.ResendLost(c, time.Now()) // its other resends: taught once
 		p.mu.Lock()
@@ -303,8 +303,8 @@ func TestResendLostTeachesSpread(t *testing.T) {
 	p.mu.Lock()
 	a.state.resends, b.state.resends = 2, 2
 	p.mu.Unlock()
-	a.Close()
-	b.Close()
+	a.Close(nil)
+	b.Close(nil)
 	p.ResendLost(a, time.Now())
 	p.ResendLost(b, time.Now())
 	if n := p.spreadLocked(key); n != 0 {
@@ -622,7 +622,7 @@ func TestLearnedBudgetNeedsTwoConnections(t *testing.T) {
 			}
 			n++
 		}
-		c.Close()
+		c.Close(nil)
 		return n
 	}
 	first := spent(5)
@@ -630,7 +630,7 @@ func TestLearnedBudgetNeedsTwoConnections(t *testing.T) {
 	for range 3 { // each displaced stream reports the same GOAWAY
 		p.Learn(first, 3, now)
 	}
-	first.Close()
+	first.Close(nil)
 	mark := p.FailMark(first)
 	if n := takes(mark); n != 3 {
 		t.Fatalf("a fresh connection took %d of the displaced resends, want 3", n)
@@ -640,13 +640,13 @@ func TestLearnedBudgetNeedsTwoConnections(t *testing.T) {
 	}
 	second := spent(6)
 	p.Learn(second, 3, now)
-	second.Close()
+	second.Close(nil)
 	if n := takes(0); n != 3 {
 		t.Fatalf("a fresh connection took %d original attempts after two GOAWAYs at 3, want 3", n)
 	}
 	third := spent(3)
 	p.Learn(third, 2, now)
-	third.Close()
+	third.Close(nil)
 	if n := takes(0); n != 8 {
 		t.Fatalf("a fresh connection took %d original attempts after a GOAWAY at another count, want all 8", n)
 	}
@@ -667,7 +667,7 @@ func TestBurstCapLiftsOnceResendsThrough(t *testing.T) {
 		p.Take(key, 0, nil, false)
 	}
 	p.Learn(first, 3, time.Now()) // 7 taken, 3 accepted: 4 displaced
-	first.Close()
+	first.Close(nil)
 	mark := p.FailMark(first)
 	burst := &fakeMuxConn{state: MuxState{Key: key}}
 	p.addFrom(burst, p.Tick(), true, mark)                       // resend r1
@@ -692,16 +692,16 @@ func TestBurstCapLiftsOnceResendsThrough(t *testing.T) {
 	}
 }
 
-// asyncConn is a fakeMuxConn whose socket closes after Close returns
-// (pool.AsyncCloser): closeDone closes it.
+// asyncConn is a fakeMuxConn whose socket closes after Close returns,
+// as HTTP/2's graceful close does: Close hands the test its closed.
 type asyncConn struct {
 	fakeMuxConn
 	done chan func()
 }
 
-func (c *asyncConn) CloseThen(done func()) {
+func (c *asyncConn) Close(closed func()) {
 	c.closed.Store(true)
-	c.done <- done
+	c.done <- closed
 }
 
 // TestLimitCountsSocketsUntilClosed: a connection whose close finishes
