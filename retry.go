@@ -104,20 +104,26 @@ type retryKey struct{}
 // WithRetry returns a context that carries r as the retry policy of the
 // requests made with it, in place of Options.Retry. Retry{MaxAttempts: 1}
 // switches retries and the automatic resend off for those requests.
+// WithRetry reads r once, now: the requests of one context share what it
+// made of r, and a change to r.Statuses afterwards changes nothing.
 func WithRetry(ctx context.Context, r Retry) context.Context {
-	return context.WithValue(ctx, retryKey{}, r)
+	return context.WithValue(ctx, retryKey{}, compileRetry(r))
 }
 
-// retryFor returns the retry policy of req, in fsm terms, with its
-// budget and hedge delay: the one WithRetry put in its context, else def
-// (Options.Retry).
-func retryFor(req *http.Request, def Retry) (fsm.Retry, driver.Budget, time.Duration) {
-	r := def
-	if v, ok := req.Context().Value(retryKey{}).(Retry); ok {
-		r = v
+// retryFor returns the retry policy of req: the one WithRetry put in its
+// context, else def (Options.Retry's).
+func retryFor(req *http.Request, def *driver.Policy) *driver.Policy {
+	if p, ok := req.Context().Value(retryKey{}).(*driver.Policy); ok {
+		return p
 	}
+	return def
+}
+
+// compileRetry returns r in the driver's terms, made once for all the
+// calls under r (a call keeps a pointer to it, not a copy).
+func compileRetry(r Retry) *driver.Policy {
 	if r.MaxAttempts <= 0 {
-		return fsm.Retry{}, driver.Budget{}, 0
+		return &driver.Policy{}
 	}
 	statuses := r.Statuses
 	if statuses == nil {
@@ -136,7 +142,7 @@ func retryFor(req *http.Request, def Retry) (fsm.Retry, driver.Budget, time.Dura
 		p.Hedges = uint8(min(max(r.MaxHedges, 1), driver.MaxAttempts-1))
 		p.HedgeKeyed = r.HedgeKeyed
 	}
-	return p, driver.Budget(r.Budget.normalized()), delay
+	return &driver.Policy{Retry: p, Budget: driver.Budget(r.Budget.normalized()), HedgeDelay: delay}
 }
 
 func orDefault(d, def time.Duration) time.Duration {

@@ -37,6 +37,7 @@ import (
 type Transport struct {
 	opt Options
 	d   *driver.Transport
+	pol *driver.Policy // opt.Retry's, made once
 }
 
 // New returns a Transport configured by o. It panics when o contradicts
@@ -47,7 +48,7 @@ func New(o Options) *Transport {
 	if err := o.check(); err != nil {
 		panic(err)
 	}
-	return &Transport{opt: o, d: driver.New(o.config())}
+	return &Transport{opt: o, d: driver.New(o.config()), pol: compileRetry(o.Retry)}
 }
 
 // RoundTrip sends req and returns its response, resending it at most once
@@ -65,8 +66,7 @@ func New(o Options) *Transport {
 // finds nothing; Options.Observer's OnError receives the *Error in every
 // case, before RoundTrip returns (see ExampleObserver_clientTimeout).
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	pol, budget, hedge := retryFor(req, t.opt.Retry)
-	call, err := t.d.Start(req, pol, budget, hedge)
+	call, err := t.d.Start(req, retryFor(req, t.pol))
 	if err != nil {
 		return nil, callError(err) // an *Error (RS04) when the proxies could not be used
 	}

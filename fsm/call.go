@@ -158,7 +158,7 @@ func (d CallDecision) String() string {
 // automatic resend, or a configured retry. It wraps the attempt machine's
 // decisions and never overrides a refusal of theirs for a request whose
 // copies could have a side effect. Like Machine it is pure and
-// comparable.
+// comparable (two calls of one policy compare their states).
 //
 // The calling contract: create it with NewCall; before each wire attempt
 // start the attempt's Machine with Next's request facts; when the attempt
@@ -175,21 +175,32 @@ func (d CallDecision) String() string {
 // more.
 type Call struct {
 	req      Request
-	retry    Retry
-	made     uint8 // wire attempts decided so far, the canceled copies of a hedged call counted
-	live     uint8 // hedges in flight beside the copy Step decides next
-	hedges   uint8 // hedges sent
-	bodyRead bool  // an attempt read the one-shot body
-	tooEarly bool  // the one 425 retry was made
+	retry    *Retry // shared, never written (NewCall)
+	made     uint8  // wire attempts decided so far, the canceled copies of a hedged call counted
+	live     uint8  // hedges in flight beside the copy Step decides next
+	hedges   uint8  // hedges sent
+	bodyRead bool   // an attempt read the one-shot body
+	tooEarly bool   // the one 425 retry was made
 	decision CallDecision
 }
 
 // NewCall returns the call machine for a request with facts req under
-// policy r. req.Attempt is ignored; Next sets it.
-func NewCall(req Request, r Retry) Call {
+// policy r (nil: none, as the zero Retry). req.Attempt is ignored; Next
+// sets it.
+//
+// The call keeps r, not a copy, so that the calls of one policy share it
+// (a call is held per request in flight, and a Retry is most of its
+// size): r must not change while the call is in use.
+func NewCall(req Request, r *Retry) Call {
 	req.Attempt = AttemptOriginal
+	if r == nil {
+		r = &noRetry
+	}
 	return Call{req: req, retry: r}
 }
+
+// noRetry is the policy of a call made without one. Nothing writes it.
+var noRetry Retry
 
 // Attempts returns the number of wire attempts decided so far, with the
 // hedges in flight.

@@ -87,7 +87,7 @@ func (c ccCase) run(t *testing.T) {
 	if len(c.want) != len(c.outcomes) {
 		t.Fatalf("%s: %d outcomes, %d decisions", c.name, len(c.outcomes), len(c.want))
 	}
-	call := fsm.NewCall(c.req, c.policy)
+	call := fsm.NewCall(c.req, &c.policy)
 	for i, o := range c.outcomes {
 		if got := call.Step(o); got != c.want[i] {
 			t.Errorf("%s: outcome %d: %v, want %v", c.name, i+1, got, c.want[i])
@@ -251,7 +251,7 @@ func TestCoverageCallSteps(t *testing.T) {
 	}
 	for _, c := range cases {
 		// NewCall ignores the attempt it is given.
-		call := fsm.NewCall(ccWith(ccGET, func(r *fsm.Request) { r.Attempt = fsm.AttemptResend }), c.policy)
+		call := fsm.NewCall(ccWith(ccGET, func(r *fsm.Request) { r.Attempt = fsm.AttemptResend }), &c.policy)
 		for i, want := range c.attempts {
 			next := call.Next()
 			if next.Attempt != want || next.ResendOff != c.resendOff || next.Method != fsm.MethodGET {
@@ -263,7 +263,7 @@ func TestCoverageCallSteps(t *testing.T) {
 
 	// A decided call does not move, whatever it is fed.
 	for _, first := range []fsm.Outcome{ccStatus(200), ccFail(fsm.RuleCanceled)} {
-		call := fsm.NewCall(ccGET, ccPolicy)
+		call := fsm.NewCall(ccGET, &ccPolicy)
 		d := call.Step(first)
 		before := call
 		for _, o := range []fsm.Outcome{ccStatus(503), ccFail(fsm.RuleAcquireFailed), ccResend(fsm.RuleEvidenceHandedBack, ccBodyRead), ccStatus(425)} {
@@ -283,7 +283,7 @@ func TestCoverageCallSteps(t *testing.T) {
 		{fsm.BodyOneShotUntouched, fsm.BodyOneShotUntouched, false},
 		{fsm.BodyBuffered, fsm.BodyBuffered, true},
 	} {
-		call := fsm.NewCall(fsm.Request{Method: fsm.MethodPUT, Body: c.body}, ccPolicy)
+		call := fsm.NewCall(fsm.Request{Method: fsm.MethodPUT, Body: c.body}, &ccPolicy)
 		o := ccFail(fsm.RuleAcquireFailed)
 		if c.read {
 			o.Facts = fsm.FactAcquired | fsm.FactBodyRead
@@ -304,7 +304,7 @@ func TestCoverageCallBackoff(t *testing.T) {
 	// delays feeds n failed dials to a call under p with jitter j and
 	// returns the waits it asks for.
 	delays := func(p fsm.Retry, n int, j float64) []time.Duration {
-		call := fsm.NewCall(ccGET, p)
+		call := fsm.NewCall(ccGET, &p)
 		var out []time.Duration
 		for range n {
 			d := call.Step(ccFail(fsm.RuleAcquireFailed, ccJitter(j)))
@@ -382,7 +382,7 @@ func TestCoverageCallStatuses(t *testing.T) {
 // TestCoverageCallRetriesStatus: a call reports the statuses its policy
 // lists, and none without a policy.
 func TestCoverageCallRetriesStatus(t *testing.T) {
-	c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, ccPolicy)
+	c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, &ccPolicy)
 	for code := 90; code <= 610; code++ {
 		if got, want := c.RetriesStatus(code), ccPolicy.Statuses.Has(code); got != want {
 			t.Errorf("RetriesStatus(%d) = %v, want %v", code, got, want)
@@ -391,9 +391,19 @@ func TestCoverageCallRetriesStatus(t *testing.T) {
 	if !c.RetriesStatus(503) || c.RetriesStatus(500) {
 		t.Errorf("RetriesStatus(503), RetriesStatus(500) = %v, %v; want true, false", c.RetriesStatus(503), c.RetriesStatus(500))
 	}
-	none := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, fsm.Retry{})
+	none := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, &fsm.Retry{})
 	if none.RetriesStatus(503) {
 		t.Error("a call without a policy retries 503")
+	}
+	// A nil policy is the zero one: the same decisions, step by step.
+	zero, nilPol := none, fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, nil)
+	if nilPol.RetriesStatus(503) || nilPol.Next() != zero.Next() {
+		t.Errorf("NewCall(nil) starts as %v, want %v", nilPol.Next(), zero.Next())
+	}
+	for _, o := range []fsm.Outcome{ccFail(fsm.RuleAmbiguousIdempotentResend), ccFail(fsm.RuleTimeout)} {
+		if got, want := nilPol.Step(o), zero.Step(o); got != want {
+			t.Errorf("NewCall(nil).Step(%v) = %v, want %v", o, got, want)
+		}
 	}
 }
 

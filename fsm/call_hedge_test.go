@@ -51,7 +51,7 @@ func TestCoverageCallHedgeEligibility(t *testing.T) {
 		{"one attempt", get, fsm.Retry{Attempts: 1, Hedges: 1}, true, hedgeRefused},
 		{"two attempts", get, fsm.Retry{Attempts: 2, Hedges: 1}, true, hedgeOn},
 	} {
-		call := fsm.NewCall(c.req, c.p)
+		call := fsm.NewCall(c.req, &c.p)
 		if got := call.Hedge(c.budget); got != c.want {
 			t.Errorf("%s: Hedge decided %v, want %v", c.name, got, c.want)
 		}
@@ -77,7 +77,7 @@ func TestCoverageCallHedgeCounts(t *testing.T) {
 		{2, 1, 1}, {2, 3, 1}, {3, 1, 1}, {3, 2, 2}, {3, 5, 2}, {5, 3, 3}, {5, 4, 4}, {5, 9, 4},
 	} {
 		p := fsm.Retry{Attempts: c.attempts, Hedges: c.hedges}
-		call := fsm.NewCall(get, p)
+		call := fsm.NewCall(get, &p)
 		sent := 0
 		for range 10 {
 			d := call.Hedge(true)
@@ -145,7 +145,7 @@ func TestCoverageCallHedgeSteps(t *testing.T) {
 		{"a refused hedge leaves the copy's own decision", hedgePolicy(0, false), []step{
 			h(hedgeRefused, 0), s(ccResend(fsm.RuleEvidenceRefusedStream), ccAtOnce(fsm.RuleEvidenceRefusedStream), 1)}},
 	} {
-		call := fsm.NewCall(get, c.p)
+		call := fsm.NewCall(get, &c.p)
 		for i, st := range c.steps {
 			var got fsm.CallDecision
 			if st.hedge {
@@ -167,7 +167,8 @@ func ccFailedOrRetry() fsm.CallDecision { return ccRetry(fsm.RuleRetryStatus, 10
 // TestCoverageCallHedgeBodyRead: a copy that failed after reading a
 // buffered body leaves the body reproducible, and the call marks it read.
 func TestCoverageCallHedgeBodyRead(t *testing.T) {
-	call := fsm.NewCall(fsm.Request{Method: fsm.MethodPUT, Body: fsm.BodyBuffered}, hedgePolicy(1, false))
+	p := hedgePolicy(1, false)
+	call := fsm.NewCall(fsm.Request{Method: fsm.MethodPUT, Body: fsm.BodyBuffered}, &p)
 	call.Hedge(true)
 	if d := call.Step(ccFail(fsm.RuleTimeout, ccBodyRead)); d != copyFailed {
 		t.Fatalf("the failed copy: %v", d)
@@ -204,7 +205,7 @@ func BenchmarkCallHedge(b *testing.B) {
 	failed, ok := ccFail(fsm.RuleTimeout), ccStatus(200)
 	b.ReportAllocs()
 	for b.Loop() {
-		c := fsm.NewCall(req, p)
+		c := fsm.NewCall(req, &p)
 		callSink = c.Hedge(true)
 		callSink = c.Step(failed)
 		callSink = c.Step(ok)

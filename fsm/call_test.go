@@ -20,7 +20,7 @@ func failWith(r fsm.Rule) fsm.Outcome {
 // TestBackoffDoublesUpToTheCap: the waits before attempts 2, 3 and 4 are
 // half of 100ms, 200ms, and the 300ms cap.
 func TestBackoffDoublesUpToTheCap(t *testing.T) {
-	c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, policy)
+	c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, &policy)
 	var got []time.Duration
 	for range 3 {
 		d := c.Step(deliverStatus(503))
@@ -60,7 +60,7 @@ func TestNextMarksTheLastAttempt(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET, Attempt: fsm.AttemptResend}, tc.r)
+			c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET, Attempt: fsm.AttemptResend}, &tc.r)
 			for i, want := range tc.attempts {
 				next := c.Next()
 				if next.Attempt != want || next.ResendOff != tc.resendOff {
@@ -73,7 +73,7 @@ func TestNextMarksTheLastAttempt(t *testing.T) {
 }
 
 func TestOneShotBodyReadIsConsumed(t *testing.T) {
-	c := fsm.NewCall(fsm.Request{Method: fsm.MethodPUT, Body: fsm.BodyOneShotUntouched}, policy)
+	c := fsm.NewCall(fsm.Request{Method: fsm.MethodPUT, Body: fsm.BodyOneShotUntouched}, &policy)
 	o := failWith(fsm.RuleAcquireFailed)
 	if d := c.Step(o); d.Rule != fsm.RuleRetryAcquire {
 		t.Fatalf("failed dial: %v", d)
@@ -114,7 +114,7 @@ func TestImpossibleResendsAreRefused(t *testing.T) {
 		{"RS17 is no resend", fsm.Request{Method: fsm.MethodGET}, fsm.Retry{}, []fsm.Outcome{resend(fsm.RuleAmbiguousFreshConn)}, fsm.RuleInvalidOrder},
 	}
 	for _, tc := range cases {
-		c := fsm.NewCall(tc.req, tc.r)
+		c := fsm.NewCall(tc.req, &tc.r)
 		var d fsm.CallDecision
 		for _, o := range tc.o {
 			d = c.Step(o)
@@ -126,7 +126,7 @@ func TestImpossibleResendsAreRefused(t *testing.T) {
 }
 
 func TestBackoffSaturatesAtTheCap(t *testing.T) {
-	c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, fsm.Retry{Attempts: 40, Statuses: fsm.Statuses(503), Base: time.Second, Cap: 1<<63 - 1})
+	c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, &fsm.Retry{Attempts: 40, Statuses: fsm.Statuses(503), Base: time.Second, Cap: 1<<63 - 1})
 	var d fsm.CallDecision
 	for range 35 {
 		d = c.Step(deliverStatus(503))
@@ -170,7 +170,7 @@ func TestCallRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			c := fsm.NewCall(tc.req, tc.r)
+			c := fsm.NewCall(tc.req, &tc.r)
 			if got := c.Step(tc.o); got != tc.want {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
@@ -182,7 +182,7 @@ func TestCallRefusals(t *testing.T) {
 }
 
 func TestLaterEvidenceIsAConfiguredRetry(t *testing.T) {
-	c := fsm.NewCall(fsm.Request{Method: fsm.MethodPOST}, policy)
+	c := fsm.NewCall(fsm.Request{Method: fsm.MethodPOST}, &policy)
 	refused := fsm.Outcome{Decision: fsm.Decision{Action: fsm.ActionResend, Rule: fsm.RuleEvidenceRefusedStream}, Jitter: 0.5}
 	if d := c.Step(refused); d != (fsm.CallDecision{Action: fsm.ActionResend, Rule: fsm.RuleEvidenceRefusedStream}) {
 		t.Fatalf("first refusal: %v, want the automatic resend", d)
@@ -190,7 +190,7 @@ func TestLaterEvidenceIsAConfiguredRetry(t *testing.T) {
 	if d := c.Step(refused); d != (fsm.CallDecision{Action: fsm.ActionFail, Rule: fsm.RuleRetryBudget}) {
 		t.Fatalf("second refusal without budget: %v", d)
 	}
-	c = fsm.NewCall(fsm.Request{Method: fsm.MethodPOST}, policy)
+	c = fsm.NewCall(fsm.Request{Method: fsm.MethodPOST}, &policy)
 	refused.Budget = true
 	c.Step(refused)
 	if d := c.Step(refused); d != (fsm.CallDecision{Action: fsm.ActionResend, Rule: fsm.RuleEvidenceRefusedStream, Retry: true, Delay: 100 * time.Millisecond}) {
@@ -199,7 +199,7 @@ func TestLaterEvidenceIsAConfiguredRetry(t *testing.T) {
 }
 
 func TestZeroBackoff(t *testing.T) {
-	c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, fsm.Retry{Attempts: 3, Statuses: fsm.Statuses(503)})
+	c := fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, &fsm.Retry{Attempts: 3, Statuses: fsm.Statuses(503)})
 	for range 2 {
 		if d := c.Step(deliverStatus(503)); d.Delay != 0 || !d.Retry {
 			t.Fatalf("no base, no cap: %v", d)

@@ -72,7 +72,7 @@ func DecodeCall(data []byte) modeltest.CallTrace {
 // invariants after every one.
 func CheckCallBytes(data []byte) error {
 	tr := DecodeCall(data)
-	c := fsm.NewCall(tr.Request, tr.Policy)
+	c := fsm.NewCall(tr.Request, &tr.Policy)
 	var steps []modeltest.CallStep
 	for i, o := range tr.Outcomes {
 		facts := c.Next()

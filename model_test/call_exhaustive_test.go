@@ -237,7 +237,7 @@ func TestCallExhaustive(t *testing.T) {
 
 // exploreCall walks the calls of one request and policy breadth first.
 func exploreCall(req fsm.Request, p fsm.Retry, depth int, counts *callCounts, report func(string, ...any)) {
-	root := callNode{key: callKey{c: fsm.NewCall(req, p), possible: true}}
+	root := callNode{key: callKey{c: fsm.NewCall(req, &p), possible: true}}
 	if got, want := ObserveCall(&root.key.c), ModelCall(CallTrace{Request: req, Policy: p}, CallReading{}); got != want {
 		report("before any outcome: fsm %s, model %s\n%s", describeCall(got), describeCall(want), indent(FormatCallTrace(CallTrace{Request: req, Policy: p}, nil)))
 		return

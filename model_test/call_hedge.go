@@ -190,7 +190,7 @@ func HedgeInvariants(tr HedgeTrace, decisions []fsm.CallDecision, attempts []int
 // an outcome) and compares each decision and attempt count with the
 // model, then checks HedgeInvariants on both.
 func CheckHedged(tr HedgeTrace) error {
-	c := fsm.NewCall(tr.Request, tr.Policy)
+	c := fsm.NewCall(tr.Request, &tr.Policy)
 	want, wantN := DecideHedged(tr)
 	got := make([]fsm.CallDecision, len(tr.Steps))
 	gotN := make([]int, len(tr.Steps))

@@ -101,7 +101,7 @@ func exploreHedged(req fsm.Request, p fsm.Retry, depth int, seenRule map[fsm.Rul
 		steps []HedgeStep
 	}
 	seen := map[hedgeKey]bool{}
-	frontier := []node{{c: fsm.NewCall(req, p)}}
+	frontier := []node{{c: fsm.NewCall(req, &p)}}
 	for d := 0; d < depth && len(frontier) > 0; d++ {
 		var next []node
 		for _, n := range frontier {

@@ -79,7 +79,7 @@ type callHarness struct {
 }
 
 func (h *callHarness) begin(req fsm.Request, p fsm.Retry) {
-	*h = callHarness{req: req, p: p, c: fsm.NewCall(req, p), tr: CallTrace{Request: req, Policy: p}, stats: h.stats}
+	*h = callHarness{req: req, p: p, c: fsm.NewCall(req, &p), tr: CallTrace{Request: req, Policy: p}, stats: h.stats}
 	if h.stats != nil {
 		h.stats.calls++
 	}

@@ -34,7 +34,7 @@ func TestCallModelAgreesWithSpecExamples(t *testing.T) {
 			continue
 		}
 		tr := CallTrace{Request: ex.Request, Policy: ex.Retry}
-		c := fsm.NewCall(ex.Request, ex.Retry)
+		c := fsm.NewCall(ex.Request, &ex.Retry)
 		var last fsm.CallDecision
 		for _, s := range ex.Calls {
 			tr.Outcomes = append(tr.Outcomes, s.Outcome)
@@ -100,7 +100,7 @@ func TestCallMatchesModel(t *testing.T) {
 // fsm or the text was fixed: delete the entry from CallDivergences.
 func TestCallDivergencesStillDiverge(t *testing.T) {
 	for _, d := range CallDivergences {
-		c := fsm.NewCall(d.Example.Request, d.Example.Policy)
+		c := fsm.NewCall(d.Example.Request, &d.Example.Policy)
 		for _, o := range d.Example.Outcomes {
 			c.Step(o)
 		}
@@ -139,7 +139,7 @@ func TestCallTrustsAnImpossibleResend(t *testing.T) {
 			fsm.RuleNoSecondResend},
 	}
 	for _, tc := range cases {
-		c := fsm.NewCall(tc.tr.Request, tc.tr.Policy)
+		c := fsm.NewCall(tc.tr.Request, &tc.tr.Policy)
 		var steps []CallStep
 		for _, o := range tc.tr.Outcomes {
 			facts := c.Next()
@@ -251,7 +251,7 @@ func TestCallInvariantsRejectViolations(t *testing.T) {
 // on which fsm.Call once decided otherwise than the rule text.
 func TestFormerCallDivergences(t *testing.T) {
 	for name, tr := range formerCallDivergences {
-		c := fsm.NewCall(tr.Request, tr.Policy)
+		c := fsm.NewCall(tr.Request, &tr.Policy)
 		for _, o := range tr.Outcomes {
 			c.Step(o)
 		}

@@ -52,7 +52,7 @@ func (t Trace) IsCall() bool { return len(t.Calls) > 0 }
 // RunCall feeds a call trace's outcomes to a new call machine and returns
 // the decision after each.
 func (t Trace) RunCall() []fsm.CallDecision {
-	c := fsm.NewCall(t.Request, t.Retry)
+	c := fsm.NewCall(t.Request, &t.Retry)
 	out := make([]fsm.CallDecision, len(t.Calls))
 	for i, s := range t.Calls {
 		if s.Hedge {

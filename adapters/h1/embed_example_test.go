@@ -102,7 +102,7 @@ func (c *client) get(url string) (string, error) {
 	}
 	// The call machine bounds the attempts of the whole call; each attempt
 	// has a machine of its own, inside its Recorder.
-	call := fsm.NewCall(fsm.Request{Method: fsm.ParseMethod(req.Method), Body: fsm.BodyNone}, fsm.Retry{})
+	call := fsm.NewCall(fsm.Request{Method: fsm.ParseMethod(req.Method), Body: fsm.BodyNone}, nil)
 	for {
 		facts := call.Next() // the original's facts, then the resend's
 		rec := h1.NewRecorder(facts, fsm.Limits{}, c.clock, nil)

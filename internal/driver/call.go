@@ -34,16 +34,15 @@ import (
 // its first try; Run carries it out once. A request Start refuses has
 // its body closed and was never sent.
 type Call struct {
-	t      *Transport
-	req    *http.Request
-	cm     fsm.Call
-	hist   [inlineHistory]fsm.CallDecision               // the first decisions, one a wire attempt: no allocation for most calls
-	more   *[maxHistory - inlineHistory]fsm.CallDecision // the decisions after them, allocated with the first
-	budget Budget
+	t    *Transport
+	req  *http.Request
+	cm   fsm.Call
+	hist [inlineHistory]fsm.CallDecision               // the first decisions, one a wire attempt: no allocation for most calls
+	more *[maxHistory - inlineHistory]fsm.CallDecision // the decisions after them, allocated with the first
+	pol  *Policy                                       // shared with the calls of the same policy; cm keeps &pol.Retry
 	// mu guards cm and the decisions kept, which the copies of a hedged
 	// try step from their own goroutines.
-	mu         sync.Mutex
-	hedgeDelay time.Duration // Retry.Hedge; zero: no hedging
+	mu sync.Mutex
 
 	in    plan.Input // the current try's plan is plan.Make(in), a table lookup
 	n     uint8      // decisions kept, in hist then more, at most maxHistory
@@ -106,23 +105,37 @@ func (c *Call) done() {
 // MaxAttempts bounds the wire attempts of a call (Retry.MaxAttempts).
 const MaxAttempts = 10
 
-// Start validates req and resolves its first try under the retry policy
-// pol and its budget: the proxies, the dispatch plan and the route. An
-// error (req's body closed) means nothing was sent and no attempt made:
-// a *Failure (RS04) when the proxies could not be decided, else the
-// request's own fault.
-//
-// hedgeDelay is how long a call waits for a response header before each
-// hedge (zero: none); pol says how many and for which requests.
-func (t *Transport) Start(req *http.Request, pol fsm.Retry, budget Budget, hedgeDelay time.Duration) (*Call, error) {
+// Policy is how a call retries: the call machine's policy, the route's
+// retry budget (counted only when Retry is on) and the hedge delay (how
+// long a call waits for a response header before each hedge; zero:
+// none). A policy is made once for many calls, which share it: nothing
+// writes it once a call started under it.
+type Policy struct {
+	Retry      fsm.Retry
+	Budget     Budget
+	HedgeDelay time.Duration
+}
+
+// noPolicy is the policy of a call started without one.
+var noPolicy Policy
+
+// Start validates req and resolves its first try under the policy pol
+// (nil: none), which the call keeps: the proxies, the dispatch plan and
+// the route. An error (req's body closed) means nothing was sent and no
+// attempt made: a *Failure (RS04) when the proxies could not be decided,
+// else the request's own fault.
+func (t *Transport) Start(req *http.Request, pol *Policy) (*Call, error) {
 	key, err := validate(req)
 	if err != nil {
 		return nil, closeBody(req, err)
 	}
+	if pol == nil {
+		pol = &noPolicy
+	}
 	facts := t.factsOf(req)
-	c := &Call{t: t, req: req, cm: fsm.NewCall(facts, pol), budget: budget, hedgeDelay: hedgeDelay}
-	if pol.On() {
-		t.budgets.call(key.Addr, budget, time.Now())
+	c := &Call{t: t, req: req, cm: fsm.NewCall(facts, &pol.Retry), pol: pol}
+	if pol.Retry.On() {
+		t.budgets.call(key.Addr, pol.Budget, time.Now())
 	}
 	if err := c.resolve(&c.first, key); err != nil {
 		return nil, closeBody(req, c.resolveFailed(err))
@@ -501,14 +514,14 @@ func (tr *try) step(o fsm.Outcome) fsm.CallDecision {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var now time.Time // read for the budget alone: most calls read no clock here
-	if c.budget.Window > 0 && (o.Decision.Action != fsm.ActionDeliver || c.cm.RetriesStatus(o.Status)) {
+	if c.pol.Budget.Window > 0 && (o.Decision.Action != fsm.ActionDeliver || c.cm.RetriesStatus(o.Status)) {
 		now = time.Now()
-		o.Budget = tr.call.t.budgets.reserve(tr.key.Addr, c.budget, now)
+		o.Budget = tr.call.t.budgets.reserve(tr.key.Addr, c.pol.Budget, now)
 		o.Jitter = tr.call.t.jitter()
 	}
 	d := c.cm.Step(o)
 	if o.Budget && !(d.Retry && d.Rule != fsm.RuleTooEarly) {
-		tr.call.t.budgets.unreserve(tr.key.Addr, c.budget, now)
+		tr.call.t.budgets.unreserve(tr.key.Addr, c.pol.Budget, now)
 	}
 	c.record(d)
 	return d

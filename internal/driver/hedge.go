@@ -178,7 +178,7 @@ type copyResult struct {
 // no timer; under a hedging policy its history starts with the refusal
 // (RuleHedgeRefused), decided at once since no delay could change it.
 func (c *Call) hedgeApplies() bool {
-	if c.hedgeDelay <= 0 {
+	if c.pol.HedgeDelay <= 0 {
 		return false
 	}
 	c.mu.Lock()
@@ -231,7 +231,7 @@ func (tr *try) hedged(attempt attemptFunc, start resend) (*http.Response, error)
 		case <-h.fire:
 		default:
 		}
-		stop = c.t.clock.AfterFunc(c.hedgeDelay, h.signal)
+		stop = c.t.clock.AfterFunc(c.pol.HedgeDelay, h.signal)
 	}
 	arm()
 	defer func() {
@@ -293,13 +293,13 @@ func (tr *try) hedgeNow(h *hedging) (resend, bool) {
 	c := tr.call
 	c.mu.Lock()
 	budget, now := true, time.Time{}
-	if c.budget.Window > 0 {
+	if c.pol.Budget.Window > 0 {
 		now = time.Now()
-		budget = c.t.budgets.reserve(tr.key.Addr, c.budget, now)
+		budget = c.t.budgets.reserve(tr.key.Addr, c.pol.Budget, now)
 	}
 	d := c.cm.Hedge(budget)
-	if budget && c.budget.Window > 0 && d.Action != fsm.ActionResend {
-		c.t.budgets.unreserve(tr.key.Addr, c.budget, now)
+	if budget && c.pol.Budget.Window > 0 && d.Action != fsm.ActionResend {
+		c.t.budgets.unreserve(tr.key.Addr, c.pol.Budget, now)
 	}
 	c.record(d)
 	next := c.cm.Next()
@@ -311,8 +311,8 @@ func (tr *try) hedgeNow(h *hedging) (resend, bool) {
 	if next.Body == fsm.BodyBuffered {
 		b, err := c.req.GetBody()
 		if err != nil {
-			if c.budget.Window > 0 {
-				c.t.budgets.unreserve(tr.key.Addr, c.budget, now) // the copy never went
+			if c.pol.Budget.Window > 0 {
+				c.t.budgets.unreserve(tr.key.Addr, c.pol.Budget, now) // the copy never went
 			}
 			// The copy cannot be made as the caller meant it: its
 			// machine decides the local failure (RS21) before any

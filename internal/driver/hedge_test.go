@@ -57,8 +57,9 @@ func hedgedTry(t *testing.T) (*try, *hedging) {
 		t.Fatal(err)
 	}
 	facts := fsm.Request{Method: fsm.MethodGET}
+	pol := &Policy{Retry: fsm.Retry{Attempts: 3, Hedges: 1}}
 	c := &Call{t: &Transport{cfg: Config{EarlyData: true}, clock: recorder.NewClock()}, req: req,
-		cm: fsm.NewCall(facts, fsm.Retry{Attempts: 3, Hedges: 1})}
+		cm: fsm.NewCall(facts, &pol.Retry), pol: pol}
 	h := &hedging{connected: true, fire: make(chan struct{}, 1)}
 	tr := &try{call: c, hedge: h}
 	return tr, h

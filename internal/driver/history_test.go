@@ -12,9 +12,9 @@ import (
 // order, those kept inline and those after them, up to maxHistory; a
 // call that decided nothing has none.
 func TestHistoryKeepsEveryDecision(t *testing.T) {
-	pol := fsm.Retry{Attempts: MaxAttempts, Statuses: fsm.Statuses(503)}
-	c := &Call{t: &Transport{}, cm: fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, pol),
-		budget: Budget{Ratio: 1, MinPerSecond: 100, Window: time.Second}}
+	pol := &Policy{Retry: fsm.Retry{Attempts: MaxAttempts, Statuses: fsm.Statuses(503)},
+		Budget: Budget{Ratio: 1, MinPerSecond: 100, Window: time.Second}}
+	c := &Call{t: &Transport{}, cm: fsm.NewCall(fsm.Request{Method: fsm.MethodGET}, &pol.Retry), pol: pol}
 	tr := &try{call: c}
 	if h := c.History(); h != nil {
 		t.Fatalf("history before any attempt: %v", h)

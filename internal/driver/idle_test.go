@@ -13,7 +13,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/replaysafe/replaysafe/fsm"
 	"github.com/replaysafe/replaysafe/fsm/route"
 	"github.com/replaysafe/replaysafe/internal/dial"
 	"github.com/replaysafe/replaysafe/internal/pool"
@@ -132,7 +131,7 @@ func TestIdleTimerRunsAcrossKeepAlive(t *testing.T) {
 // roundTrip runs req as one call without retries, as the face does.
 func roundTrip(t *testing.T, tr *Transport, req *http.Request) (*http.Response, error) {
 	t.Helper()
-	c, err := tr.Start(req, fsm.Retry{}, Budget{}, 0)
+	c, err := tr.Start(req, nil)
 	if err != nil {
 		return nil, err
 	}
