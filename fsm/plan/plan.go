@@ -94,9 +94,6 @@ type Leg struct {
 	// Route is the route policy the leg's connections are pooled under:
 	// connections made under one policy never serve another.
 	Route route.Policy
-	// ALPN is what a TLS handshake offers, in preference order; nil in
-	// cleartext.
-	ALPN []string
 	// Race reports an HTTP/3 leg that waits for a new QUIC connection at
 	// most the transport's head start before it hands over (with
 	// FallbackNoConn) while the handshake goes on for later calls.
@@ -104,6 +101,10 @@ type Leg struct {
 	// Next says when the next leg may be taken; FallbackNever on the
 	// last leg.
 	Next Fallback
+	// ALPN is what a TLS handshake offers, in preference order; nil in
+	// cleartext. (Last, so that the narrow fields above share a word: a
+	// call holds its leg while in flight.)
+	ALPN []string
 }
 
 // Plan is the ordered legs of one call, or the reason it cannot be made.

@@ -123,11 +123,18 @@ type attempt struct {
 	// abort the exchange while the stack holds it (see context): a pool
 	// miss, a write or header limit, a watched request body. Without
 	// one the stack gets the caller's context and an abort before the
-	// stack got the request is only recorded.
-	mu       sync.Mutex
+	// stack got the request is only recorded. It is allocated apart, as
+	// body is: most attempts of a GET on a pooled connection make none.
+	mu  sync.Mutex
+	own *ownContext // nil until made, or until ended with a cause
+}
+
+// ownContext is an attempt's own context, or the cause it ended with
+// before one was made.
+type ownContext struct {
 	ctx      context.Context // nil until made
 	cancelFn context.CancelCauseFunc
-	endCause error // its cause, when ended without a context
+	endCause error // the cause, when ended without a context
 }
 
 // bodyWatch says how an attempt's request body is watched. mux is set
@@ -171,13 +178,17 @@ func (tr *try) newAttempt(a *attempt, body io.ReadCloser, rec attemptRecorder, w
 func (a *attempt) context() context.Context {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.ctx == nil {
-		a.ctx, a.cancelFn = context.WithCancelCause(a.tr.call.context())
+	if a.own == nil {
+		a.own = new(ownContext)
+	}
+	o := a.own
+	if o.ctx == nil {
+		o.ctx, o.cancelFn = context.WithCancelCause(a.tr.call.context())
 		if a.ended {
-			a.cancelFn(a.endCause)
+			o.cancelFn(o.endCause)
 		}
 	}
-	return a.ctx
+	return o.ctx
 }
 
 // acquireContext is context for an attempt that may wait for or dial a
@@ -195,19 +206,30 @@ func (a *attempt) acquireContext() context.Context {
 func (a *attempt) stackContext() context.Context {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.ctx == nil {
+	if a.own == nil || a.own.ctx == nil {
 		return a.tr.call.context()
 	}
-	return a.ctx
+	return a.own.ctx
 }
 
 // cancel ends the attempt's context with cause (nil: the attempt is
 // over), as context.CancelCauseFunc does: the first call's cause wins.
 func (a *attempt) cancel(cause error) {
 	a.mu.Lock()
-	cancel := a.cancelFn
+	var cancel context.CancelCauseFunc
+	if a.own != nil {
+		cancel = a.own.cancelFn
+	}
 	if !a.ended {
-		a.ended, a.endCause = true, cause
+		a.ended = true
+		if cause != nil && cancel == nil {
+			// Kept for a context made later (context) and for
+			// abortCause; with a context, the context keeps it.
+			if a.own == nil {
+				a.own = new(ownContext)
+			}
+			a.own.endCause = cause
+		}
 	}
 	a.mu.Unlock()
 	if cancel != nil {
@@ -222,14 +244,14 @@ func (a *attempt) abortCause() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
-	case a.ctx != nil:
-		return context.Cause(a.ctx)
+	case a.own != nil && a.own.ctx != nil:
+		return context.Cause(a.own.ctx)
 	case !a.ended:
 		return nil
-	case a.endCause == nil:
+	case a.own == nil || a.own.endCause == nil:
 		return context.Canceled
 	}
-	return a.endCause
+	return a.own.endCause
 }
 
 // outgoing returns the request to hand the stack: the caller's, on the

@@ -58,7 +58,7 @@ func (tr *try) attemptH1(n int, start resend) (*http.Response, *resend, error) {
 		if a.body != nil {
 			a.body.stackFinished()
 		}
-		return a.failed(d, a.cause(context.Cause(a.ctx)))
+		return a.failed(d, a.cause(a.abortCause()))
 	}
 	tr.call.t.gotConn(tr.call.context(), pc, reused)
 	out := a.outgoing(start.body, func(ctx context.Context) context.Context {
