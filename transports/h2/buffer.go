@@ -47,20 +47,20 @@ func putChunk(b []byte) {
 }
 
 // recvBuf holds a stream's received, unread response body bytes in
-// pooled chunks. Its size is bounded by the stream's receive window.
+// pooled chunks. Its size is bounded by the stream's receive window, an
+// int32 (Config.StreamWindow). The slice of chunks is made with the first
+// byte and kept until free (a reader that keeps up drains and refills its
+// one chunk in place): a stream is held per request in flight, and one
+// that received nothing yet holds no slice.
 type recvBuf struct {
 	chunks [][]byte // each chunk's len is its filled part
-	inline [1][]byte
-	r      int // read offset in chunks[0]
-	n      int // unread bytes
+	r      int32    // read offset in chunks[0]
+	n      int32    // unread bytes
 }
 
 // write appends p.
 func (b *recvBuf) write(p []byte) {
-	b.n += len(p)
-	if b.chunks == nil {
-		b.chunks = b.inline[:0]
-	}
+	b.n += int32(len(p))
 	for len(p) > 0 { // each pass fills one chunk
 		if k := len(b.chunks); k > 0 {
 			last := b.chunks[k-1]
@@ -82,18 +82,19 @@ func (b *recvBuf) read(p []byte) int {
 		c := b.chunks[0]
 		k := copy(p[n:], c[b.r:])
 		n += k
-		b.r += k
-		if b.r == len(c) {
+		b.r += int32(k)
+		if int(b.r) == len(c) {
 			putChunk(c)
 			b.chunks[0] = nil
-			b.chunks = b.chunks[1:]
+			if len(b.chunks) == 1 {
+				b.chunks = b.chunks[:0] // the same array for the next write
+			} else {
+				b.chunks = b.chunks[1:]
+			}
 			b.r = 0
 		}
 	}
-	b.n -= n
-	if len(b.chunks) == 0 {
-		b.chunks = nil
-	}
+	b.n -= int32(n)
 	return n
 }
 
@@ -103,7 +104,7 @@ func (b *recvBuf) free() int {
 		putChunk(c)
 		b.chunks[i] = nil
 	}
-	n := b.n
+	n := int(b.n)
 	*b = recvBuf{}
 	return n
 }

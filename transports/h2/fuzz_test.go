@@ -64,7 +64,7 @@ func fuzzMachine(t *testing.T, data []byte) {
 			t.Fatalf("%d bytes queued for the writer", len(m.out.buf))
 		}
 		for _, st := range streams {
-			if st.buf.n > int(m.cfg.streamWindow) {
+			if int(st.buf.n) > int(m.cfg.streamWindow) {
 				t.Fatalf("stream %d buffers %d bytes", st.id, st.buf.n)
 			}
 		}
