@@ -212,6 +212,65 @@ func TestH3RejectedConnectionStaysForOthers(t *testing.T) {
 	}
 }
 
+// TestH3RejectedResentOnAnotherPooledConnection: H3_REQUEST_REJECTED on
+// a connection that stays open, with no GOAWAY, judges that one request
+// on that one connection (RS15, RFC 9114 §4.1.1), so its resend takes
+// another pooled connection that got no GOAWAY, even one dialed before
+// the rejection, instead of dialing (spec/choices.md, choice 22).
+// Connection 1 joins the pool for the one-shot POST (a one-shot body
+// starts on a new connection), so both are pooled, and the GET after it
+// takes connection 0, which rejects it.
+func TestH3RejectedResentOnAnotherPooledConnection(t *testing.T) {
+	s := startH3(t, h3Script(
+		[]h3server.Action{h3server.OK("warm"), h3server.Reject(), h3server.OK("on the rejecter")},
+		[]h3server.Action{h3server.OK("one"), h3server.OK("ok")},
+	))
+	tr, obs := h3Client(t, s, replaysafe.Options{})
+	for _, c := range []struct{ method, path, body, want string }{
+		{"GET", "/warm", "", "warm"},
+		{"POST", "/one", "oneshot:stream", "one"},
+		{"GET", "/p", "", "ok"},
+	} {
+		code, body, err := roundTrip(tr, newRequest(t, t.Context(), c.method, s.URL()+c.path, c.body))
+		if err != nil || code != 200 || body != c.want {
+			t.Fatalf("%s: %d %q %v", c.path, code, body, err)
+		}
+	}
+	wantH3Copies(t, s, "/one", 1)
+	wantH3Copies(t, s, "/p", 0, 1)
+	wantDecisions(t, obs, "/p", fsm.RuleEvidenceRequestRejected, fsm.RuleDeliverFinalResponse)
+	if as := obs.attemptsFor("/p"); !as[1].Reused {
+		t.Errorf("the resend's connection was not reused: %+v", as[1])
+	}
+	if n := s.Accepted(); n != 2 {
+		t.Errorf("the server accepted %d connections, want 2: the resend dialed", n)
+	}
+}
+
+// TestH3RejectedAloneRedialsWithoutAnother: with only the rejecting
+// connection pooled, the resend of a request it rejected (RS15) waits
+// for a connection dialed after the rejection, never taking the
+// rejecting one, though it stays open with no GOAWAY: a draining
+// server's GOAWAY may trail the rejection (choice 22).
+func TestH3RejectedAloneRedialsWithoutAnother(t *testing.T) {
+	s := startH3(t, h3Script(
+		[]h3server.Action{h3server.OK("warm"), h3server.Reject(), h3server.OK("on the rejecter")},
+		[]h3server.Action{h3server.OK("ok")},
+	))
+	tr, obs := h3Client(t, s, replaysafe.Options{})
+	for _, c := range []struct{ path, want string }{{"/warm", "warm"}, {"/p", "ok"}} {
+		code, body, err := roundTrip(tr, newRequest(t, t.Context(), "GET", s.URL()+c.path, ""))
+		if err != nil || code != 200 || body != c.want {
+			t.Fatalf("%s: %d %q %v", c.path, code, body, err)
+		}
+	}
+	wantH3Copies(t, s, "/p", 0, 1)
+	wantDecisions(t, obs, "/p", fsm.RuleEvidenceRequestRejected, fsm.RuleDeliverFinalResponse)
+	if n := s.Accepted(); n != 2 {
+		t.Errorf("the server accepted %d connections, want 2: the first and the resend's", n)
+	}
+}
+
 func TestH3RejectEverythingTwoCopies(t *testing.T) {
 	s := startH3(t, h3server.Config{Default: h3server.Every(h3server.Reject())})
 	tr, _ := h3Client(t, s, replaysafe.Options{})

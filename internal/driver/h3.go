@@ -255,6 +255,7 @@ type h3Stream struct {
 	resend bool
 
 	early bool // the request went as early data
+	alone bool // the server rejected the request alone (rejectedAlone)
 
 	mu         sync.Mutex
 	ended      bool // the attempt's response ended
@@ -336,24 +337,34 @@ func (s *h3Stream) resendLost() {
 	s.t.h3pool.ResendLost(s.hc, time.Now())
 }
 
+// resendFrom returns, after a request rejected alone (rejectedAlone),
+// the rejection's mark: the resend takes any other pooled connection
+// that may take a request, or one dialed after the rejection, never
+// this one (pool.Mux.RejectMark, choice 22).
 func (s *h3Stream) resendFrom(connFailed bool) (uint64, any) {
-	if connFailed {
-		return s.t.h3pool.FailMark(s.hc), s.hc
+	switch {
+	case !connFailed:
+		return s.t.h3pool.Mark(), s.hc
+	case s.alone:
+		return s.t.h3pool.RejectMark(s.hc), s.hc
 	}
-	return s.t.h3pool.Mark(), s.hc
+	return s.t.h3pool.FailMark(s.hc), s.hc
 }
 
 // rejectedAlone reports H3_REQUEST_REJECTED (RS15) on a QUIC connection
-// that is open and received no GOAWAY: the server rejected the request,
-// not the connection. The resend still avoids it, since a draining
-// server's GOAWAY may trail the rejection on the control stream; the
-// other requests keep it, and they meet any GOAWAY first (choice 22).
+// that is open and received no GOAWAY, and remembers it for resendFrom:
+// the server rejected one request on one connection, not the
+// connection. The connection stays pooled, and the other requests keep
+// it; they meet any GOAWAY first. The resend avoids it, since a
+// draining server's GOAWAY may trail the rejection on the control
+// stream, but may take any other (choice 22).
 func (s *h3Stream) rejectedAlone(rule fsm.Rule) bool {
 	if rule != fsm.RuleEvidenceRequestRejected || s.hc.qc.Context().Err() != nil {
 		return false
 	}
 	_, goAway := s.hc.watch.GoAway()
-	return !goAway
+	s.alone = !goAway
+	return s.alone
 }
 
 // streamReset reports whether the server reset the request stream (a

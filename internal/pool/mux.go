@@ -14,6 +14,9 @@ type MuxState struct {
 	seq     uint64 // when its dial started, on the pool's clock (Mark), from 1
 	failed  uint64 // the clock when the connection was first seen failing (FailMark), or 0
 	resends int    // displaced requests' resends it took
+	// rejected is the mark of the connection's first rejection of one
+	// request alone (RejectMark), or 0.
+	rejected uint64
 	// unsent counts the resends it took whose request is not yet on
 	// the wire (Sent): while one waits, an original request that takes
 	// a stream could get a lower stream ID than the resend's. Atomic:
@@ -114,6 +117,11 @@ type Mux[C MuxConn] struct {
 	// failure, and may take the displaced requests' resends (Take).
 	fails  [8]failMark
 	nfails int
+	// rejects holds the latest rejection marks (RejectMark), the latest
+	// at rejects[(nrejects-1)%len(rejects)]: a resend carrying one may
+	// take any pooled connection but the one that rejected it (Take).
+	rejects  [8]uint64
+	nrejects int
 }
 
 // failMark is a failure mark of the pool's clock and when it was taken.
@@ -337,8 +345,8 @@ func (p *Mux[C]) spreading(key Key) bool {
 }
 
 // Mark returns the pool's clock, which ticks when a dial starts and when
-// a connection joins: a connection whose dial started later has a
-// greater seq. A resend takes only connections whose dial started after
+// a connection joins (and twice at a rejection mark, RejectMark): a
+// connection whose dial started later has a greater seq. A resend takes only connections whose dial started after
 // its failure was seen (see Take): never the one that failed, nor one
 // that may have been established to the same dying server or over the
 // same broken path before the failure.
@@ -376,6 +384,46 @@ func (p *Mux[C]) failMarkLocked(c C) uint64 {
 	return m.failed
 }
 
+// RejectMark returns the mark of c's rejection of one request alone, c
+// staying open with no GOAWAY (HTTP/3's H3_REQUEST_REJECTED): the
+// resend after it takes any other pooled connection that may take an
+// attempt and never failed itself (FailMark), whenever it was dialed,
+// or else one whose dial started after the mark; never c (Take;
+// spec/choices.md, choice 22). c's later rejections share its first
+// one's mark, and so a redial, as the requests one failure displaced
+// share one (FailMark). The mark is a tick of the clock that no dial
+// and no other mark reads, so a resend carrying it is this rejection's.
+func (p *Mux[C]) RejectMark(c C) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := c.Mux()
+	if m.rejected == 0 {
+		p.seq++
+		m.rejected = p.seq
+		p.seq++ // later marks and dials read the clock past it
+	}
+	if !p.rejectionLocked(m.rejected) {
+		p.rejects[p.nrejects%len(p.rejects)] = m.rejected
+		p.nrejects++
+	}
+	return m.rejected
+}
+
+// rejectionLocked reports whether mark is a recent rejection mark
+// (RejectMark); one pushed out by later rejections reads as any other
+// mark, whose resend takes only newer connections.
+func (p *Mux[C]) rejectionLocked(mark uint64) bool {
+	if mark == 0 {
+		return false
+	}
+	for _, r := range p.rejects {
+		if r == mark {
+			return true
+		}
+	}
+	return false
+}
+
 // Tick advances the pool's clock as a dial starts, and returns the
 // dial's place on it, for Add.
 func (p *Mux[C]) Tick() uint64 {
@@ -390,7 +438,10 @@ func (p *Mux[C]) Tick() uint64 {
 // refusal of one stream left it healthy), or, when after is a failure
 // mark (FailMark), read a frame from its peer after the failure was
 // seen: a connection that proved itself alive since then, which the
-// failure did not reach (spec/choices.md, choice 23). It reports whether that
+// failure did not reach (spec/choices.md, choice 23), or, when after is
+// a rejection mark (RejectMark), is any but the rejecting one: a
+// rejection judged one request on one connection (choice 22). Neither
+// older kind ever failed itself (FailMark). It reports whether that
 // connection served an earlier exchange (reused as fsm means it, not
 // merely carrying another attempt right now); it returns the zero C when
 // none has room. Connections that are gone leave the pool on the way:
@@ -419,12 +470,14 @@ func (p *Mux[C]) Take(key Key, after uint64, same C, displaced bool) (got C, reu
 		spread = p.spreadLocked(key)
 	}
 	failedAt, proof := p.failedAtLocked(after)
+	rejection := p.rejectionLocked(after)
 	var zero C
 	for _, c := range list {
 		switch m := c.Mux(); {
 		case got != zero:
 			kept = append(kept, c)
-		case m.seq <= after && c != same && !(proof && m.failed == 0 && c.ReadSince(failedAt)) ||
+		case m.seq <= after && c != same &&
+			!(m.failed == 0 && (proof && c.ReadSince(failedAt) || rejection && m.rejected != after)) ||
 			bounded && learned.over(m, after) ||
 			spread > 0 && m.resends >= spread:
 			if m.active == 0 && c.Gone() {

@@ -587,6 +587,69 @@ func TestProvenConnectionTakesDisplaced(t *testing.T) {
 	}
 }
 
+// TestRejectionResendTakesAnotherConnection: after one connection's
+// rejection of one request alone (RejectMark), the resend takes any
+// other pooled connection, one dialed before the rejection included,
+// and never the rejecting one, which stays pooled for original
+// attempts; its later rejections share the mark. A connection that
+// failed itself (FailMark) does not take the resend, nor does an older
+// connection once eight later rejections pushed the mark out (it then
+// reads as any other mark); a connection dialed after the rejection
+// does.
+func TestRejectionResendTakesAnotherConnection(t *testing.T) {
+	key := Key{Addr: "a:1"}
+	idle := func(p *Mux[*fakeMuxConn]) *fakeMuxConn {
+		c := &fakeMuxConn{state: MuxState{Key: key}}
+		p.add(c, p.Tick())
+		p.Done(c, true)
+		return c
+	}
+	take := func(p *Mux[*fakeMuxConn], after uint64) *fakeMuxConn {
+		c, _, _ := p.Take(key, after, nil, after != 0)
+		if c != nil {
+			p.Done(c, true)
+		}
+		return c
+	}
+
+	p := NewMux[*fakeMuxConn](4, 0, NewLimit(0), nil)
+	other, rejecter := idle(p), idle(p)
+	mark := p.RejectMark(rejecter)
+	if again := p.RejectMark(rejecter); again != mark {
+		t.Fatalf("the rejecter's second rejection got mark %d, its first %d", again, mark)
+	}
+	if got := take(p, mark); got != other {
+		t.Fatalf("resend took %p, want the other pooled connection %p", got, other)
+	}
+	p.Retire(other)
+	if got := take(p, mark); got != nil {
+		t.Fatalf("resend took %p, the rejecter, the only one pooled", got)
+	}
+	if got := take(p, 0); got != rejecter {
+		t.Fatalf("an original attempt took %p, want the rejecter %p", got, rejecter)
+	}
+
+	p = NewMux[*fakeMuxConn](4, 0, NewLimit(0), nil)
+	failed, rejecter := idle(p), idle(p)
+	p.FailMark(failed)
+	if got := take(p, p.RejectMark(rejecter)); got != nil {
+		t.Fatalf("resend took %p, a connection that failed itself", got)
+	}
+
+	p = NewMux[*fakeMuxConn](4, 0, NewLimit(0), nil)
+	_, rejecter = idle(p), idle(p)
+	mark = p.RejectMark(rejecter)
+	for range 8 {
+		p.RejectMark(&fakeMuxConn{state: MuxState{Key: Key{Addr: "b:1"}}})
+	}
+	if got := take(p, mark); got != nil {
+		t.Fatalf("resend took %p, older than a mark pushed out", got)
+	}
+	if late := idle(p); take(p, mark) != late {
+		t.Fatalf("resend did not take %p, dialed after the rejection", late)
+	}
+}
+
 // TestLearnedBudgetNeedsTwoConnections: one connection's GOAWAY after 3
 // streams (when it had taken 5) bounds only the resends of the requests
 // it displaced, at 3 a connection; an original attempt, or a resend after
