@@ -69,7 +69,9 @@ type attemptWire interface {
 	// resendFrom returns what a resend after this attempt may take:
 	// connections whose dial started after a mark (the pool's clock now,
 	// or, when connFailed, when the connection was first seen failing,
-	// the same for every request it displaced) and the attempt's own
+	// the same for every request it displaced, or, for HTTP/3's
+	// rejection of one request alone, the rejection's mark, which any
+	// other pooled connection passes too) and the attempt's own
 	// connection, taken again only after a refusal of the stream alone
 	// (see streamOnly). HTTP/1.1 returns zero values: its resend always
 	// dials.
@@ -491,8 +493,9 @@ func (a *attempt) failed(d fsm.Decision, err error) (*http.Response, *resend, er
 		// and shares it with the other requests displaced with it
 		// (choice 23).
 		// After H3_REQUEST_REJECTED on a connection that stays open
-		// (alone), that connection is marked failed for the resend, which
-		// never takes it, but stays pooled for the others.
+		// (alone), the resend takes any other pooled connection, or one
+		// dialed after the rejection, never this one, which stays pooled
+		// for the others (pool.Mux.RejectMark, choice 22).
 		after, same = a.wire.resendFrom(!streamOnly(d.Rule))
 		if !streamOnly(d.Rule) {
 			same = nil

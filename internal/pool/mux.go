@@ -346,10 +346,11 @@ func (p *Mux[C]) spreading(key Key) bool {
 
 // Mark returns the pool's clock, which ticks when a dial starts and when
 // a connection joins (and twice at a rejection mark, RejectMark): a
-// connection whose dial started later has a greater seq. A resend takes only connections whose dial started after
-// its failure was seen (see Take): never the one that failed, nor one
-// that may have been established to the same dying server or over the
-// same broken path before the failure.
+// connection whose dial started later has a greater seq. A resend takes
+// only connections whose dial started after its failure was seen (see
+// Take): never the one that failed, nor one that may have been
+// established to the same dying server or over the same broken path
+// before the failure.
 func (p *Mux[C]) Mark() uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
