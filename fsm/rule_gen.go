@@ -40,7 +40,7 @@ const (
 	RuleEvidenceRefusedStream Rule = 13
 	// RuleEvidenceGoAwayBoundary (RS14, decides resend): A GOAWAY shows our stream was beyond what the server processes (HTTP/2: our stream ID is greater than the last stream ID; HTTP/3: our stream ID is at least the GOAWAY ID, when the adapter saw it), and no response byte arrived (a 1xx included, RS07): resend once on a new connection, any method, if the body is reproducible or untouched.
 	RuleEvidenceGoAwayBoundary Rule = 14
-	// RuleEvidenceRequestRejected (RS15, decides resend): An HTTP/3 server rejected our request with H3_REQUEST_REJECTED, which guarantees no application processing, before any response byte (a 1xx included, RS07): resend once on a new connection, any method, if the body is reproducible or untouched.
+	// RuleEvidenceRequestRejected (RS15, decides resend): An HTTP/3 server rejected our request with H3_REQUEST_REJECTED, which guarantees no application processing, before any response byte (a 1xx included, RS07): resend once, any method, if the body is reproducible or untouched, on a connection other than the rejecting one (a pooled one when the rejection came alone, with no GOAWAY and the connection open; else a new one).
 	RuleEvidenceRequestRejected Rule = 15
 	// RuleEvidenceNothingWritten (RS16, decides resend): The connection failed before a single request byte reached the socket: resend once on a new connection, any method, if the body is reproducible or untouched.
 	RuleEvidenceNothingWritten Rule = 16

@@ -116,7 +116,7 @@ var Rules = []Rule{
 	},
 	{
 		Number: 15, ID: "RS15", Name: "EvidenceRequestRejected", Slug: "evidence-request-rejected", Action: "resend",
-		Statement: "An HTTP/3 server rejected our request with H3_REQUEST_REJECTED, which guarantees no application processing, before any response byte (a 1xx included, RS07): resend once on a new connection, any method, if the body is reproducible or untouched.",
+		Statement: "An HTTP/3 server rejected our request with H3_REQUEST_REJECTED, which guarantees no application processing, before any response byte (a 1xx included, RS07): resend once, any method, if the body is reproducible or untouched, on a connection other than the rejecting one (a pooled one when the rejection came alone, with no GOAWAY and the connection open; else a new one).",
 		Source:    "RFC 9114 §4.1.1 and §8.1",
 	},
 	{
