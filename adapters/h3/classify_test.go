@@ -82,6 +82,24 @@ func TestWatchTracerSkipsTheQUICLayer(t *testing.T) {
 	}
 }
 
+// TestWatchOnEnd: the function OnEnd sets runs when the http3 layer
+// closes its recorder, once, and not for the QUIC layer's request.
+func TestWatchOnEnd(t *testing.T) {
+	w := NewWatch()
+	ended := 0
+	w.OnEnd(func() { ended++ })
+	w.AddProducer()
+	rec := w.AddProducer()
+	if ended != 0 {
+		t.Fatalf("ended %d times before the recorder closed", ended)
+	}
+	rec.Close()
+	rec.Close()
+	if ended != 1 {
+		t.Fatalf("ended %d times, want once", ended)
+	}
+}
+
 func TestStreamsAreClaimedInWriteOrder(t *testing.T) {
 	w := NewWatch()
 	w.AddProducer()

@@ -16,15 +16,16 @@ import (
 // concurrent use.
 type Watch struct {
 	mu        sync.Mutex
-	producers int
-	goAway    uint64
+	producers int32
 	gotGoAway bool
+	goAway    uint64
 	pending   *Attempt // wrote header fields, frame not yet seen
 	// The streams claimed and not yet forgotten: one in first, any others
 	// in more, made at the first claim beside it. A connection that
 	// carries one request at a time (an idle pooled one) holds no map.
 	first claim
 	more  map[quic.StreamID]*Attempt
+	ended func() // OnEnd's, until the http3 layer's recorder closes
 }
 
 // claim is a stream claimed by an Attempt; a nil a is none.
@@ -52,6 +53,19 @@ func (w *Watch) AddProducer() qlogwriter.Recorder {
 		return nil
 	}
 	return recorder{w}
+}
+
+// OnEnd makes the Watch call f once quic-go's http3 layer closed its
+// recorder: the connection ended, however it ended (its context is
+// done), and every call of the http3 layer that could record on it
+// returned (quic-go counts the open connection as one of the recorder's
+// producers, and closes it when the last is gone). f runs on a goroutine of quic-go's, at most once, and never
+// when no http3 ClientConn was made over the connection. Call OnEnd
+// before NewClientConn.
+func (w *Watch) OnEnd(f func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended = f
 }
 
 // GoAway returns the stream ID of the latest GOAWAY the server sent: the
@@ -82,8 +96,17 @@ func (r recorder) RecordEvent(ev qlogwriter.Event) {
 	}
 }
 
-// Close implements qlogwriter.Recorder; there is nothing to release.
-func (recorder) Close() error { return nil }
+// Close implements qlogwriter.Recorder: it calls OnEnd's function.
+func (r recorder) Close() error {
+	r.w.mu.Lock()
+	f := r.w.ended
+	r.w.ended = nil
+	r.w.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return nil
+}
 
 func (w *Watch) sawGoAway(id uint64) {
 	w.mu.Lock()
