@@ -14,20 +14,21 @@ type MuxState struct {
 	seq     uint64 // when its dial started, on the pool's clock (Mark), from 1
 	failed  uint64 // the clock when the connection was first seen failing (FailMark), or 0
 	resends int    // displaced requests' resends it took
+	burst   uint64 // the failure mark of the first resend it took, or 0 (see learnedLimit.over)
+	started int    // attempts it took, from the first
+	served  int    // attempts that ended in a clean, complete exchange
+	active  int    // attempts running on it
 	// unsent counts the resends it took whose request is not yet on
 	// the wire (Sent): while one waits, an original request that takes
 	// a stream could get a lower stream ID than the resend's. Atomic:
 	// the connection reports a write with its own lock held, which the
-	// pool's lock must not wait behind (choice 35).
+	// pool's lock must not wait behind (choice 35). It shares a word
+	// with the four flags after it.
 	unsent  atomic.Int32
-	burst   uint64 // the failure mark of the first resend it took, or 0 (see learnedLimit.over)
-	taught  bool   // its loss under resends taught its route to spread them (ResendLost)
-	started int    // attempts it took, from the first
-	served  int    // attempts that ended in a clean, complete exchange
-	active  int    // attempts running on it
-	retired bool   // takes no new attempt; closes when active reaches 0
-	pooled  bool   // in Mux.conns
-	shut    bool   // closed, and its room in the connection limit given back
+	taught  bool // its loss under resends taught its route to spread them (ResendLost)
+	retired bool // takes no new attempt; closes when active reaches 0
+	pooled  bool // in Mux.conns
+	shut    bool // closed, and its room in the connection limit given back
 	// idleTimer, made once, closes the connection after the pool's
 	// idleTimeout without an attempt; idleSince is when the last one
 	// ended. It is set only when it is not already (idleArmed), never
