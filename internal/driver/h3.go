@@ -165,7 +165,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	}
 	a.reused = reused
 	if reused {
-		hc.obs.reused()
+		hc.obs.reused(hc.state.Key.Addr)
 	}
 	// A request goes as early data only on a connection still in its
 	// handshake, only as the call's first attempt, only when fsm allows
