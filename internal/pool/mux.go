@@ -29,14 +29,13 @@ type MuxState struct {
 	retired bool // takes no new attempt; closes when active reaches 0
 	pooled  bool // in Mux.conns
 	shut    bool // closed, and its room in the connection limit given back
-	// idleTimer, made once, closes the connection after the pool's
+	// idleRef's timer, made once, closes the connection after the pool's
 	// idleTimeout without an attempt; idleSince is when the last one
 	// ended. It is set only when it is not already (idleArmed), never
 	// per attempt: a timer that fires finds the connection busy, and
 	// leaves the next attempt's end to set it, or idle for less than the
 	// limit, and sets itself for the rest (idleExpired).
-	idleTimer *time.Timer
-	idleRef   *idleRef // what idleTimer's function holds of the connection
+	idleRef   *idleRef
 	idleSince time.Time
 	idleArmed bool
 	entry     IdleEntry // its place in the IdleCap while idle
@@ -606,18 +605,16 @@ func (p *Mux[C]) shut(c C) {
 func (p *Mux[C]) armIdleLocked(c C, d time.Duration) {
 	m := c.Mux()
 	switch {
-	case m.idleTimer == nil:
-		m.idleRef, m.idleTimer = startIdleTimer(c, d, p.idleExpired)
+	case m.idleRef == nil:
+		m.idleRef = startIdleTimer(c, d, p.idleExpired)
 	case !m.idleArmed:
-		m.idleTimer.Reset(d)
+		m.idleRef.timer.Reset(d)
 	}
 	m.idleArmed = true
 }
 
 func (p *Mux[C]) stopIdleLocked(m *MuxState) {
-	if m.idleTimer != nil {
-		m.idleTimer.Stop()
-	}
+	m.idleRef.stop()
 	m.idleArmed = false
 }
 
