@@ -49,6 +49,7 @@ type Idle[C IdleConn] struct {
 	timeout time.Duration // idle limit; <= 0 none
 	limit   *Limit        // woken when a connection comes back
 	cap     *IdleCap      // every pool's idle connections together; nil: no bound
+	fire    func(C)       // the idle timers' function (expire), made once, not per connection
 
 	mu    sync.Mutex
 	idle  map[Key][]C
@@ -60,7 +61,9 @@ type Idle[C IdleConn] struct {
 // timeout <= 0), within cap's bound on every pool's idle connections
 // (nil: none), and wakes limit's waiters when one comes back.
 func NewIdle[C IdleConn](max int, timeout time.Duration, limit *Limit, cap *IdleCap) *Idle[C] {
-	return &Idle[C]{max: max, timeout: timeout, limit: limit, cap: cap, idle: map[Key][]C{}}
+	p := &Idle[C]{max: max, timeout: timeout, limit: limit, cap: cap, idle: map[Key][]C{}}
+	p.fire = p.expire
+	return p
 }
 
 // Get removes and returns the most recently pooled connection for key,
@@ -136,7 +139,7 @@ func (p *Idle[C]) Put(c C) {
 	s.since = now
 	if p.timeout > 0 {
 		if s.ref == nil {
-			s.ref = startIdleTimer(c, p.timeout, p.expire)
+			s.ref = startIdleTimer(c, p.timeout, p.fire)
 		} else {
 			s.ref.timer.Reset(p.timeout)
 		}

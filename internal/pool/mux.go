@@ -88,6 +88,7 @@ type Mux[C MuxConn] struct {
 	limit       *Limit        // shared with the Transport's other pools
 	cap         *IdleCap      // every pool's idle connections together; nil: no bound
 	gate        dialGate      // attempts that missed the pool share a dial
+	fire        func(C)       // the idle timers' function (idleExpired), made once, not per connection
 
 	mu    sync.Mutex
 	seq   uint64 // connections added so far
@@ -174,8 +175,10 @@ const minLearned = 2
 const maxLearned = 1024
 
 func NewMux[C MuxConn](maxIdle int, idleTimeout time.Duration, limit *Limit, cap *IdleCap) *Mux[C] {
-	return &Mux[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit, cap: cap,
+	p := &Mux[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit, cap: cap,
 		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}, down: NewDown(Redial{}), spread: map[Key]learnedLimit{}}
+	p.fire = p.idleExpired
+	return p
 }
 
 // Learn records, for c's route, that its server accepted streams
@@ -606,7 +609,7 @@ func (p *Mux[C]) armIdleLocked(c C, d time.Duration) {
 	m := c.Mux()
 	switch {
 	case m.idleRef == nil:
-		m.idleRef = startIdleTimer(c, d, p.idleExpired)
+		m.idleRef = startIdleTimer(c, d, p.fire)
 	case !m.idleArmed:
 		m.idleRef.timer.Reset(d)
 	}
