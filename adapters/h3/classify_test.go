@@ -82,6 +82,24 @@ func TestWatchTracerSkipsTheQUICLayer(t *testing.T) {
 	}
 }
 
+// TestWatchOnEnd: the function OnEnd sets runs when the http3 layer
+// closes its recorder, once, and not for the QUIC layer's request.
+func TestWatchOnEnd(t *testing.T) {
+	w := NewWatch()
+	ended := 0
+	w.OnEnd(func() { ended++ })
+	w.AddProducer()
+	rec := w.AddProducer()
+	if ended != 0 {
+		t.Fatalf("ended %d times before the recorder closed", ended)
+	}
+	rec.Close()
+	rec.Close()
+	if ended != 1 {
+		t.Fatalf("ended %d times, want once", ended)
+	}
+}
+
 func TestStreamsAreClaimedInWriteOrder(t *testing.T) {
 	w := NewWatch()
 	w.AddProducer()
@@ -112,8 +130,44 @@ func TestStreamsAreClaimedInWriteOrder(t *testing.T) {
 	}
 	a.Done()
 	b.Done()
-	if len(w.claimed) != 0 || w.pending != nil {
-		t.Fatalf("after Done: claimed %v, pending %v", w.claimed, w.pending)
+	if n := claims(w); n != 0 || w.pending != nil {
+		t.Fatalf("after Done: %d streams claimed, pending %v", n, w.pending)
+	}
+}
+
+// TestClaimsBeyondTheFirst: a Watch holds its first claimed stream
+// without a map and any others in one; a claim forgotten from either
+// frees its stream, and trailers on a claimed stream, wherever it is
+// held, go to no waiting Attempt.
+func TestClaimsBeyondTheFirst(t *testing.T) {
+	w := NewWatch()
+	w.AddProducer()
+	rec := w.AddProducer()
+	a, b, c := w.NewAttempt(), w.NewAttempt(), w.NewAttempt()
+	w.own(a, 0)
+	w.own(b, 4)
+	a.Done() // the first claim is free again
+	w.own(c, 8)
+	if n := claims(w); n != 2 {
+		t.Fatalf("%d streams claimed, want 2", n)
+	}
+
+	d := w.NewAttempt()
+	d.Trace(nil, nil).WroteHeaderField(":method", []string{"POST"})
+	rec.RecordEvent(headersCreated(4)) // b's trailers
+	rec.RecordEvent(headersCreated(8)) // c's trailers
+	if _, ok := d.Stream(); ok {
+		t.Fatal("a claimed stream's trailers went to the waiting attempt")
+	}
+	rec.RecordEvent(headersCreated(12))
+	if id, ok := d.Stream(); !ok || id != 12 {
+		t.Fatalf("d's stream = %d, %v; want 12", id, ok)
+	}
+	for _, x := range []*Attempt{b, c, d} {
+		x.Done()
+	}
+	if n := claims(w); n != 0 {
+		t.Fatalf("after Done: %d streams claimed", n)
 	}
 }
 
@@ -192,4 +246,15 @@ func TestGoAwayBoundaryDecides(t *testing.T) {
 			t.Errorf("stream %d, GOAWAY %d: decision %v, want %v by %v", c.stream, c.goAway, d, c.want, c.rule)
 		}
 	}
+}
+
+// claims returns how many streams w has claimed.
+func claims(w *Watch) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(w.more)
+	if w.first.a != nil {
+		n++
+	}
+	return n
 }

@@ -16,15 +16,26 @@ import (
 // concurrent use.
 type Watch struct {
 	mu        sync.Mutex
-	producers int
-	goAway    uint64
+	producers int32
 	gotGoAway bool
-	pending   *Attempt                   // wrote header fields, frame not yet seen
-	claimed   map[quic.StreamID]*Attempt // streams claimed and not yet forgotten
+	goAway    uint64
+	pending   *Attempt // wrote header fields, frame not yet seen
+	// The streams claimed and not yet forgotten: one in first, any others
+	// in more, made at the first claim beside it. A connection that
+	// carries one request at a time (an idle pooled one) holds no map.
+	first claim
+	more  map[quic.StreamID]*Attempt
+	ended func() // OnEnd's, until the http3 layer's recorder closes
+}
+
+// claim is a stream claimed by an Attempt; a nil a is none.
+type claim struct {
+	id quic.StreamID
+	a  *Attempt
 }
 
 // NewWatch returns a Watch for one connection.
-func NewWatch() *Watch { return &Watch{claimed: map[quic.StreamID]*Attempt{}} }
+func NewWatch() *Watch { return &Watch{} }
 
 // Tracer is the quic.Config.Tracer of the watched connection. It returns
 // the Watch itself as the connection's qlog trace.
@@ -42,6 +53,19 @@ func (w *Watch) AddProducer() qlogwriter.Recorder {
 		return nil
 	}
 	return recorder{w}
+}
+
+// OnEnd makes the Watch call f once quic-go's http3 layer closed its
+// recorder: the connection ended, however it ended (its context is
+// done), and every call of the http3 layer that could record on it
+// returned (quic-go counts the open connection as one of the recorder's
+// producers, and closes it when the last is gone). f runs on a goroutine of quic-go's, at most once, and never
+// when no http3 ClientConn was made over the connection. Call OnEnd
+// before NewClientConn.
+func (w *Watch) OnEnd(f func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ended = f
 }
 
 // GoAway returns the stream ID of the latest GOAWAY the server sent: the
@@ -72,8 +96,17 @@ func (r recorder) RecordEvent(ev qlogwriter.Event) {
 	}
 }
 
-// Close implements qlogwriter.Recorder; there is nothing to release.
-func (recorder) Close() error { return nil }
+// Close implements qlogwriter.Recorder: it calls OnEnd's function.
+func (r recorder) Close() error {
+	r.w.mu.Lock()
+	f := r.w.ended
+	r.w.ended = nil
+	r.w.mu.Unlock()
+	if f != nil {
+		f()
+	}
+	return nil
+}
 
 func (w *Watch) sawGoAway(id uint64) {
 	w.mu.Lock()
@@ -86,12 +119,12 @@ func (w *Watch) sawGoAway(id uint64) {
 func (w *Watch) sawHeaders(id quic.StreamID) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, ok := w.claimed[id]; ok || w.pending == nil {
+	if w.claimedLocked(id) || w.pending == nil {
 		return
 	}
 	a := w.pending
 	w.pending = nil
-	w.claimed[id] = a
+	w.claimLocked(id, a)
 	a.setStream(uint64(id))
 }
 
@@ -101,7 +134,7 @@ func (w *Watch) sawHeaders(id quic.StreamID) {
 func (w *Watch) own(a *Attempt, id quic.StreamID) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.claimed[id] = a
+	w.claimLocked(id, a)
 	a.setStream(uint64(id))
 }
 
@@ -120,6 +153,36 @@ func (w *Watch) forget(a *Attempt) {
 		w.pending = nil
 	}
 	if id, ok := a.Stream(); ok {
-		delete(w.claimed, quic.StreamID(id))
+		w.unclaimLocked(quic.StreamID(id))
 	}
+}
+
+// claimedLocked reports whether stream id is claimed.
+func (w *Watch) claimedLocked(id quic.StreamID) bool {
+	if w.first.a != nil && w.first.id == id {
+		return true
+	}
+	_, ok := w.more[id]
+	return ok
+}
+
+// claimLocked records stream id as a's.
+func (w *Watch) claimLocked(id quic.StreamID, a *Attempt) {
+	if w.first.a == nil {
+		w.first = claim{id: id, a: a}
+		return
+	}
+	if w.more == nil {
+		w.more = map[quic.StreamID]*Attempt{}
+	}
+	w.more[id] = a
+}
+
+// unclaimLocked drops the claim on stream id, if any.
+func (w *Watch) unclaimLocked(id quic.StreamID) {
+	if w.first.a != nil && w.first.id == id {
+		w.first = claim{}
+		return
+	}
+	delete(w.more, id)
 }

@@ -139,7 +139,7 @@ func (w *h1Wire) delivered(resp *http.Response) bool {
 	}
 	w.pc.conn.Detach()
 	w.pc.release()
-	w.pc.obs.shut(CloseTakenOver)
+	w.pc.obs.shut(w.pc.idle.Key.Addr, CloseTakenOver)
 	return true
 }
 

@@ -43,7 +43,7 @@ func (pc *persistConn) Close() { pc.closeFor(CloseIdle) }
 func (pc *persistConn) closeFor(why CloseReason) {
 	pc.closeOnce.Do(func() { pc.cc.Close() })
 	pc.release()
-	pc.obs.shut(why)
+	pc.obs.shut(pc.idle.Key.Addr, why)
 }
 
 // release gives the connection's room in the limit back, once: when it
@@ -216,7 +216,7 @@ func (t *Transport) pooled(key pool.Key, rec *h1.Recorder) *persistConn {
 			return nil
 		}
 		if usable(pc, rec) {
-			pc.obs.reused()
+			pc.obs.reused(pc.idle.Key.Addr)
 			rec.Acquired(true)
 			return pc
 		}

@@ -118,7 +118,7 @@ func (tr *try) attemptH2(n int, start resend) (*http.Response, *resend, error) {
 	}
 	a.reused = reused
 	if reused {
-		hc.obs.reused()
+		hc.obs.reused(hc.state.Key.Addr)
 	}
 	a.rec.Feed(fsm.Event{Kind: fsm.EventConnAcquired, Reused: reused, Proto: fsm.ProtoH2})
 	trace := httptrace.ContextClientTrace(tr.call.context())

@@ -73,7 +73,7 @@ func (c *h2Conn) ReadSince(t time.Time) bool { return c.cc.LastRead().After(t) }
 // connection's goroutines returned, or h2DrainTimeout passed.
 func (c *h2Conn) Close(closed func()) {
 	_, goAway := c.cc.GoAway()
-	c.obs.shut(muxCloseReason(goAway, c.cc.Closed(), c.obs.retired.Load()))
+	c.obs.shut(c.state.Key.Addr, muxCloseReason(goAway, c.cc.Closed(), c.obs.retired.Load()))
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), h2DrainTimeout)
 		defer cancel()

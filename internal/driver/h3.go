@@ -165,7 +165,7 @@ func (tr *try) attemptH3(n int, start resend) (*http.Response, *resend, error) {
 	}
 	a.reused = reused
 	if reused {
-		hc.obs.reused()
+		hc.obs.reused(hc.state.Key.Addr)
 	}
 	// A request goes as early data only on a connection still in its
 	// handshake, only as the call's first attempt, only when fsm allows
@@ -536,7 +536,7 @@ func (t *Transport) dialH3(ctx context.Context, key pool.Key, early bool) (*h3Co
 	if ip.Is6() {
 		network = "udp6"
 	}
-	tr, release, err := t.udp.acquire(network)
+	sh, err := t.udp.acquire(network)
 	if err != nil {
 		return nil, fmt.Errorf("replaysafe: UDP socket for %s: %w", addr, err)
 	}
@@ -550,15 +550,18 @@ func (t *Transport) dialH3(ctx context.Context, key pool.Key, early bool) (*h3Co
 		// For an attempt that may go as early data: quic-go returns the
 		// connection as soon as a resumed session lets it carry 0-RTT,
 		// before the handshake completes.
-		qc, err = tr.DialEarly(ctx, raddr, tlsConf, t.quicConfig(w))
+		qc, err = sh.tr.DialEarly(ctx, raddr, tlsConf, t.quicConfig(w))
 	} else {
-		qc, err = tr.Dial(ctx, raddr, tlsConf, t.quicConfig(w))
+		qc, err = sh.tr.Dial(ctx, raddr, tlsConf, t.quicConfig(w))
 	}
 	if err != nil {
-		release()
+		sh.release()
 		return nil, fmt.Errorf("replaysafe: QUIC handshake with %s: %w", addr, err)
 	}
-	context.AfterFunc(qc.Context(), release)
+	// The connection's hold on the socket goes when quic-go's http3 layer
+	// is done with it, whichever side closed it (Watch.OnEnd): no
+	// watcher of the connection's context of our own.
+	w.OnEnd(sh.release)
 	hc := &h3Conn{qc: qc, cc: t.h3factory.NewClientConn(qc), watch: w, state: pool.MuxState{Key: key}}
 	state := qc.ConnectionState().TLS
 	hc.tls.Store(&state)
@@ -596,40 +599,46 @@ type udpSockets struct {
 	share map[string]*udpShare // "udp4", "udp6"
 }
 
+// udpShare is one socket of a udpSockets and the connections it carries.
 type udpShare struct {
-	tr   *quic.Transport
-	conn *net.UDPConn
-	refs int
+	u       *udpSockets
+	network string
+	tr      *quic.Transport
+	conn    *net.UDPConn
+	refs    int // guarded by u.mu
 }
 
-// acquire returns the quic.Transport of network's socket and a function
-// that gives it back once, when the connection dialed on it is over.
-func (u *udpSockets) acquire(network string) (*quic.Transport, func(), error) {
+// acquire returns network's socket, counted as carrying one more
+// connection until one call of its release, when that connection is
+// over.
+func (u *udpSockets) acquire(network string) (*udpShare, error) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	sh := u.share[network]
 	if sh == nil {
 		conn, err := net.ListenUDP(network, nil)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
-		sh = &udpShare{tr: &quic.Transport{Conn: conn}, conn: conn}
+		sh = &udpShare{u: u, network: network, tr: &quic.Transport{Conn: conn}, conn: conn}
 		if u.share == nil {
 			u.share = map[string]*udpShare{}
 		}
 		u.share[network] = sh
 	}
 	sh.refs++
-	var once sync.Once
-	return sh.tr, func() { once.Do(func() { u.release(network, sh) }) }, nil
+	return sh, nil
 }
 
-func (u *udpSockets) release(network string, sh *udpShare) {
+// release counts one connection less on the socket, and closes it after
+// the last.
+func (sh *udpShare) release() {
+	u := sh.u
 	u.mu.Lock()
 	sh.refs--
 	last := sh.refs == 0
 	if last {
-		delete(u.share, network)
+		delete(u.share, sh.network)
 	}
 	u.mu.Unlock()
 	if last {

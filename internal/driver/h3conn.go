@@ -132,7 +132,7 @@ func (c *h3Conn) ReadSince(time.Time) bool { return false }
 // when not nil.
 func (c *h3Conn) Close(closed func()) {
 	_, goAway := c.watch.GoAway()
-	c.obs.shut(muxCloseReason(goAway, c.qc.Context().Err() != nil, c.obs.retired.Load()))
+	c.obs.shut(c.state.Key.Addr, muxCloseReason(goAway, c.qc.Context().Err() != nil, c.obs.retired.Load()))
 	c.qc.CloseWithError(quic.ApplicationErrorCode(http3.ErrCodeNoError), "")
 	if closed != nil {
 		closed()

@@ -54,10 +54,10 @@ type ConnEvent struct {
 
 // connObs is a connection's part in Config.OnConn: nil hook, nothing
 // reported. The close is reported once, and only for a connection whose
-// dial was.
+// dial was. Its reports name the address of the connection's pool key,
+// which the caller passes: the connection holds it already.
 type connObs struct {
 	on      func(ConnEvent)
-	addr    string
 	proto   fsm.Proto
 	retired atomic.Bool // an attempt took it out of the pool (HTTP/2, HTTP/3)
 	closed  atomic.Bool
@@ -68,21 +68,21 @@ func (t *Transport) opened(o *connObs, key pool.Key, proto fsm.Proto) {
 	if t.cfg.OnConn == nil {
 		return
 	}
-	o.on, o.addr, o.proto = t.cfg.OnConn, key.Addr, proto
-	o.on(ConnEvent{Kind: ConnDialed, Addr: o.addr, Proto: o.proto})
+	o.on, o.proto = t.cfg.OnConn, proto
+	o.on(ConnEvent{Kind: ConnDialed, Addr: key.Addr, Proto: o.proto})
 }
 
-// reused reports an attempt that took the pooled connection.
-func (o *connObs) reused() {
+// reused reports an attempt that took the pooled connection to addr.
+func (o *connObs) reused(addr string) {
 	if o.on != nil {
-		o.on(ConnEvent{Kind: ConnReused, Addr: o.addr, Proto: o.proto})
+		o.on(ConnEvent{Kind: ConnReused, Addr: addr, Proto: o.proto})
 	}
 }
 
-// shut reports the close, once.
-func (o *connObs) shut(why CloseReason) {
+// shut reports the close of the connection to addr, once.
+func (o *connObs) shut(addr string, why CloseReason) {
 	if o.on != nil && o.closed.CompareAndSwap(false, true) {
-		o.on(ConnEvent{Kind: ConnClosed, Addr: o.addr, Proto: o.proto, Reason: why})
+		o.on(ConnEvent{Kind: ConnClosed, Addr: addr, Proto: o.proto, Reason: why})
 	}
 }
 

@@ -1,9 +1,6 @@
 package pool
 
-import (
-	"container/list"
-	"sync"
-)
+import "sync"
 
 // IdleCap bounds the idle connections of a Transport's pools together
 // (MaxIdleConns): every pool registers a connection when it goes idle and
@@ -15,13 +12,16 @@ type IdleCap struct {
 	max int
 
 	mu  sync.Mutex
-	lru list.List // of *IdleEntry, the longest idle first
+	lru IdleEntry // the ring's anchor: lru.next is the longest idle, lru.prev the latest
+	n   int       // entries registered
 }
 
-// IdleEntry is a connection's place in an IdleCap while it is idle.
+// IdleEntry is a connection's place in an IdleCap while it is idle: a
+// link in the cap's ring, held in the connection's own record, so that
+// registering allocates nothing.
 type IdleEntry struct {
-	elem  *list.Element // nil while not registered
-	evict func()        // closes the connection if it is still idle
+	prev, next *IdleEntry // nil while not registered
+	evict      func()     // closes the connection if it is still idle
 }
 
 // NewIdleCap returns a cap of max idle connections; nil when max <= 0.
@@ -29,7 +29,9 @@ func NewIdleCap(max int) *IdleCap {
 	if max <= 0 {
 		return nil
 	}
-	return &IdleCap{max: max}
+	c := &IdleCap{max: max}
+	c.lru.prev, c.lru.next = &c.lru, &c.lru
+	return c
 }
 
 // Len returns the idle connections registered.
@@ -39,7 +41,7 @@ func (c *IdleCap) Len() int {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.lru.Len()
+	return c.n
 }
 
 // add registers e, whose evict was set, and returns the entries to
@@ -51,15 +53,16 @@ func (c *IdleCap) add(e *IdleEntry) []*IdleEntry {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e.elem != nil {
-		c.lru.MoveToBack(e.elem)
-	} else {
-		e.elem = c.lru.PushBack(e)
+	if e.next != nil {
+		c.unlinkLocked(e)
 	}
+	e.prev, e.next = c.lru.prev, &c.lru
+	e.prev.next, c.lru.prev = e, e
+	c.n++
 	var out []*IdleEntry
-	for c.lru.Len() > c.max {
-		old := c.lru.Remove(c.lru.Front()).(*IdleEntry)
-		old.elem = nil
+	for c.n > c.max {
+		old := c.lru.next
+		c.unlinkLocked(old)
 		out = append(out, old)
 	}
 	return out
@@ -72,10 +75,16 @@ func (c *IdleCap) remove(e *IdleEntry) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e.elem != nil {
-		c.lru.Remove(e.elem)
-		e.elem = nil
+	if e.next != nil {
+		c.unlinkLocked(e)
 	}
+}
+
+// unlinkLocked takes e, registered, out of the ring.
+func (c *IdleCap) unlinkLocked(e *IdleEntry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+	c.n--
 }
 
 // evictAll calls the evict of each of victims.

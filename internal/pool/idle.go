@@ -26,8 +26,7 @@ type IdleState struct {
 	Key Key
 
 	since time.Time
-	timer *time.Timer
-	ref   *idleRef  // what timer's function holds of the connection
+	ref   *idleRef  // the idle timer, and what its function holds of the connection
 	entry IdleEntry // its place in the IdleCap while idle
 }
 
@@ -40,9 +39,7 @@ func (s *IdleState) IdleSince() time.Time { return s.since }
 // wrote them under it before the pool could hand the connection to
 // whoever releases it.
 func (s *IdleState) Release() {
-	if s.timer != nil {
-		s.timer.Stop()
-	}
+	s.ref.stop()
 	s.ref.drop()
 }
 
@@ -52,6 +49,7 @@ type Idle[C IdleConn] struct {
 	timeout time.Duration // idle limit; <= 0 none
 	limit   *Limit        // woken when a connection comes back
 	cap     *IdleCap      // every pool's idle connections together; nil: no bound
+	fire    func(C)       // the idle timers' function (expire), made once, not per connection
 
 	mu    sync.Mutex
 	idle  map[Key][]C
@@ -63,7 +61,9 @@ type Idle[C IdleConn] struct {
 // timeout <= 0), within cap's bound on every pool's idle connections
 // (nil: none), and wakes limit's waiters when one comes back.
 func NewIdle[C IdleConn](max int, timeout time.Duration, limit *Limit, cap *IdleCap) *Idle[C] {
-	return &Idle[C]{max: max, timeout: timeout, limit: limit, cap: cap, idle: map[Key][]C{}}
+	p := &Idle[C]{max: max, timeout: timeout, limit: limit, cap: cap, idle: map[Key][]C{}}
+	p.fire = p.expire
+	return p
 }
 
 // Get removes and returns the most recently pooled connection for key,
@@ -111,9 +111,7 @@ func (p *Idle[C]) Get(key Key) (C, bool) {
 		p.idle[key] = list[:len(list)-1]
 	}
 	s := c.Idle()
-	if s.timer != nil {
-		s.timer.Stop()
-	}
+	s.ref.stop()
 	p.cap.remove(&s.entry)
 	return c, true
 }
@@ -140,10 +138,10 @@ func (p *Idle[C]) Put(c C) {
 	defer p.mu.Unlock()
 	s.since = now
 	if p.timeout > 0 {
-		if s.timer == nil {
-			s.ref, s.timer = startIdleTimer(c, p.timeout, p.expire)
+		if s.ref == nil {
+			s.ref = startIdleTimer(c, p.timeout, p.fire)
 		} else {
-			s.timer.Reset(p.timeout)
+			s.ref.timer.Reset(p.timeout)
 		}
 	}
 	if !ok && p.spare != nil {
@@ -152,26 +150,35 @@ func (p *Idle[C]) Put(c C) {
 	p.idle[s.Key] = append(list, c)
 }
 
-// idleRef is what a connection's idle timer holds of it: the connection
-// until it closes, nothing after (drop). The runtime keeps a stopped
-// timer until it next cleans its timer heap, and one that was not
-// stopped until it fires: either way the timer then pins this small
-// value, not a closed connection with its buffers.
+// idleRef is a connection's idle timer and what the timer holds of it:
+// the connection until it closes, nothing after (drop). The runtime
+// keeps a stopped timer until it next cleans its timer heap, and one
+// that was not stopped until it fires: either way the timer then pins
+// this small value, not a closed connection with its buffers.
 type idleRef struct {
-	mu   sync.Mutex
-	conn any
+	timer *time.Timer // set before the ref is shared, never changed
+	mu    sync.Mutex
+	conn  any
 }
 
-// startIdleTimer returns conn's idle timer, which calls expire with
-// conn after d, and the idleRef through which it holds conn: once the ref
-// is dropped, the timer neither holds conn nor calls expire.
-func startIdleTimer[C any](conn C, d time.Duration, expire func(C)) (*idleRef, *time.Timer) {
+// startIdleTimer returns the idleRef of conn's idle timer, which calls
+// expire with conn after d: once the ref is dropped, the timer neither
+// holds conn nor calls expire.
+func startIdleTimer[C any](conn C, d time.Duration, expire func(C)) *idleRef {
 	ref := &idleRef{conn: conn}
-	return ref, time.AfterFunc(d, func() {
+	ref.timer = time.AfterFunc(d, func() {
 		if c, ok := ref.get().(C); ok {
 			expire(c)
 		}
 	})
+	return ref
+}
+
+// stop stops the timer; on nil it does nothing.
+func (r *idleRef) stop() {
+	if r != nil {
+		r.timer.Stop()
+	}
 }
 
 func (r *idleRef) get() any {
@@ -239,9 +246,7 @@ func (p *Idle[C]) CloseIdle() {
 	for key, list := range p.idle {
 		for _, c := range list {
 			s := c.Idle()
-			if s.timer != nil {
-				s.timer.Stop()
-			}
+			s.ref.stop()
 			p.cap.remove(&s.entry)
 			all = append(all, c)
 		}

@@ -35,8 +35,8 @@ func TestIdleTimerStopsAndLetsGo(t *testing.T) {
 	limit.TryOpen(key)
 	c := &fakeIdleConn{state: IdleState{Key: key}, limit: limit}
 	p.Put(c)
-	if c.state.timer == nil || c.state.Held() != c {
-		t.Fatalf("idle connection: timer %v, its ref holds %v", c.state.timer, c.state.Held())
+	if c.state.ref == nil || c.state.Held() != c {
+		t.Fatalf("idle connection: timer %v, its ref holds %v", c.state.ref, c.state.Held())
 	}
 	p.CloseIdle()
 	if !c.closed {
@@ -45,7 +45,7 @@ func TestIdleTimerStopsAndLetsGo(t *testing.T) {
 	if got := c.state.Held(); got != nil {
 		t.Errorf("closed connection still held by its idle timer: %v", got)
 	}
-	if c.state.timer.Stop() {
+	if c.state.ref.timer.Stop() {
 		t.Error("closed connection's idle timer was still running")
 	}
 	if n := p.IdleCount(); n != 0 {
@@ -108,7 +108,7 @@ func TestIdleGetRefusesExpired(t *testing.T) {
 			limit.TryOpen(key)
 			conns[i] = &fakeIdleConn{state: IdleState{Key: key}, limit: limit}
 			p.Put(conns[i])
-			conns[i].state.timer.Stop() // late
+			conns[i].state.ref.timer.Stop() // late
 			time.Sleep(100 * time.Millisecond)
 		}
 		// At 0.3 s: the newest is handed out.

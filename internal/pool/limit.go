@@ -11,9 +11,11 @@ import (
 // against the Transport's MaxConnsPerHost, and wakes the attempts waiting for
 // room: a connection closed, a stream ended, an idle connection came
 // back. A route's entry exists only while it has connections or
-// waiters, so the maps are bounded by the routes in use.
+// waiters, so the maps are bounded by the routes in use. Without a
+// limit nothing is counted and nobody waits: nothing would read the
+// counts.
 type Limit struct {
-	max int // <= 0: no limit; the counts are still kept
+	max int // <= 0: no limit
 
 	mu      sync.Mutex
 	open    map[Key]int
@@ -32,6 +34,9 @@ func NewLimit(max int) *Limit {
 // TryOpen takes room for one new connection to key, or reports that the
 // route is at its limit.
 func (l *Limit) TryOpen(key Key) bool {
+	if l.max <= 0 {
+		return true
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.max > 0 && l.open[key] >= l.max {
@@ -44,6 +49,9 @@ func (l *Limit) TryOpen(key Key) bool {
 // Closed gives back the room of one connection to key (closed, or its
 // dial failed) and wakes the waiters.
 func (l *Limit) Closed(key Key) {
+	if l.max <= 0 {
+		return
+	}
 	l.mu.Lock()
 	if n := l.open[key] - 1; n > 0 {
 		l.open[key] = n

@@ -14,31 +14,28 @@ type MuxState struct {
 	seq     uint64 // when its dial started, on the pool's clock (Mark), from 1
 	failed  uint64 // the clock when the connection was first seen failing (FailMark), or 0
 	resends int    // displaced requests' resends it took
-	// rejected is the mark of the connection's first rejection of one
-	// request alone (RejectMark), or 0.
-	rejected uint64
+	burst   uint64 // the failure mark of the first resend it took, or 0 (see learnedLimit.over)
+	started int    // attempts it took, from the first
+	served  int    // attempts that ended in a clean, complete exchange
+	active  int    // attempts running on it
 	// unsent counts the resends it took whose request is not yet on
 	// the wire (Sent): while one waits, an original request that takes
 	// a stream could get a lower stream ID than the resend's. Atomic:
 	// the connection reports a write with its own lock held, which the
-	// pool's lock must not wait behind (choice 35).
+	// pool's lock must not wait behind (choice 35). It shares a word
+	// with the four flags after it.
 	unsent  atomic.Int32
-	burst   uint64 // the failure mark of the first resend it took, or 0 (see learnedLimit.over)
-	taught  bool   // its loss under resends taught its route to spread them (ResendLost)
-	started int    // attempts it took, from the first
-	served  int    // attempts that ended in a clean, complete exchange
-	active  int    // attempts running on it
-	retired bool   // takes no new attempt; closes when active reaches 0
-	pooled  bool   // in Mux.conns
-	shut    bool   // closed, and its room in the connection limit given back
-	// idleTimer, made once, closes the connection after the pool's
+	taught  bool // its loss under resends taught its route to spread them (ResendLost)
+	retired bool // takes no new attempt; closes when active reaches 0
+	pooled  bool // in Mux.conns
+	shut    bool // closed, and its room in the connection limit given back
+	// idleRef's timer, made once, closes the connection after the pool's
 	// idleTimeout without an attempt; idleSince is when the last one
 	// ended. It is set only when it is not already (idleArmed), never
 	// per attempt: a timer that fires finds the connection busy, and
 	// leaves the next attempt's end to set it, or idle for less than the
 	// limit, and sets itself for the rest (idleExpired).
-	idleTimer *time.Timer
-	idleRef   *idleRef // what idleTimer's function holds of the connection
+	idleRef   *idleRef
 	idleSince time.Time
 	idleArmed bool
 	entry     IdleEntry // its place in the IdleCap while idle
@@ -91,6 +88,7 @@ type Mux[C MuxConn] struct {
 	limit       *Limit        // shared with the Transport's other pools
 	cap         *IdleCap      // every pool's idle connections together; nil: no bound
 	gate        dialGate      // attempts that missed the pool share a dial
+	fire        func(C)       // the idle timers' function (idleExpired), made once, not per connection
 
 	mu    sync.Mutex
 	seq   uint64 // connections added so far
@@ -117,11 +115,21 @@ type Mux[C MuxConn] struct {
 	// failure, and may take the displaced requests' resends (Take).
 	fails  [8]failMark
 	nfails int
-	// rejects holds the latest rejection marks (RejectMark), the latest
-	// at rejects[(nrejects-1)%len(rejects)]: a resend carrying one may
-	// take any pooled connection but the one that rejected it (Take).
-	rejects  [8]uint64
+	// rejects holds the latest rejection marks (RejectMark), with the
+	// connection each is of, the latest at
+	// rejects[(nrejects-1)%len(rejects)]: a resend carrying one may take
+	// any pooled connection but the one that rejected it (Take). Kept
+	// here, not in MuxState, which a connection carries all its life
+	// for the few that ever reject.
+	rejects  [8]rejection[C]
 	nrejects int
+}
+
+// rejection is a rejection mark (RejectMark) and the connection that
+// rejected.
+type rejection[C MuxConn] struct {
+	mark uint64
+	c    C
 }
 
 // failMark is a failure mark of the pool's clock and when it was taken.
@@ -182,8 +190,10 @@ const minLearned = 2
 const maxLearned = 1024
 
 func NewMux[C MuxConn](maxIdle int, idleTimeout time.Duration, limit *Limit, cap *IdleCap) *Mux[C] {
-	return &Mux[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit, cap: cap,
+	p := &Mux[C]{keep: maxIdle > 0, maxIdle: maxIdle, idleTimeout: idleTimeout, limit: limit, cap: cap,
 		conns: map[Key][]C{}, perConn: map[Key]learnedLimit{}, down: NewDown(Redial{}), spread: map[Key]learnedLimit{}}
+	p.fire = p.idleExpired
+	return p
 }
 
 // Learn records, for c's route, that its server accepted streams
@@ -391,38 +401,41 @@ func (p *Mux[C]) failMarkLocked(c C) uint64 {
 // attempt and never failed itself (FailMark), whenever it was dialed,
 // or else one whose dial started after the mark; never c (Take;
 // spec/choices.md, choice 22). c's later rejections share its first
-// one's mark, and so a redial, as the requests one failure displaced
-// share one (FailMark). The mark is a tick of the clock that no dial
-// and no other mark reads, so a resend carrying it is this rejection's.
+// one's mark while it is among the latest eight, and so a redial, as
+// the requests one failure displaced share one (FailMark). The mark is
+// a tick of the clock that no dial and no other mark reads, so a resend
+// carrying it is this rejection's. The pool keeps the latest eight
+// rejecting connections' records until later rejections push them out.
 func (p *Mux[C]) RejectMark(c C) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	m := c.Mux()
-	if m.rejected == 0 {
-		p.seq++
-		m.rejected = p.seq
-		p.seq++ // later marks and dials read the clock past it
-	}
-	if !p.rejectionLocked(m.rejected) {
-		p.rejects[p.nrejects%len(p.rejects)] = m.rejected
-		p.nrejects++
-	}
-	return m.rejected
-}
-
-// rejectionLocked reports whether mark is a recent rejection mark
-// (RejectMark); one pushed out by later rejections reads as any other
-// mark, whose resend takes only newer connections.
-func (p *Mux[C]) rejectionLocked(mark uint64) bool {
-	if mark == 0 {
-		return false
-	}
 	for _, r := range p.rejects {
-		if r == mark {
-			return true
+		if r.mark != 0 && r.c == c {
+			return r.mark
 		}
 	}
-	return false
+	p.seq++
+	mark := p.seq
+	p.seq++ // later marks and dials read the clock past it
+	p.rejects[p.nrejects%len(p.rejects)] = rejection[C]{mark: mark, c: c}
+	p.nrejects++
+	return mark
+}
+
+// rejecterLocked returns the connection whose rejection mark is mark
+// (RejectMark), if mark is a recent one; one pushed out by later
+// rejections reads as any other mark, whose resend takes only newer
+// connections.
+func (p *Mux[C]) rejecterLocked(mark uint64) (C, bool) {
+	if mark != 0 {
+		for _, r := range p.rejects {
+			if r.mark == mark {
+				return r.c, true
+			}
+		}
+	}
+	var zero C
+	return zero, false
 }
 
 // Tick advances the pool's clock as a dial starts, and returns the
@@ -471,14 +484,14 @@ func (p *Mux[C]) Take(key Key, after uint64, same C, displaced bool) (got C, reu
 		spread = p.spreadLocked(key)
 	}
 	failedAt, proof := p.failedAtLocked(after)
-	rejection := p.rejectionLocked(after)
+	rejecter, rejection := p.rejecterLocked(after)
 	var zero C
 	for _, c := range list {
 		switch m := c.Mux(); {
 		case got != zero:
 			kept = append(kept, c)
 		case m.seq <= after && c != same &&
-			!(m.failed == 0 && (proof && c.ReadSince(failedAt) || rejection && m.rejected != after)) ||
+			!(m.failed == 0 && (proof && c.ReadSince(failedAt) || rejection && c != rejecter)) ||
 			bounded && learned.over(m, after) ||
 			spread > 0 && m.resends >= spread:
 			if m.active == 0 && c.Gone() {
@@ -659,18 +672,16 @@ func (p *Mux[C]) shut(c C) {
 func (p *Mux[C]) armIdleLocked(c C, d time.Duration) {
 	m := c.Mux()
 	switch {
-	case m.idleTimer == nil:
-		m.idleRef, m.idleTimer = startIdleTimer(c, d, p.idleExpired)
+	case m.idleRef == nil:
+		m.idleRef = startIdleTimer(c, d, p.fire)
 	case !m.idleArmed:
-		m.idleTimer.Reset(d)
+		m.idleRef.timer.Reset(d)
 	}
 	m.idleArmed = true
 }
 
 func (p *Mux[C]) stopIdleLocked(m *MuxState) {
-	if m.idleTimer != nil {
-		m.idleTimer.Stop()
-	}
+	m.idleRef.stop()
 	m.idleArmed = false
 }
 

@@ -17,8 +17,8 @@ func TestMuxIdleTimerLetsGoOfShutConnections(t *testing.T) {
 	p.add(c, p.Tick())
 	p.Done(c, true) // idle: the timer starts
 	m := c.Mux()
-	if m.idleTimer == nil || m.idleRef.get() != c {
-		t.Fatalf("idle connection: timer %v, its ref holds %v", m.idleTimer, m.idleRef.get())
+	if m.idleRef == nil || m.idleRef.get() != c {
+		t.Fatalf("idle connection: timer %v, its ref holds %v", m.idleRef, m.idleRef.get())
 	}
 	p.Retire(c) // idle, so it is shut at once
 	if !c.isClosed() {
@@ -27,7 +27,7 @@ func TestMuxIdleTimerLetsGoOfShutConnections(t *testing.T) {
 	if got := m.idleRef.get(); got != nil {
 		t.Errorf("shut connection still held by its idle timer: %v", got)
 	}
-	if m.idleTimer.Stop() {
+	if m.idleRef.timer.Stop() {
 		t.Error("shut connection's idle timer was still running")
 	}
 }
@@ -63,7 +63,7 @@ func (c *fakeMuxConn) isClosed() bool             { return c.closed.Load() }
 func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p, c, start := idleMuxConn()
-		timer := c.Mux().idleTimer
+		timer := c.Mux().idleRef.timer
 
 		time.Sleep(900 * time.Millisecond)
 		if got, _, _ := p.Take(Key{}, 0, nil, false); got != c {
@@ -75,7 +75,7 @@ func TestMuxIdleTimerClosesAfterLastAttempt(t *testing.T) {
 			t.Fatal("closed while an attempt ran on it")
 		}
 		p.Done(c, true) // idle since 1.1 s: set for 2.1 s
-		if c.Mux().idleTimer != timer {
+		if c.Mux().idleRef.timer != timer {
 			t.Fatal("a new timer for a connection that has one")
 		}
 		expectIdleClose(t, c, start, []idleStep{
@@ -245,7 +245,7 @@ func TestMuxTakeRefusesExpired(t *testing.T) {
 			t.Fatalf("take within the limit: %v", got)
 		}
 		p.Done(c, true)
-		c.Mux().idleTimer.Stop() // late
+		c.Mux().idleRef.timer.Stop() // late
 		time.Sleep(time.Second)
 		if got, _, _ := p.Take(Key{}, 0, nil, false); got != nil {
 			t.Fatalf("take after the limit handed out %v", got)
