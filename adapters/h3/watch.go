@@ -59,9 +59,10 @@ func (w *Watch) AddProducer() qlogwriter.Recorder {
 // recorder: the connection ended, however it ended (its context is
 // done), and every call of the http3 layer that could record on it
 // returned (quic-go counts the open connection as one of the recorder's
-// producers, and closes it when the last is gone). f runs on a goroutine of quic-go's, at most once, and never
-// when no http3 ClientConn was made over the connection. Call OnEnd
-// before NewClientConn.
+// producers, and closes it when the last is gone). f runs on a
+// goroutine of quic-go's, at most once, and never when no http3
+// ClientConn was made over the connection. Call OnEnd before
+// NewClientConn.
 func (w *Watch) OnEnd(f func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
