@@ -137,7 +137,7 @@ func TestEveryCommandHelp(t *testing.T) {
 		"conformance": {"-case", "-json", "-quick", "-real", "-runs", "-server"},
 		"fuzz":        {"-dir", "-parallel", "-per-target", "-target", "-time"},
 		"bench":       {"-benchtime", "-count", "-filter", "-in", "-interleave", "-json", "-o", "-svg"},
-		"soak":        {"-c", "-conn-life", "-faultfree", "-faults", "-maxconns", "-model", "-n", "-peer", "-proto", "-restarts", "-retry", "-seed", "-timeout"},
+		"soak":        {"-c", "-conn-life", "-faultfree", "-faults", "-maxconns", "-model", "-n", "-peer", "-proto", "-restarts", "-retry", "-retry-after-max", "-seed", "-timeout"},
 		"forward": {"-acquire-timeout", "-egress", "-forwarded", "-h2c", "-h3", "-listen", "-metrics", "-preserve-host",
 			"-shutdown-timeout", "-tls-cert", "-tls-key", "-to", "-trust-forwarded", "-x-forwarded-for"},
 	}

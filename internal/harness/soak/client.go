@@ -133,6 +133,7 @@ func newClient(cfg Config, srv *server) (*client, error) {
 		}},
 	}
 	o.Retry.MaxAttempts = cfg.Retry
+	o.Retry.MaxRetryAfter = cfg.RetryAfterMax
 	switch cfg.Proto {
 	case "h1", "h1tls":
 		o.Protocol = replaysafe.ProtocolHTTP1

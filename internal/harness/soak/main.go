@@ -31,9 +31,11 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	faultFree := fs.Bool("faultfree", false, "also run the soak without faults and compare the throughput")
 	timeout := fs.Duration("timeout", 30*time.Second, "bound of each call")
 	retry := fs.Int("retry", 0, "Options.Retry.MaxAttempts of the replaysafe Transport; 0 means no configured retries")
+	retryAfterMax := fs.Duration("retry-after-max", 0, "with -retry: Options.Retry.MaxRetryAfter; a 503 that asks for longer (prod asks for 1s) is delivered and set apart; 0 means the policy's default (30s), which waits")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: replaysafe soak [-proto h1|h1tls|h2|h2c|h3] [-model prod|harsh] [-n N] [-c 64] [-faults RATE]")
-		fmt.Fprintln(stderr, "                      [-conn-life 500] [-restarts 5s] [-seed S] [-maxconns K] [-retry N] [-peer] [-faultfree]")
+		fmt.Fprintln(stderr, "                      [-conn-life 500] [-restarts 5s] [-seed S] [-maxconns K] [-retry N]")
+		fmt.Fprintln(stderr, "                      [-retry-after-max D] [-peer] [-faultfree]")
 		fmt.Fprintln(stderr, "\nRuns N requests from c goroutines through one Transport against an in-process faulty server")
 		fmt.Fprintln(stderr, "on 127.0.0.1 and prints copies per request, the outcome of every call (ok, failed, or set apart:")
 		fmt.Fprintln(stderr, "cut after its response started, refused by RS05/RS06/RS17/RS19, 503 delivered), failures by rule,")
@@ -67,7 +69,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	cfg := Config{Proto: *proto, Model: model, N: *n, Concurrency: *c, Faults: *faults, ConnLife: *connLife,
-		Restarts: *restarts, Seed: *seed, MaxConns: *maxConns, Retry: *retry, RequestTimeout: *timeout, Progress: stderr}
+		Restarts: *restarts, Seed: *seed, MaxConns: *maxConns, Retry: *retry, RetryAfterMax: *retryAfterMax, RequestTimeout: *timeout, Progress: stderr}
 	fmt.Fprintln(stdout, Header(cfg, !set["proto"], !set["model"]))
 	res, err := Run(ctx, cfg)
 	if err != nil {

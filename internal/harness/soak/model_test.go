@@ -130,7 +130,9 @@ func ledger() *server { return &server{seen: map[string]*delivery{}} }
 // the server's record of its copies: a copy a response byte of which
 // left before it died makes the call cut, whatever the client's error
 // says; a call refused by RS17 (or RS05, RS06, RS19) is set apart; a
-// 503 delivered without a retry policy is set apart, with one it counts;
+// 503 delivered by a client that does not wait for its Retry-After (no
+// retry policy, or one whose MaxRetryAfter is shorter) is set apart, by
+// one that waits it counts;
 // anything else (RS04, RS18, a 425 left unretried) counts against.
 func TestJudgeFromServerRecord(t *testing.T) {
 	s := ledger()
@@ -151,28 +153,28 @@ func TestJudgeFromServerRecord(t *testing.T) {
 		c     callResult
 		id    string
 		peer  bool
-		retry int
+		waits bool // the client waits for a 503's Retry-After and retries it
 		want  Outcome
 	}{
-		{"ok", callResult{ok: true, status: 200}, "2", false, 0, OutcomeOK},
-		{"started copy, client saw a body error", callResult{err: io.ErrUnexpectedEOF}, "1", false, 0, OutcomeCut},
-		{"started copy, client saw RS18", callResult{err: rs(fsm.RuleAmbiguousNotIdempotent)}, "1", false, 0, OutcomeCut},
-		{"RS17 without a started copy", callResult{err: rs(fsm.RuleAmbiguousFreshConn)}, "2", false, 0, OutcomeRefused},
-		{"RS06", callResult{err: rs(fsm.RuleTimeout)}, "2", false, 0, OutcomeRefused},
-		{"RS05", callResult{err: rs(fsm.RuleCanceled)}, "2", false, 0, OutcomeRefused},
-		{"RS19", callResult{err: rs(fsm.RuleAmbiguousBodyNotReproducible)}, "2", false, 0, OutcomeRefused},
-		{"RS04", callResult{err: rs(fsm.RuleAcquireFailed)}, "2", false, 0, OutcomeFailed},
-		{"RS18", callResult{err: rs(fsm.RuleAmbiguousNotIdempotent)}, "2", false, 0, OutcomeFailed},
-		{"RS08", callResult{err: rs(fsm.RuleNoSecondResend)}, "2", false, 0, OutcomeFailed},
-		{"503 without policy", callResult{status: 503}, "2", false, 0, OutcomeRetryAfter},
-		{"503 with a policy", callResult{status: 503}, "2", false, 3, OutcomeFailed},
-		{"425 delivered", callResult{status: 425}, "2", true, 0, OutcomeFailed},
-		{"peer timeout", callResult{err: context.DeadlineExceeded}, "2", true, 0, OutcomeRefused},
-		{"peer, copy on a fresh connection", callResult{err: io.EOF}, "2", true, 0, OutcomeRefused},
-		{"peer, started copy", callResult{err: io.EOF}, "1", true, 0, OutcomeCut},
+		{"ok", callResult{ok: true, status: 200}, "2", false, false, OutcomeOK},
+		{"started copy, client saw a body error", callResult{err: io.ErrUnexpectedEOF}, "1", false, false, OutcomeCut},
+		{"started copy, client saw RS18", callResult{err: rs(fsm.RuleAmbiguousNotIdempotent)}, "1", false, false, OutcomeCut},
+		{"RS17 without a started copy", callResult{err: rs(fsm.RuleAmbiguousFreshConn)}, "2", false, false, OutcomeRefused},
+		{"RS06", callResult{err: rs(fsm.RuleTimeout)}, "2", false, false, OutcomeRefused},
+		{"RS05", callResult{err: rs(fsm.RuleCanceled)}, "2", false, false, OutcomeRefused},
+		{"RS19", callResult{err: rs(fsm.RuleAmbiguousBodyNotReproducible)}, "2", false, false, OutcomeRefused},
+		{"RS04", callResult{err: rs(fsm.RuleAcquireFailed)}, "2", false, false, OutcomeFailed},
+		{"RS18", callResult{err: rs(fsm.RuleAmbiguousNotIdempotent)}, "2", false, false, OutcomeFailed},
+		{"RS08", callResult{err: rs(fsm.RuleNoSecondResend)}, "2", false, false, OutcomeFailed},
+		{"503 without policy", callResult{status: 503}, "2", false, false, OutcomeRetryAfter},
+		{"503 with a policy", callResult{status: 503}, "2", false, true, OutcomeFailed},
+		{"425 delivered", callResult{status: 425}, "2", true, false, OutcomeFailed},
+		{"peer timeout", callResult{err: context.DeadlineExceeded}, "2", true, false, OutcomeRefused},
+		{"peer, copy on a fresh connection", callResult{err: io.EOF}, "2", true, false, OutcomeRefused},
+		{"peer, started copy", callResult{err: io.EOF}, "1", true, false, OutcomeCut},
 	}
 	for _, tc := range cases {
-		if got := judge(tc.c, s.copiesOf(tc.id), tc.peer, tc.retry); got != tc.want {
+		if got := judge(tc.c, s.copiesOf(tc.id), tc.peer, tc.waits); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -182,7 +184,7 @@ func TestJudgeFromServerRecord(t *testing.T) {
 	sc := &sconn{}
 	sc.completed.Store(1)
 	s.arrive("3", http.MethodGet, sc, FaultNone)
-	if got := judge(callResult{err: io.EOF}, s.copiesOf("3"), true, 0); got != OutcomeFailed {
+	if got := judge(callResult{err: io.EOF}, s.copiesOf("3"), true, false); got != OutcomeFailed {
 		t.Errorf("peer failure on a reused connection: %v, want failed", got)
 	}
 
@@ -315,6 +317,27 @@ func TestH2WriterRewritesResetCode(t *testing.T) {
 		}
 		if !bytes.Equal(raw[:len(raw)-26], rec.buf.Bytes()[:len(raw)-26]) || binary.BigEndian.Uint32(raw[len(raw)-4:]) != uint32(http2.ErrCodeInternal) {
 			t.Errorf("writes of %d bytes: frames before the resets changed, or the caller's buffer was", chunk)
+		}
+	}
+}
+
+// TestWaits503: the replaysafe client waits for the prod model's 503
+// (Retry-After: 1) only under a retry policy whose MaxRetryAfter, the
+// policy's default (30 s) included, covers it; the peer never does.
+func TestWaits503(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want bool
+	}{
+		{Config{}, false},
+		{Config{Retry: 3}, true},
+		{Config{Retry: 3, RetryAfterMax: RetryAfterAsked}, true},
+		{Config{Retry: 3, RetryAfterMax: 100 * time.Millisecond}, false},
+		{Config{RetryAfterMax: time.Minute}, false},
+		{Config{Retry: 3, Peer: true}, false},
+	} {
+		if got := c.cfg.waits503(); got != c.want {
+			t.Errorf("Retry %d, RetryAfterMax %v, Peer %v: waits503 %v, want %v", c.cfg.Retry, c.cfg.RetryAfterMax, c.cfg.Peer, got, c.want)
 		}
 	}
 }

@@ -105,7 +105,7 @@ func (s *server) handleProd(w http.ResponseWriter, r *http.Request, sc *sconn) {
 		// A whole answer, not a cut: its copy is not marked started, so
 		// that a resend after a 425 is judged by its own end.
 		if f == FaultRetryAfter {
-			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfterAsked/time.Second)))
 			http.Error(w, "soak: try again", http.StatusServiceUnavailable)
 		} else {
 			http.Error(w, "soak: too early", http.StatusTooEarly)

@@ -77,6 +77,11 @@ type Config struct {
 	// Options.Retry.MaxAttempts (configured retries, default statuses,
 	// backoff and budget); the copies may then reach it.
 	Retry int
+	// RetryAfterMax, if above zero, is that policy's MaxRetryAfter: a
+	// 503 whose Retry-After asks for longer (the prod model's asks for
+	// RetryAfterAsked) is delivered instead of waited for, and then set
+	// apart as the server's answer, as without a policy.
+	RetryAfterMax time.Duration
 	// Peer runs the soak with the reference client instead of replaysafe:
 	// net/http's Transport for h1 and h1tls, x/net's http2.Transport for h2
 	// and h2c, quic-go's http3.Transport for h3.
@@ -112,7 +117,8 @@ const (
 	OutcomeRefused
 	// OutcomeRetryAfter: the server's 503 with Retry-After was delivered
 	// whole, as the server answered: a retry policy's business, so set
-	// apart when the run has none (-retry 0).
+	// apart when the run has none (-retry 0) or its policy does not wait
+	// as long as the 503 asks (Config.RetryAfterMax).
 	OutcomeRetryAfter
 	// OutcomeFailed: any other failure: a call a rule-abiding client
 	// could have carried through.
@@ -132,18 +138,30 @@ func (o Outcome) String() string {
 	return fmt.Sprintf("Outcome(%d)", uint8(o))
 }
 
+// RetryAfterAsked is the wait the prod model's 503 asks for
+// (Retry-After: 1).
+const RetryAfterAsked = time.Second
+
+// waits503 reports whether the replaysafe client of cfg retries a 503 of
+// the prod model after its Retry-After: with a retry policy
+// (cfg.Retry) whose MaxRetryAfter is at least RetryAfterAsked.
+func (cfg Config) waits503() bool {
+	return !cfg.Peer && cfg.Retry > 0 && (cfg.RetryAfterMax <= 0 || cfg.RetryAfterMax >= RetryAfterAsked)
+}
+
 // refusingRules are the rules that judge the request or its connection
 // rather than the copy count.
 var refusingRules = map[string]bool{"RS05": true, "RS06": true, "RS17": true, "RS19": true}
 
 // judge returns the outcome of call c given the server's record of its
 // copies; peer is set for the reference client, whose errors carry no
-// rule; retry is Config.Retry.
-func judge(c callResult, copies []copyRecord, peer bool, retry int) Outcome {
+// rule; waits503 is set when the client retries a 503 after its
+// Retry-After (Config.waits503).
+func judge(c callResult, copies []copyRecord, peer bool, waits503 bool) Outcome {
 	if c.ok {
 		return OutcomeOK
 	}
-	if c.status == http.StatusServiceUnavailable && retry == 0 {
+	if c.status == http.StatusServiceUnavailable && !waits503 {
 		return OutcomeRetryAfter
 	}
 	if c.status != 0 {
@@ -583,7 +601,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 				if !c.ok {
 					copies = srv.copiesOf(strconv.FormatInt(i, 10))
 				}
-				o := judge(c, copies, cfg.Peer, cfg.Retry)
+				o := judge(c, copies, cfg.Peer, cfg.waits503())
 				mu.Lock()
 				st := res.Methods[c.method]
 				st.Calls++
@@ -719,6 +737,9 @@ func Header(c Config, protoDefault, modelDefault bool) string {
 	}
 	if c.Retry > 0 {
 		line += fmt.Sprintf(", -retry %d", c.Retry)
+	}
+	if c.RetryAfterMax > 0 {
+		line += fmt.Sprintf(", -retry-after-max %v", c.RetryAfterMax)
 	}
 	return line + fmt.Sprintf(", seed %d", c.Seed)
 }
