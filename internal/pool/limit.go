@@ -39,7 +39,7 @@ func (l *Limit) TryOpen(key Key) bool {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.max > 0 && l.open[key] >= l.max {
+	if l.open[key] >= l.max {
 		return false
 	}
 	l.open[key]++
